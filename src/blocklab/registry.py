@@ -1,0 +1,57 @@
+"""One registry per kind (blocks, tasks, measures): name -> class, duplicates fail, typos get a hint."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import pkgutil
+from collections.abc import Iterator
+from typing import Generic, TypeVar
+
+from blocklab.errors import UserError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._items: dict[str, T] = {}
+
+    def register(self, cls: T) -> T:
+        """Class decorator; the registered name is the defining module's name (one family per file)."""
+        name = cls.__module__.rsplit(".", 1)[-1]
+        if name in self._items:
+            raise ValueError(f"{self.kind} {name!r} is registered twice")
+        cls.name = name  # type: ignore[attr-defined]
+        self._items[name] = cls
+        return cls
+
+    def get(self, name: str) -> T:
+        try:
+            return self._items[name]
+        except KeyError:
+            close = difflib.get_close_matches(name, self._items, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            known = ", ".join(sorted(self._items))
+            raise UserError(f"unknown {self.kind} {name!r}{hint} (known: {known})") from None
+
+    def names(self) -> list[str]:
+        return sorted(self._items)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def import_submodules(package_name: str) -> None:
+    """Import every module of a package so that its `@register` decorators run (one file = one entry)."""
+    package = importlib.import_module(package_name)
+    for info in pkgutil.iter_modules(package.__path__):
+        if not info.name.startswith("_") and info.name != "base":
+            importlib.import_module(f"{package_name}.{info.name}")

@@ -1,0 +1,81 @@
+"""Task interface: a seeded generator of train/val/test splits with normalized targets."""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import torch
+
+from blocklab import options
+
+
+@dataclass(frozen=True)
+class Split:
+    x: torch.Tensor  # (n, *input_shape) float32
+    y: torch.Tensor  # (n, n_out) float32 for regression, (n,) int64 for classification
+
+    def __len__(self) -> int:
+        return self.x.shape[0]
+
+
+@dataclass(frozen=True)
+class TaskData:
+    train: Split
+    val: Split  # carved from the training data; used to choose learning rates
+    test: Split
+    kind: Literal["regression", "classification"]
+    n_out: int  # regression outputs, or number of classes
+    info: dict[str, Any] = field(default_factory=dict)  # facts worth reporting (balance, bounds, ...)
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.train.x.shape[1:])
+
+
+class Task(abc.ABC):
+    """Subclass, decorate with `@TASKS.register`, define `Options` (a frozen dataclass) and `make`.
+
+    Regression tasks are scored by test MSE on standardized targets (lower is better; predicting the
+    mean scores 1.0); classification tasks by test accuracy (higher is better).
+    """
+
+    name: ClassVar[str]
+    kind: ClassVar[Literal["regression", "classification"]]
+    Options: ClassVar[type]
+    # steps-to-threshold reads the validation loss curve against this loss unless the run states one
+    default_threshold: ClassVar[float]
+
+    def __init__(self, **opts: Any):
+        self.options = options.build(self.Options, opts, what=f"task {self.name!r}")
+
+    @abc.abstractmethod
+    def make(self, seed: int) -> TaskData:
+        """Generate the splits; the same seed gives the same data."""
+
+    @property
+    def metric(self) -> str:
+        return "mse" if self.kind == "regression" else "accuracy"
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.kind == "classification"
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, **dataclasses.asdict(self.options)}
+
+
+def standardize(train: torch.Tensor, *others: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Scale every split by the training split's per-column mean and std (no test leakage)."""
+    mean = train.mean(0, keepdim=True)
+    std = train.std(0, keepdim=True).clamp_min(1e-8)
+    return tuple((t - mean) / std for t in (train, *others))
+
+
+def split_val(x: torch.Tensor, y: torch.Tensor, n_val: int, generator: torch.Generator):
+    """Carve a validation split off the training data by a seeded permutation."""
+    perm = torch.randperm(x.shape[0], generator=generator)
+    val, train = perm[:n_val], perm[n_val:]
+    return Split(x[train], y[train]), Split(x[val], y[val])
