@@ -24,6 +24,16 @@ def _unknown(key: str, known: list[str], what: str) -> UserError:
 def _coerce(value: Any, tp: Any, key: str, what: str) -> Any:
     """Turn a CLI string (or a TOML value) into the field's declared type."""
     origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, Mapping):
+            raise UserError(f"{what} option {key!r} needs a table of {tp.__name__} options")
+        return build(tp, value, what=key)
+    if tp is dict or origin is dict:
+        if not isinstance(value, Mapping):
+            raise UserError(f"{what} option {key!r} needs a table, got {value!r}")
+        return dict(value)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if value is None or (isinstance(value, str) and value.lower() == "none"):

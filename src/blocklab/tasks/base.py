@@ -47,6 +47,10 @@ class Task(abc.ABC):
     Options: ClassVar[type]
     # steps-to-threshold reads the validation loss curve against this loss unless the run states one
     default_threshold: ClassVar[float]
+    # options that make the task small enough for the contract tests
+    small_options: ClassVar[dict[str, Any]] = {}
+    # False for fixed benchmarks whose data do not change with the seed
+    seed_dependent: ClassVar[bool] = True
 
     def __init__(self, **opts: Any):
         self.options = options.build(self.Options, opts, what=f"task {self.name!r}")
@@ -54,6 +58,11 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def make(self, seed: int) -> TaskData:
         """Generate the splits; the same seed gives the same data."""
+
+    @property
+    def threshold(self) -> float:
+        """The loss that counts as converged; a task may make it depend on its options."""
+        return self.default_threshold
 
     @property
     def metric(self) -> str:

@@ -1,0 +1,313 @@
+"""Statistics across seeds: intervals, per-arm summaries, paired verdicts, ranking beside h(d).
+
+Every function takes flat rows, one per finished trial (status "done" or "diverged"), with the keys
+task, budget, arm, degree, seed, status, metric, higher_is_better, test_metric, steps_to_threshold,
+threshold, max_steps, block_params, depth, width, lr (curves are only read by the plots).
+"""
+
+import math
+import re
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from blocklab.theory import h
+
+TEST = "paired two-sided t-test across seeds (scipy.stats.ttest_rel), Holm-Bonferroni corrected"
+NAN = float("nan")
+
+
+def interval(values, level=0.95):
+    """(mean, std, lo, hi, n): sample std (ddof=1) and the Student-t interval for the mean.
+
+    One value has no spread estimate: std, lo and hi are nan (never an infinite interval).
+    No values: everything nan and n = 0.
+    """
+    x = np.asarray([float(v) for v in values], dtype=float)
+    n = len(x)
+    if n == 0:
+        return NAN, NAN, NAN, NAN, 0
+    mean = float(x.mean())
+    if n == 1:
+        return mean, NAN, NAN, NAN, 1
+    std = float(x.std(ddof=1))
+    half = float(stats.t.ppf(0.5 + level / 2, df=n - 1)) * std / math.sqrt(n)
+    return mean, std, mean - half, mean + half, n
+
+
+def holm(pvalues):
+    """Holm-Bonferroni adjusted p-values (step-down), in the order given."""
+    p = np.asarray(pvalues, dtype=float)
+    adjusted, running = np.empty(len(p)), 0.0
+    for rank, i in enumerate(np.argsort(p, kind="stable")):
+        running = max(running, min(1.0, (len(p) - rank) * p[i]))  # max keeps them monotone
+        adjusted[i] = running
+    return adjusted
+
+
+_MIX = re.compile(r"^mix\[([^\]]+)\]$")
+
+
+def layer_degrees(arm, degree):
+    """Per-layer degrees of an arm: read from a mixed label "mix[3,2,3]", else (degree,).
+
+    A mixed stack's theory is not h(mean degree) (see blocklab.theory.h), so the label matters; a
+    label that does not parse, or disagrees with the row's average degree, falls back to (degree,).
+    """
+    match = _MIX.match(arm)
+    if match:
+        try:
+            parsed = tuple(math.e if x.strip() == "e" else float(x) for x in match.group(1).split(","))
+        except ValueError:
+            parsed = ()
+        if parsed and degree is not None and math.isclose(np.mean(parsed), degree, rel_tol=1e-6):
+            return parsed
+    return (float(degree),)
+
+
+def _arm_order(arm, degree):
+    return (degree is None, degree if degree is not None else 0.0, arm)
+
+
+def _validate(rows):
+    seen, metric_of = set(), {}
+    for r in rows:
+        key = (r["task"], int(r["budget"]), r["arm"], r["seed"])
+        if key in seen:
+            raise ValueError(f"two trials for task/budget/arm/seed {key}: pairing needs one")
+        seen.add(key)
+        if r["status"] not in ("done", "diverged"):
+            raise ValueError(f"status must be 'done' or 'diverged', got {r['status']!r} for {key}")
+        if r["status"] == "done" and not _finite(r["test_metric"]):
+            raise ValueError(f"trial {key} is done but its test metric is {r['test_metric']!r}")
+        metric = (r["metric"], bool(r["higher_is_better"]))
+        if metric_of.setdefault(key[:2], metric) != metric:
+            raise ValueError(f"{key[:2]} mixes metrics {metric_of[key[:2]]} and {metric}")
+
+
+def _finite(x):
+    return x is not None and math.isfinite(float(x))
+
+
+def _group(rows, *fields):
+    groups = defaultdict(list)
+    for r in rows:
+        groups[tuple(int(r[f]) if f == "budget" else r[f] for f in fields)].append(r)
+    return {k: sorted(v, key=lambda r: r["seed"]) for k, v in groups.items()}
+
+
+@dataclass(frozen=True)
+class Summary:
+    task: str
+    budget: int
+    arm: str
+    degree: float | None
+    metric: str
+    higher_is_better: bool
+    n_seeds: int  # trials finished: done + diverged
+    n: int  # done seeds: the test metric statistics below are over these
+    mean: float
+    std: float
+    lo: float
+    hi: float
+    n_diverged: int
+    n_reached: int  # done seeds whose validation loss reached the threshold
+    steps_mean: float  # steps-to-threshold statistics over the n_reached seeds
+    steps_std: float
+    steps_lo: float
+    steps_hi: float
+    threshold: float
+    max_steps: int
+    block_params: int  # from the first seed (the budget solver gives every seed the same shape)
+    depth: int
+    width: int
+    lr: float  # the chosen learning rate of the first seed
+
+
+def summarize(rows, level=0.95):
+    """One Summary per (task, budget, arm), sorted by task, budget, degree (None last), arm."""
+    _validate(rows)
+    out = []
+    for (task, budget, arm), trials in _group(rows, "task", "budget", "arm").items():
+        first = trials[0]
+        done = [r for r in trials if r["status"] == "done"]
+        mean, std, lo, hi, n = interval([r["test_metric"] for r in done], level)
+        steps = [r["steps_to_threshold"] for r in done if r["steps_to_threshold"] is not None]
+        s_mean, s_std, s_lo, s_hi, n_reached = interval(steps, level)
+        out.append(Summary(
+            task=task, budget=budget, arm=arm,
+            degree=None if first["degree"] is None else float(first["degree"]),
+            metric=first["metric"], higher_is_better=bool(first["higher_is_better"]),
+            n_seeds=len(trials), n=n, mean=mean, std=std, lo=lo, hi=hi,
+            n_diverged=len(trials) - n, n_reached=n_reached,
+            steps_mean=s_mean, steps_std=s_std, steps_lo=s_lo, steps_hi=s_hi,
+            threshold=float(first["threshold"]), max_steps=int(first["max_steps"]),
+            block_params=int(first["block_params"]), depth=int(first["depth"]),
+            width=int(first["width"]), lr=float(first["lr"]),
+        ))
+    return sorted(out, key=lambda s: (s.task, s.budget, *_arm_order(s.arm, s.degree)))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    arm: str
+    mean_diff: float  # mean over paired seeds of (best - arm), in metric units; nan without pairs
+    p_raw: float  # nan when untestable (fewer than 2 paired seeds)
+    p_holm: float
+    significant: bool  # Holm-adjusted p <= alpha (two-sided: either direction)
+    n_pairs: int
+
+
+@dataclass(frozen=True)
+class Verdict:
+    task: str
+    budget: int
+    metric: str
+    higher_is_better: bool
+    best: str | None  # None when no arm has 2 done seeds
+    best_mean: float
+    comparisons: tuple[Comparison, ...]  # best vs every other arm that finished at least once
+    beats: tuple[str, ...]  # significantly worse than best
+    diverged_all: tuple[str, ...]
+    untestable: tuple[str, ...]  # fewer than 2 seeds where both arms are done
+    n_seeds: int
+    alpha: float
+    claim: str  # the verdict sentence
+    text: str  # claim + the test and level in brackets
+    test: str
+
+
+def _paired_p(a, b):
+    if np.all(a == b):
+        return 1.0  # ttest_rel gives nan for zero variance; no difference at all is p = 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # near-constant differences: p -> 0, right
+        return float(stats.ttest_rel(a, b).pvalue)
+
+
+def _p(p):
+    return f"p={p:.2g}"
+
+
+def _verdict(task, budget, trials, alpha):
+    first = trials[0]
+    metric, hib = first["metric"], bool(first["higher_is_better"])
+    degree = {r["arm"]: r["degree"] for r in trials}
+    arms = sorted(degree, key=lambda a: _arm_order(a, degree[a]))
+    done = {a: {r["seed"]: float(r["test_metric"]) for r in trials
+                if r["arm"] == a and r["status"] == "done"} for a in arms}
+    diverged_all = tuple(a for a in arms if not done[a])
+    n_seeds = len({r["seed"] for r in trials})
+    head = f"{task}, budget {budget}"
+    bracket = f"[paired t-test across {n_seeds} seeds, Holm-corrected, alpha={alpha:g}]"
+    notes = f"; {', '.join(diverged_all)} diverged in all seeds" if diverged_all else ""
+
+    candidates = [a for a in arms if len(done[a]) >= 2]
+    if not candidates:
+        claim = f"{head}: no arm finished 2 seeds, nothing to compare{notes}"
+        return Verdict(task, budget, metric, hib, None, NAN, (), (), diverged_all,
+                       tuple(a for a in arms if a not in diverged_all), n_seeds, alpha, claim,
+                       f"{claim}  {bracket}", TEST)
+
+    sign = 1.0 if hib else -1.0
+    means = {a: float(np.mean(list(done[a].values()))) for a in candidates}
+    best = max(candidates, key=lambda a: sign * means[a])  # ties: the first in degree order
+    others = [a for a in arms if a != best and a not in diverged_all]
+    pairs = {}
+    for a in others:
+        seeds = sorted(set(done[best]) & set(done[a]))
+        pairs[a] = (np.array([done[best][s] for s in seeds]), np.array([done[a][s] for s in seeds]))
+    tested = [a for a in others if len(pairs[a][0]) >= 2]
+    p_raw = {a: _paired_p(*pairs[a]) for a in tested}
+    p_holm = dict(zip(tested, holm([p_raw[a] for a in tested]), strict=True))
+
+    comparisons = []
+    for a in others:
+        x, y = pairs[a]
+        p, q = p_raw.get(a, NAN), float(p_holm.get(a, NAN))
+        diff = float(np.mean(x - y)) if len(x) else NAN
+        comparisons.append(Comparison(a, diff, p, q, bool(q <= alpha), len(x)))
+    beats = tuple(c.arm for c in comparisons if c.significant and sign * c.mean_diff > 0)
+    # With unequal seed sets the best mean can lose on the seeds both arms finished.
+    reversed_ = [c for c in comparisons if c.significant and sign * c.mean_diff <= 0]
+    unclear = [c for c in comparisons if c.n_pairs >= 2 and not c.significant]
+    untestable = tuple(c.arm for c in comparisons if c.n_pairs < 2)
+
+    best_at = f"{metric} {means[best]:.4g}"
+    # an arm with a single finished seed cannot be best; say so rather than hide it
+    finished_once = len(arms) - len(diverged_all)
+    of = " of the arms with 2+ finished seeds" if len(candidates) < finished_once else ""
+    if not tested:
+        claim = (f"{head}: only one arm ({best}, {best_at}); nothing to compare" if not others
+                 else f"{head}: {best} has the best mean{of} ({best_at}); no arm can be tested")
+    elif beats:
+        claim = f"{head}: {best} is best{of} ({best_at}); it beats " + ", ".join(
+            f"{c.arm} ({_p(c.p_holm)})" for c in comparisons if c.arm in beats)
+        if unclear:
+            claim += "; not significantly better than " + ", ".join(
+                f"{c.arm} ({_p(c.p_holm)})" for c in unclear)
+    elif reversed_:
+        claim = f"{head}: {best} has the best mean{of} ({best_at}) and beats no arm"
+    else:
+        vs = "".join(f"; {c.arm} {_p(c.p_holm)}" for c in unclear)
+        claim = f"{head}: no significant difference between arms (best mean: {best}, {best_at}{vs})"
+    for c in reversed_:
+        claim += f"; but {c.arm} is better on the {c.n_pairs} seeds both finished ({_p(c.p_holm)})"
+    if untestable:
+        claim += f"; {', '.join(untestable)} untestable (fewer than 2 seeds paired with {best})"
+    claim += notes
+    return Verdict(task, budget, metric, hib, best, means[best], tuple(comparisons), beats,
+                   diverged_all, untestable, n_seeds, alpha, claim, f"{claim}  {bracket}", TEST)
+
+
+def compare(rows, alpha=0.05):
+    """One Verdict per (task, budget): the best arm against every other, paired by seed."""
+    _validate(rows)
+    groups = _group(rows, "task", "budget")
+    return [_verdict(*key, groups[key], alpha) for key in sorted(groups)]
+
+
+@dataclass(frozen=True)
+class Ranking:
+    task: str
+    budget: int
+    metric: str
+    higher_is_better: bool
+    arms: tuple[str, ...]  # arms with a numeric degree and a mean, in degree order
+    degrees: tuple[float, ...]  # average degree per arm
+    h: tuple[float, ...]  # predicted score per arm: h of its per-layer degrees
+    predicted: tuple[str, ...]  # best first by h; equal h keeps degree order
+    measured: tuple[str, ...]  # best first by mean test metric
+    rho: float  # Spearman between h and the measured score (> 0: theory agrees); nan below 3 arms
+    p: float
+
+
+def ranking_vs_theory(summaries):
+    """Per (task, budget): the measured order of the numeric-degree arms beside the order of h."""
+    groups = defaultdict(list)
+    for s in summaries:
+        if s.degree is not None and math.isfinite(s.mean):
+            groups[(s.task, s.budget)].append(s)
+    out = []
+    for (task, budget), group in sorted(groups.items()):
+        group = sorted(group, key=lambda s: _arm_order(s.arm, s.degree))
+        sign = 1.0 if group[0].higher_is_better else -1.0
+        score = [sign * s.mean for s in group]
+        hs = [h(layer_degrees(s.arm, s.degree)) for s in group]
+        rho, p, order = NAN, NAN, range(len(group))
+        if len(group) >= 3:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # constant input: spearmanr warns and returns nan
+                rho, p = (float(v) for v in stats.spearmanr(hs, score))
+        out.append(Ranking(
+            task=task, budget=budget, metric=group[0].metric,
+            higher_is_better=group[0].higher_is_better,
+            arms=tuple(s.arm for s in group), degrees=tuple(s.degree for s in group), h=tuple(hs),
+            predicted=tuple(group[i].arm for i in sorted(order, key=lambda i: -hs[i])),
+            measured=tuple(group[i].arm for i in sorted(order, key=lambda i: -score[i])),
+            rho=rho, p=p,
+        ))
+    return out

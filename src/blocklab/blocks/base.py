@@ -1,0 +1,37 @@
+"""Block interface: a module mapping (B, ..., D_in) to (B, ..., D_out) that states its degree and size."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from torch import nn
+
+
+class Block(nn.Module):
+    """Subclass, decorate with `@BLOCKS.register`, and define `count_params` in closed form.
+
+    `degree` is the polynomial degree in the input (None when the block is not a polynomial).
+    `homogeneous_degree` is k when f(c x) = c^k f(x) holds for c > 0 (bias-free polynomials, and
+    ReLU maps without bias), else None: the contract tests check it by scaling the input.
+    """
+
+    name: ClassVar[str]
+    # constructor kwargs the contract tests instantiate (besides d_in, d_out)
+    examples: ClassVar[list[dict[str, Any]]] = [{}]
+
+    def __init__(self, d_in: int, d_out: int):
+        super().__init__()
+        self.d_in, self.d_out = d_in, d_out
+
+    degree: float | None = None
+
+    @property
+    def homogeneous_degree(self) -> float | None:
+        return None
+
+    @classmethod
+    def count_params(cls, d_in: int, d_out: int, **kwargs: Any) -> int:
+        raise TypeError(f"block {cls.__name__} must define count_params in closed form")
+
+    def extra_repr(self) -> str:
+        return f"d_in={self.d_in}, d_out={self.d_out}, degree={self.degree}"

@@ -1,0 +1,40 @@
+"""The control: a linear map followed by an activation (degree 1 before the activation)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from blocklab.blocks import BLOCKS
+from blocklab.blocks.base import Block
+from blocklab.errors import UserError
+
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh}
+
+
+@BLOCKS.register
+class Mlp(Block):
+    examples = [{}, {"bias": False}, {"activation": "gelu"}, {"activation": "tanh", "bias": False}]
+
+    def __init__(self, d_in: int, d_out: int, bias: bool = True, activation: str = "relu"):
+        super().__init__(d_in, d_out)
+        if activation not in ACTIVATIONS:
+            raise UserError(f"mlp activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        self.bias, self.activation = bias, activation
+        self.linear = nn.Linear(d_in, d_out, bias=bias)
+        nn.init.kaiming_normal_(self.linear.weight, nonlinearity="relu")
+        if bias:
+            nn.init.zeros_(self.linear.bias)
+        self.act = ACTIVATIONS[activation]()
+
+    @property
+    def homogeneous_degree(self) -> float | None:
+        # ReLU(c z) = c ReLU(z) for c > 0: positively homogeneous of degree 1 without bias
+        return 1.0 if (self.activation == "relu" and not self.bias) else None
+
+    @classmethod
+    def count_params(cls, d_in: int, d_out: int, bias: bool = True, activation: str = "relu") -> int:
+        return d_in * d_out + (d_out if bias else 0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.linear(x))  # (..., D_out)

@@ -1,0 +1,98 @@
+"""Budget solver: the depth and width at which an arm's blocks cost a given number of parameters.
+
+Seed 000 eq. 4: a stack of p degree-d layers of width D costs p * d * D^2, so at budget B the fixed
+-width depth is p = B / (d D^2). Depth is rounded first, then the width adjusted so that the actual
+count lands within `tol` of B; the actual count is what gets recorded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from blocklab.errors import UserError
+from blocklab.models import Arm
+
+TOLERANCE = 0.02
+
+
+@dataclass(frozen=True)
+class Shape:
+    depth: int
+    width: int
+    block_params: int
+    budget: int
+
+    @property
+    def deviation(self) -> float:
+        return self.block_params / self.budget - 1.0
+
+
+def _best_width(arm: Arm, depth: int, budget: int, bias: bool, near: int) -> tuple[int, int]:
+    """The width whose count is closest to the budget (counts grow with width); ties go near `near`."""
+    lo, hi = 1, max(2, near)
+    while arm.block_params(depth, hi, bias) < budget:
+        hi *= 2
+    while lo < hi:  # first width with count >= budget
+        mid = (lo + hi) // 2
+        if arm.block_params(depth, mid, bias) >= budget:
+            hi = mid
+        else:
+            lo = mid + 1
+    candidates = [w for w in (lo - 1, lo) if w >= 1]
+    return min(
+        ((w, arm.block_params(depth, w, bias)) for w in candidates),
+        key=lambda wc: (abs(wc[1] - budget), abs(wc[0] - near)),
+    )
+
+
+def solve(
+    arm: Arm,
+    budget: int,
+    *,
+    mode: str = "width",
+    width: int = 32,
+    depth: int = 4,
+    bias: bool = False,
+    tol: float = TOLERANCE,
+) -> Shape:
+    """mode 'width': depth from B / (per-layer cost at `width`), then width adjusted.
+    mode 'depth': the depth is fixed and the width solved."""
+    if budget <= 0:
+        raise UserError(f"budget must be a positive parameter count, got {budget}")
+    if mode == "depth":
+        if depth < 1:
+            raise UserError(f"depth must be >= 1, got {depth}")
+        if arm.block_params(depth, 1, bias) > budget * (1 + tol):
+            raise UserError(f"budget {budget} is too small for {depth} layers of {arm.label}")
+        w, count = _best_width(arm, depth, budget, bias, near=1)
+        candidates = [(depth, w, count)]
+    elif mode == "width":
+        if width < 1:
+            raise UserError(f"width must be >= 1, got {width}")
+        one_layer = arm.block_params(1, width, bias)
+        if one_layer > budget * (1 + tol):
+            raise UserError(
+                f"budget {budget} is too small for one layer of {arm.label} at width {width} "
+                f"(one layer costs {one_layer})"
+            )
+        p = 1
+        while arm.block_params(p + 1, width, bias) <= budget:
+            p += 1
+        # rounding: the depth at nominal width closest to the budget, and its neighbours
+        candidates = []
+        for q in {max(1, p - 1), p, p + 1}:
+            w, count = _best_width(arm, q, budget, bias, near=width)
+            candidates.append((q, w, count))
+        # prefer any shape within tolerance whose width stays closest to the requested one
+        within = [c for c in candidates if abs(c[2] / budget - 1) <= tol]
+        if within:
+            candidates = [min(within, key=lambda c: (abs(c[1] - width), abs(c[2] - budget)))]
+    else:
+        raise UserError(f"mode must be 'width' or 'depth', got {mode!r}")
+    q, w, count = min(candidates, key=lambda c: abs(c[2] - budget))
+    if abs(count / budget - 1) > tol:
+        raise UserError(
+            f"no shape of {arm.label} costs within {tol:.0%} of budget {budget} "
+            f"(closest: depth {q}, width {w}, {count} parameters)"
+        )
+    return Shape(depth=q, width=w, block_params=count, budget=budget)

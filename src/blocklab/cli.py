@@ -1,0 +1,220 @@
+"""The `blocklab` command. Bad input: one line on stderr, exit 2, no traceback."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from blocklab import config as cfgmod
+from blocklab.errors import UserError
+from blocklab.models import parse_degree
+from blocklab.experiments import degree_sweep
+from blocklab.options import parse_pairs
+from blocklab.store import Store
+from blocklab.sweep import Interrupted, default_workers, provenance
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse prints usage too; one line is the contract
+        raise UserError(f"{self.prog}: {message}")
+
+
+def _common_run_flags(p: argparse.ArgumentParser, out: str) -> None:
+    p.add_argument("--config", help="TOML file with config keys (flags override it)")
+    p.add_argument("--task-option", action="append", metavar="KEY=VALUE",
+                   help="task option, repeatable (e.g. --task-option n_in=8)")
+    p.add_argument("--out", default=out, help=f"output directory: store, report, plots ({out})")
+    p.add_argument("--workers", type=int, default=default_workers(), help="parallel processes")
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    p.add_argument("--json", action="store_true", help="print results as JSON on stdout")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+DEMO = degree_sweep.DegreeSweepConfig()
+
+
+def cmd_degree_sweep(args: argparse.Namespace, defaults: degree_sweep.DegreeSweepConfig) -> int:
+    from blocklab import report
+    from blocklab.analysis import stats
+
+    flags = cfgmod.overrides(args, degree_sweep.DegreeSweepConfig, skip=("lr",))
+    if args.task_option:
+        flags["task_options"] = parse_pairs(args.task_option, "task")
+    cfg = cfgmod.resolve(degree_sweep.DegreeSweepConfig, defaults, args.config, flags)
+    if args.workers < 1:
+        raise UserError(f"--workers must be >= 1, got {args.workers}")
+    if args.device not in ("auto", "cpu", "cuda"):
+        raise UserError(f"--device must be auto, cpu or cuda, got {args.device!r}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: no CUDA device is available")
+    out = Path(args.out)
+    store = Store(out)
+    _check_writable(out)
+    result = degree_sweep.run(cfg, store, workers=args.workers, device=args.device,
+                              progress=not args.quiet)
+    if not result.rows:
+        raise UserError("no trial finished; see `blocklab runs --out DIR list --status failed`")
+    config_dict = _jsonable(cfg)
+    path = report.write_report(out, result.rows, title="Degree sweep", config=config_dict,
+                               provenance=provenance(), alpha=cfg.alpha)
+    if args.json:
+        payload = report.to_json(result.rows, alpha=cfg.alpha)
+        payload.update(lr_choice=result.lr_choice, failed=result.failed, report=str(path),
+                       config=config_dict)
+        print(json.dumps(payload, indent=2))
+    else:
+        summaries = stats.summarize(result.rows)
+        print(report.table(summaries))
+        print()
+        for v in stats.compare(result.rows, alpha=cfg.alpha):
+            print(v.text)
+        for f in result.failed:
+            print(f"failed: {f['trial']}: {f['error'].splitlines()[0]}")
+        print(f"\nreport: {path}")
+    return 0
+
+
+def _check_writable(out: Path) -> None:
+    probe = out / ".write-test"
+    try:
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UserError(f"output directory {out} is not writable: {exc.strerror}") from None
+
+
+def _jsonable(obj: Any) -> Any:
+    import dataclasses
+
+    return json.loads(json.dumps(dataclasses.asdict(obj), default=str))
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    path = Path(args.out)
+    if not (path / "blocklab.sqlite").exists() and not path.is_file():
+        raise UserError(f"no store at {path} (run a sweep with --out {path} first)")
+    store = Store(path)
+    if args.action == "show":
+        if not args.id:
+            raise UserError("runs show needs a trial id (see `blocklab runs list`)")
+        rec = store.get(args.id)
+        if rec is None:
+            raise UserError(f"no trial {args.id!r} in {store.path}")
+        print(json.dumps(rec, indent=2) if args.json else _show(rec))
+        return 0
+    records = store.records(experiment=args.experiment)
+    if args.status:
+        records = [r for r in records if r["status"] == args.status]
+    if args.action == "export":
+        if not args.id:
+            raise UserError("runs export needs a CSV path, e.g. `blocklab runs export trials.csv`")
+        try:
+            n = store.export_csv(args.id, records)
+        except OSError as exc:
+            raise UserError(f"cannot write {args.id}: {exc.strerror}") from None
+        print(f"wrote {n} trials to {args.id}")
+        return 0
+    if args.json:
+        print(json.dumps([{k: r[k] for k in ("id", "experiment", "status", "seed", "metrics")}
+                          for r in records], indent=2))
+        return 0
+    for r in records:
+        c, m = r["config"], r["metrics"]
+        value = m.get("test_metric")
+        shown = f"{m.get('metric', '')}={value:.4g}" if value is not None else ""
+        print(f"{r['id']}  {r['experiment']:<13} {r['status']:<8} {c.get('task', '')} "
+              f"B={c.get('budget')} {c.get('arm', {}).get('label', '')} lr={c.get('train', {}).get('lr')} "
+              f"seed={r['seed']} {shown}")
+    print(f"{len(records)} trials in {store.path}", file=sys.stderr)
+    return 0
+
+
+def _show(rec: dict[str, Any]) -> str:
+    lines = [f"{k}: {rec[k]}" for k in ("id", "experiment", "status", "seed")]
+    lines.append("config: " + json.dumps(rec["config"], sort_keys=True))
+    lines.append("metrics: " + json.dumps(rec["metrics"], sort_keys=True))
+    lines.append("provenance: " + json.dumps(rec["provenance"], sort_keys=True))
+    if rec.get("error"):
+        lines.append("error: " + rec["error"])
+    return "\n".join(lines)
+
+
+def cmd_theory(args: argparse.Namespace) -> int:
+    from blocklab import theory
+
+    degrees = [parse_degree(d) for d in cfgmod.split_list(",".join(args.degrees))]
+    rows = [{"degree": d, "h": theory.h(d),
+             "layers": theory.layers_at_budget(d, args.budget, args.width ** 2),
+             "log10_degree_proxy": theory.degree_proxy_log10(d, args.budget, args.width ** 2)}
+            for d in degrees]
+    if args.json:
+        print(json.dumps({"budget": args.budget, "width": args.width, "rows": rows}, indent=2))
+        return 0
+    print(f"h(d) = ln d / d (seed 000 eq. 5), maximal at d = e; degree proxy (d^(1/d))^(B/N_dx) "
+          f"(eq. 17) at B = {args.budget}, N_dx = {args.width}^2")
+    print(f"{'d':>8} {'h(d)':>8} {'layers':>8} {'log10 proxy':>12}")
+    for r in rows:
+        print(f"{r['degree']:>8.4g} {r['h']:>8.4f} {r['layers']:>8.2f} {r['log10_degree_proxy']:>12.3f}")
+    return 0
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="blocklab", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    demo = sub.add_parser("demo", help="the main job: seed 000's degree experiment, in minutes")
+    sweep_p = sub.add_parser("degree-sweep", help="degree-d networks at equal parameter budgets")
+    for p, out in ((demo, "runs/demo"), (sweep_p, "runs/degree-sweep")):
+        _common_run_flags(p, out)
+        cfgmod.add_flags(p, degree_sweep.DegreeSweepConfig, skip=("lr",))
+
+    runs = sub.add_parser("runs", help="list, show and export stored trials")
+    runs.add_argument("action", nargs="?", default="list", choices=("list", "show", "export"))
+    runs.add_argument("id", nargs="?", help="trial id (show) or CSV path (export)")
+    runs.add_argument("--out", default="runs/demo", help="directory holding blocklab.sqlite")
+    runs.add_argument("--experiment", help="only this experiment's trials")
+    runs.add_argument("--status", choices=("done", "diverged", "failed"))
+    runs.add_argument("--json", action="store_true")
+
+    th = sub.add_parser("theory", help="h(d) and the degree proxy of seed 000")
+    th.add_argument("--degrees", nargs="+", default=["2", "e", "3", "4", "5"])
+    th.add_argument("--budget", type=int, default=24576)
+    th.add_argument("--width", type=int, default=32)
+    th.add_argument("--json", action="store_true")
+    return parser
+
+
+def _sigterm(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _sigterm)  # a kill stops like Ctrl-C: finished trials are kept
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "demo":
+            return cmd_degree_sweep(args, DEMO)
+        if args.command == "degree-sweep":
+            return cmd_degree_sweep(args, degree_sweep.DegreeSweepConfig())
+        if args.command == "runs":
+            return cmd_runs(args)
+        return cmd_theory(args)
+    except UserError as exc:
+        print(f"blocklab: error: {exc}", file=sys.stderr)
+        return 2
+    except Interrupted as exc:
+        print(f"blocklab: {exc}; rerun the same command to resume", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("blocklab: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""Configs are frozen dataclasses: defaults, then a TOML file, then command-line flags.
+
+The flags are generated from the dataclass fields, so every option is declared once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+from blocklab import options
+from blocklab.errors import UserError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+D = TypeVar("D")
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise UserError(f"cannot read config {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"config {path} is not valid TOML: {exc}") from None
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
+    """One flag per field (nested dataclass fields flattened); defaults are None = 'not given'."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if f.name in skip or typing.get_origin(tp) is dict or tp is dict:
+            continue
+        if dataclasses.is_dataclass(tp):
+            add_flags(parser, tp, skip)
+            continue
+        kw: dict[str, Any] = {"default": None, "help": f.metadata.get("help")}
+        if tp is bool:
+            kw["action"] = argparse.BooleanOptionalAction
+        elif typing.get_origin(tp) is tuple:
+            kw["nargs"] = "+"
+            kw["metavar"] = f.name.upper().rstrip("S") or "X"
+        parser.add_argument(_flag(f.name), dest=f.name, **kw)
+
+
+def overrides(args: argparse.Namespace, cls: type, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The flags the user gave, nested like the dataclass."""
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            sub = overrides(args, tp, skip)
+            if sub:
+                out[f.name] = sub
+        elif getattr(args, f.name, None) is not None:
+            value = getattr(args, f.name)
+            if isinstance(value, list):  # '--degrees 2,3 e' and '--degrees 2 3 e' mean the same
+                value = [p for v in value for p in split_list(v)]
+            out[f.name] = value
+    return out
+
+
+def split_list(text: str) -> list[str]:
+    """Split on commas outside brackets: '2,[3,2],e' -> ['2', '[3,2]', 'e']."""
+    parts, depth, cur = [], 0, ""
+    for ch in str(text):
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    return [p.strip() for p in parts if p.strip()]
+
+
+def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def resolve(cls: type[D], defaults: D, toml_path: str | None, flags: dict[str, Any]) -> D:
+    """defaults < TOML file < flags; unknown keys anywhere fail with a hint."""
+    mapping = dataclasses.asdict(defaults)
+    if toml_path:
+        mapping = merge(mapping, load_toml(toml_path))
+    return options.build(cls, merge(mapping, flags), what="config")

@@ -1,0 +1,1 @@
+"""Experiments: one file each; each turns a frozen config into stored trials and flat result rows."""

@@ -1,0 +1,245 @@
+"""Figures of a sweep: metric vs degree, learning curves, and the measured ranking beside h(d).
+
+Each function takes rows or summaries (blocklab.analysis.stats) and a path, writes a PNG and returns
+the path. Diverged seeds and missing values are skipped, never drawn as zeros.
+"""
+
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter
+
+from blocklab.analysis.stats import layer_degrees
+from blocklab.theory import h, optimal_degree
+
+matplotlib.use("Agg")  # files only: no display on servers and worker processes
+
+DPI = 120
+
+
+def _is_mix(arm):
+    return arm.startswith("mix")
+
+
+def _better(higher_is_better):
+    return "higher is better" if higher_is_better else "lower is better"
+
+
+def _colors(keys):
+    cmap = plt.get_cmap("tab10")
+    return {k: cmap(i % 10) for i, k in enumerate(keys)}
+
+
+def _save(fig, path):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def _mark_e(ax, text=True):
+    ax.axvline(optimal_degree(), color="0.4", linestyle=":", linewidth=1)
+    if text:
+        ax.text(optimal_degree(), 1.0, " d = e", transform=ax.get_xaxis_transform(), va="top",
+                ha="left", fontsize=8, color="0.3")
+
+
+def _degree_xlim(ax, degrees):
+    # always show d = 2 .. e, so a single arm still sits in context
+    degrees = [*degrees, 2.0, optimal_degree()]
+    ax.set_xlim(min(degrees) - 0.3, max(degrees) + 0.3)
+
+
+def _yerr(summaries):
+    # Asymmetric bars from the interval; a single seed has no interval, so no bar.
+    lo = [s.mean - s.lo if math.isfinite(s.lo) else 0.0 for s in summaries]
+    hi = [s.hi - s.mean if math.isfinite(s.hi) else 0.0 for s in summaries]
+    return [lo, hi]
+
+
+def metric_vs_degree(summaries, path):
+    """Mean test metric (95% interval bars) vs degree, one panel per task, one line per budget."""
+    summaries = [s for s in summaries if math.isfinite(s.mean)]
+    tasks = sorted({s.task for s in summaries}) or ["(no finished trials)"]
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4.2), squeeze=False,
+                             layout="constrained")
+    color = _colors(sorted({s.budget for s in summaries}))
+    for ax, task in zip(axes[0], tasks, strict=True):
+        mine = [s for s in summaries if s.task == task]
+        for budget in sorted({s.budget for s in mine}):
+            at = [s for s in mine if s.budget == budget]
+            pure = sorted((s for s in at if s.degree is not None and not _is_mix(s.arm)),
+                          key=lambda s: s.degree)
+            mixed = [s for s in at if s.degree is not None and _is_mix(s.arm)]
+            c = color[budget]
+            if pure:
+                ax.errorbar([s.degree for s in pure], [s.mean for s in pure], yerr=_yerr(pure),
+                            color=c, marker="o", capsize=3, label=f"B = {budget:,}")
+            if mixed:
+                ax.errorbar([s.degree for s in mixed], [s.mean for s in mixed], yerr=_yerr(mixed),
+                            color=c, marker="s", markerfacecolor="none", linestyle="none",
+                            capsize=3, label=None if pure else f"B = {budget:,}")
+            for s in at:
+                if s.degree is None:  # no degree to place it at: a reference level
+                    ax.axhline(s.mean, color=c, linestyle="--", linewidth=1)
+                    if math.isfinite(s.lo):
+                        ax.axhspan(s.lo, s.hi, color=c, alpha=0.12, linewidth=0)
+        _degree_xlim(ax, [s.degree for s in mine if s.degree is not None])
+        _mark_e(ax)
+        metric = mine[0].metric if mine else "metric"
+        better = f" ({_better(mine[0].higher_is_better)})" if mine else ""
+        ax.set(title=f"{task}{better}", xlabel="degree d (mixed stacks: average)",
+               ylabel=f"test {metric}, mean and 95% CI")
+        handles, _ = ax.get_legend_handles_labels()
+        handles += [
+            Line2D([], [], color="0.4", marker="s", markerfacecolor="none", linestyle="none",
+                   label="mixed stack"),
+            Line2D([], [], color="0.4", linestyle="--", label="non-polynomial (mlp), band: CI"),
+        ]
+        ax.legend(handles=handles, fontsize=8)
+    return _save(fig, path)
+
+
+def _mean_curve(trials):
+    """Mean, min and max val loss across seeds on the first seed's steps (nan where none)."""
+    steps = np.asarray(trials[0]["curve_step"], dtype=float)
+    curves = []
+    for r in trials:
+        x = np.asarray(r["curve_step"], dtype=float)
+        y = np.array([np.nan if v is None else v for v in r["curve_val_loss"]], dtype=float)
+        y[~np.isfinite(y)] = np.nan
+        if len(x) != len(steps) or not np.array_equal(x, steps):
+            # nan outside a seed's own steps: a shorter run must not be extended flat
+            y = np.interp(steps, x, y, left=np.nan, right=np.nan) if len(x) else steps * np.nan
+        curves.append(y)
+    curves = np.vstack(curves)
+    ok = np.isfinite(curves).any(axis=0)
+    with np.errstate(all="ignore"):
+        mean, lo, hi = (np.full(len(steps), np.nan) for _ in range(3))
+        mean[ok] = np.nanmean(curves[:, ok], axis=0)
+        lo[ok], hi[ok] = np.nanmin(curves[:, ok], axis=0), np.nanmax(curves[:, ok], axis=0)
+    return steps, mean, lo, hi
+
+
+def learning_curves(rows, path):
+    """Validation loss vs step, one panel per (task, budget), one line per arm (done seeds only)."""
+    groups = defaultdict(lambda: defaultdict(list))
+    degree, diverged = {}, defaultdict(int)
+    for r in sorted(rows, key=lambda r: r["seed"]):
+        key = (r["task"], int(r["budget"]))
+        degree[r["arm"]] = r["degree"]
+        if r["status"] != "done":
+            diverged[(*key, r["arm"])] += 1
+        elif len(r["curve_step"]):
+            groups[key][r["arm"]].append(r)
+    arms = sorted(degree, key=lambda a: (degree[a] is None, degree[a] or 0.0, a))
+    color = _colors(arms)
+    plain = FuncFormatter(lambda v, _: f"{v:g}")  # 0.3, not 3 x 10^-1, on log axes
+    keys = sorted(groups) or [("(no finished trials)", 0)]
+    ncols = min(3, len(keys))
+    nrows = math.ceil(len(keys) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5 * ncols + 1.5, 3.8 * nrows), squeeze=False,
+                             layout="constrained")
+    for ax in axes.flat[len(keys):]:
+        ax.set_visible(False)
+    shown = {}
+    for ax, key in zip(axes.flat, keys, strict=False):
+        positive, threshold = True, None
+        for arm in arms:
+            trials = groups[key].get(arm)
+            if not trials:
+                continue
+            threshold = trials[0]["threshold"]
+            steps, mean, lo, hi = _mean_curve(trials)
+            shown[arm] = ax.plot(steps, mean, color=color[arm], label=arm)[0]
+            ax.fill_between(steps, lo, hi, color=color[arm], alpha=0.15, linewidth=0)
+            positive &= bool(np.all(lo[np.isfinite(lo)] > 0))
+        if threshold is not None:
+            shown["threshold"] = ax.axhline(threshold, color="0.3", linestyle=":", linewidth=1,
+                                            label="loss threshold")
+            positive &= threshold > 0
+        if positive and groups[key]:
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(plain)
+            ax.yaxis.set_minor_formatter(plain)
+        lost = ", ".join(f"{a} ({n})" for (t, b, a), n in diverged.items() if (t, b) == key)
+        lost = f"\ndiverged seeds (not drawn): {lost}" if lost else ""
+        ax.set_title(f"{key[0]}, B = {key[1]:,}{lost}", fontsize=10)
+        ax.set(xlabel="step", ylabel="validation loss")
+    if shown:  # arms keep one colour across panels, so one legend serves them all
+        fig.legend(handles=list(shown.values()), loc="outside right upper", fontsize=8)
+    fig.suptitle("mean of finished seeds; band: min to max", fontsize=10)
+    return _save(fig, path)
+
+
+def _normalized(group):
+    # Score / best score (or best / score when lower is better): 1 is the best arm, higher is
+    # better, comparable across budgets. Needs positive means, true of mse and accuracy.
+    hib = group[0].higher_is_better
+    means = [s.mean for s in group]
+    if min(means) <= 0:
+        return None
+    best = max(means) if hib else min(means)
+    return [m / best if hib else best / m for m in means]
+
+
+def ranking_vs_theory(summaries, path):
+    """Left: h(d) with the arms' degrees marked. Right: measured metric relative to the best arm."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
+    grid = np.linspace(1.5, 5.0, 200)
+    left.plot(grid, [h(d) for d in grid], color="0.2", label="h(d) = ln d / d")
+    arms = {s.arm: s.degree for s in summaries if s.degree is not None}
+    for arm, d in sorted(arms.items(), key=lambda kv: kv[1]):
+        mixed = _is_mix(arm)
+        # a mixed stack's h is that of its layers, not of its average degree
+        left.plot(d, h(layer_degrees(arm, d)), marker="s" if mixed else "o", linestyle="none",
+                  color="C3", markerfacecolor="none" if mixed else "C3")
+        left.annotate(arm, (d, h(layer_degrees(arm, d))), textcoords="offset points",
+                      xytext=(4, -10 if mixed else 5), fontsize=8)
+    _mark_e(left, text=False)
+    left.set(title="theory: h(d) = ln d / d (higher is better)", xlabel="degree d",
+             ylabel="h(d)")
+    left.legend(handles=[
+        Line2D([], [], color="0.2", label="h(d) = ln d / d"),
+        Line2D([], [], color="0.4", linestyle=":", label="d = e, the maximum"),
+        Line2D([], [], color="C3", marker="o", linestyle="none", label="uniform arm"),
+        Line2D([], [], color="C3", marker="s", markerfacecolor="none", linestyle="none",
+               label="mixed stack: sum ln d_i / sum d_i"),
+    ], fontsize=8, loc="lower center")
+
+    groups = defaultdict(list)
+    for s in summaries:
+        if math.isfinite(s.mean):
+            groups[(s.task, s.budget)].append(s)
+    color = _colors(sorted(groups))
+    for key, group in sorted(groups.items()):
+        scores = _normalized(group)
+        if scores is None:
+            continue
+        by_arm = dict(zip((s.arm for s in group), scores, strict=True))
+        pure = sorted((s for s in group if s.degree is not None and not _is_mix(s.arm)),
+                      key=lambda s: s.degree)
+        label = f"{key[0]}, B = {key[1]:,}"
+        right.plot([s.degree for s in pure], [by_arm[s.arm] for s in pure], marker="o",
+                   color=color[key], label=label if pure else None)
+        mixed = [s for s in group if s.degree is not None and _is_mix(s.arm)]
+        right.plot([s.degree for s in mixed], [by_arm[s.arm] for s in mixed], marker="s",
+                   markerfacecolor="none", linestyle="none", color=color[key],
+                   label=None if pure else label)
+        for s in group:
+            if s.degree is None:
+                right.axhline(by_arm[s.arm], color=color[key], linestyle="--", linewidth=1)
+    _degree_xlim(right, [s.degree for s in summaries if s.degree is not None])
+    _mark_e(right)
+    right.set(title="measured, relative to the best arm (higher is better)",
+              xlabel="degree d (mixed stacks: average; dashed: mlp)",
+              ylabel="best / mean if lower is better,\nmean / best if higher is better")
+    if right.get_legend_handles_labels()[0]:
+        right.legend(fontsize=8)
+    return _save(fig, path)

@@ -1,0 +1,174 @@
+"""Reports of a sweep: a terminal table, a Markdown report with figures, and a JSON dict.
+
+Every number comes from the rows (one per finished trial) or from blocklab.theory; nothing else.
+"""
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from blocklab import plots
+from blocklab.analysis.stats import TEST, compare, layer_degrees, ranking_vs_theory, summarize
+from blocklab.theory import degree_proxy_log10, h, layers_at_budget, optimal_degree
+
+COLUMNS = ("task", "budget", "arm", "depth", "width", "block params", "test metric",
+           "diverged", "steps to threshold")
+NUMERIC = {"budget", "depth", "width", "block params", "diverged"}  # right-aligned in the terminal
+
+
+def _f(x):
+    return "-" if x is None or not math.isfinite(x) else f"{x:.4g}"
+
+
+def _metric_cell(s):
+    if s.n == 0:
+        return f"{s.metric}: no finished seed"
+    spread = f" ± {_f(s.std)} [{_f(s.lo)}, {_f(s.hi)}]" if s.n > 1 else ""
+    return f"{s.metric} {_f(s.mean)}{spread} (n={s.n})"
+
+
+def _steps_cell(s):
+    if s.n == 0:
+        return "-"
+    reached = f"reached {s.n_reached}/{s.n}"
+    if s.n_reached == 0:
+        return f"never ({reached})"
+    spread = f" ± {_f(s.steps_std)}" if s.n_reached > 1 else ""
+    return f"{_f(s.steps_mean)}{spread} ({reached})"
+
+
+def _cells(s):
+    return (s.task, str(s.budget), s.arm, str(s.depth), str(s.width), str(s.block_params),
+            _metric_cell(s), f"{s.n_diverged}/{s.n_seeds}", _steps_cell(s))
+
+
+def table(summaries):
+    """Fixed-width text table, one line per (task, budget, arm)."""
+    body = [_cells(s) for s in summaries]
+    widths = [max(len(r[i]) for r in [COLUMNS, *body]) for i in range(len(COLUMNS))]
+
+    def line(cells):
+        return "  ".join(c.rjust(w) if name in NUMERIC else c.ljust(w)
+                         for name, c, w in zip(COLUMNS, cells, widths, strict=True)).rstrip()
+
+    return "\n".join([line(COLUMNS), "  ".join("-" * w for w in widths), *map(line, body)])
+
+
+def _markdown_table(header, body):
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return out + ["| " + " | ".join(cells) + " |" for cells in body]
+
+
+def _order(arms, values):
+    # "a > b = c": equal predicted scores (h(2) == h(4) exactly) are shown as ties, not an order.
+    text = arms[0]
+    for i in range(1, len(arms)):
+        tie = math.isclose(values[i - 1], values[i], rel_tol=1e-12)
+        text += (" = " if tie else " > ") + arms[i]
+    return text
+
+
+def _question():
+    return (
+        "Seed 000 asks: at a fixed parameter budget B, which polynomial degree d of a building "
+        "block is most expressive? A degree-d layer costs d N_dx parameters (eq. 4), so B buys "
+        "B / (d N_dx) layers and a network polynomial of degree (d^(1/d))^(B / N_dx) (eq. 17). "
+        f"That is largest where h(d) = ln d / d is (eq. 5): at d = e = {optimal_degree():.4f}, "
+        f"so d = 3 among integers (h(3) = {h(3):.4f} > h(2) = h(4) = {h(2):.4f}). Each arm below "
+        "is trained at the same block budget over several seeds: integer and fractional "
+        "degrees, mixed stacks (per-layer degrees in the label, their average as the degree) and "
+        "an mlp control; the verdicts state which differences the seeds support."
+    )
+
+
+def _theory_section(summaries, rankings):
+    lines = ["## Theory beside measurement", "",
+             "h of each arm (for a mixed stack [d_1, ..., d_L]: sum ln d_i / sum d_i, the "
+             "per-parameter log-degree of eq. 16-17, which is not h of the average degree):", ""]
+    arms = {s.arm: s.degree for s in summaries if s.degree is not None}
+    body = [(arm, ", ".join(f"{x:g}" for x in layer_degrees(arm, d)), f"{d:.4g}",
+             f"{h(layer_degrees(arm, d)):.5f}")
+            for arm, d in sorted(arms.items(), key=lambda kv: (kv[1], kv[0]))]
+    lines += _markdown_table(("arm", "layer degrees", "degree", "h"), body)
+    lines += ["", "Degree proxy of seed 000 eq. 17 at each budget, with N_dx = width^2 at the "
+              "width the arm ran at; layers B / (d N_dx) of eq. 4 beside the depth it ran at:", ""]
+    body = {}  # tasks that ran an arm at the same shape share a line
+    for s in summaries:
+        if s.degree is not None and s.width > 0:
+            n_dx = s.width**2
+            body.setdefault((str(s.budget), s.arm, str(s.width), str(s.depth)), (
+                f"{layers_at_budget(s.degree, s.budget, n_dx):.3g}",
+                f"{degree_proxy_log10(layer_degrees(s.arm, s.degree), s.budget, n_dx):.4g}"))
+    lines += _markdown_table(("budget", "arm", "width", "depth", "layers (eq. 4)",
+                              "log10 degree (eq. 17)"), [k + v for k, v in body.items()])
+    lines += ["", "Ranking predicted by h (best first) and measured by mean test metric, with "
+              "Spearman's rank correlation (rho > 0: the measurement follows the theory):", ""]
+    for r in rankings:
+        h_of = dict(zip(r.arms, r.h, strict=True))
+        rho = (f"rho = {r.rho:.3g} over {len(r.arms)} arms" if math.isfinite(r.rho)
+               else f"rho undefined ({len(r.arms)} arms or a constant ranking)")
+        lines.append(f"- {r.task}, budget {r.budget}: predicted "
+                     f"{_order(r.predicted, [h_of[a] for a in r.predicted])}; "
+                     f"measured {' > '.join(r.measured)}; {rho}")
+    return lines
+
+
+def write_report(out_dir, rows, *, title, config, provenance, alpha=0.05):
+    """Write report.md and its three figures into out_dir; return the report's path."""
+    if not rows:
+        raise ValueError("no finished trials to report")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    summaries = summarize(rows)
+    verdicts = compare(rows, alpha)
+    rankings = ranking_vs_theory(summaries)
+    plots.metric_vs_degree(summaries, out / "metric_vs_degree.png")
+    plots.learning_curves(rows, out / "learning_curves.png")
+    plots.ranking_vs_theory(summaries, out / "ranking_vs_theory.png")
+
+    lines = [f"# {title}", "", "## Question", "", _question(), "", "## Verdicts", "",
+             f"Test: {TEST} over the comparisons of the best arm with each other arm within a "
+             f"task and budget, pairing seeds that both arms finished; alpha = {alpha:g}; the "
+             "p-values shown are Holm-adjusted.", ""]
+    lines += [f"- {v.claim} ({v.n_seeds} seeds)" for v in verdicts]
+    lines += ["", "## Results", "", "Test metric over the seeds that finished (mean ± std, 95% "
+              "Student-t interval); diverged seeds are excluded and counted.", ""]
+    lines += _markdown_table(COLUMNS, [_cells(s) for s in summaries])
+    lines += [""] + _theory_section(summaries, rankings)
+    lines += ["", "![test metric vs degree](metric_vs_degree.png)", "",
+              "![learning curves](learning_curves.png)", "",
+              "![ranking vs theory](ranking_vs_theory.png)", "",
+              "## Configuration", "", "```json", json.dumps(config, indent=2, default=str), "```",
+              "", "## Provenance", ""]
+    lines += [f"- {key}: {value}" for key, value in provenance.items()]
+    path = out / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _plain(x):
+    # JSON has no NaN or Infinity: a missing statistic is null.
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_plain(v) for v in x]
+    return x
+
+
+def to_json(rows, alpha=0.05):
+    """Summaries, verdicts and rankings as JSON-serializable dicts (NaN -> None)."""
+    summaries = summarize(rows)
+    return _plain({
+        "summaries": [dataclasses.asdict(s) for s in summaries],
+        "verdicts": [dataclasses.asdict(v) for v in compare(rows, alpha)],
+        "ranking": [dataclasses.asdict(r) for r in ranking_vs_theory(summaries)],
+        "test": TEST,
+        "alpha": alpha,
+    })

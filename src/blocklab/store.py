@@ -1,0 +1,167 @@
+"""The trial store: one SQLite file (standard library, WAL), one row per trial.
+
+A trial's id is the hash of its resolved config and seed, so a rerun finds what is finished and
+skips it. Each trial is committed on its own as it finishes: an interrupted sweep loses nothing done.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sqlite3
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from blocklab.errors import UserError
+
+FINISHED = ("done", "diverged")  # a failed trial (an exception) is retried on the next run
+DB_NAME = "blocklab.sqlite"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS trials (
+    id TEXT PRIMARY KEY,
+    experiment TEXT NOT NULL,
+    status TEXT NOT NULL,
+    seed INTEGER NOT NULL,
+    config TEXT NOT NULL,
+    metrics TEXT NOT NULL,
+    curves TEXT NOT NULL,
+    provenance TEXT NOT NULL,
+    error TEXT,
+    finished_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS trials_experiment ON trials (experiment);
+"""
+
+
+def _json(obj: Any) -> str:
+    # NaN is not JSON; a missing number is None
+    def clean(o: Any) -> Any:
+        if isinstance(o, float) and not math.isfinite(o):
+            return None
+        if isinstance(o, dict):
+            return {k: clean(v) for k, v in o.items()}
+        if isinstance(o, (list, tuple)):
+            return [clean(v) for v in o]
+        return o
+
+    return json.dumps(clean(obj), sort_keys=True)
+
+
+class Store:
+    def __init__(self, path: str | Path):
+        path = Path(path)
+        if path.is_dir() or not path.suffix:
+            path = path / DB_NAME
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.conn = sqlite3.connect(path, timeout=60, isolation_level=None)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.executescript(SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise UserError(f"cannot open the store at {path}: {exc}") from None
+        self.path = path
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def finished(self, ids: Iterable[str]) -> set[str]:
+        ids = list(ids)
+        out: set[str] = set()
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self.conn.execute(
+                f"SELECT id FROM trials WHERE status IN ('done','diverged') AND id IN ({marks})",
+                chunk,
+            )
+            out.update(r[0] for r in rows)
+        return out
+
+    def put(self, record: dict[str, Any]) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO trials VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (
+                record["id"],
+                record["experiment"],
+                record["status"],
+                record["seed"],
+                _json(record["config"]),
+                _json(record.get("metrics", {})),
+                _json(record.get("curves", {})),
+                _json(record.get("provenance", {})),
+                record.get("error"),
+                record.get("finished_at", time.time()),
+            ),
+        )
+
+    def get(self, trial_id: str) -> dict[str, Any] | None:
+        rows = self._select("WHERE id = ? OR id LIKE ?", (trial_id, trial_id + "%"))
+        if len(rows) > 1:
+            raise UserError(f"trial id prefix {trial_id!r} is ambiguous ({len(rows)} trials)")
+        return rows[0] if rows else None
+
+    def records(self, ids: Iterable[str] | None = None, experiment: str | None = None):
+        if ids is not None:
+            wanted = list(ids)
+            found = {r["id"]: r for r in self._select_ids(wanted)}
+            return [found[i] for i in wanted if i in found]
+        if experiment:
+            return self._select("WHERE experiment = ? ORDER BY finished_at", (experiment,))
+        return self._select("ORDER BY finished_at", ())
+
+    def _select_ids(self, ids: list[str]) -> list[dict[str, Any]]:
+        out = []
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            out += self._select(f"WHERE id IN ({','.join('?' * len(chunk))})", tuple(chunk))
+        return out
+
+    def _select(self, where: str, params: tuple) -> list[dict[str, Any]]:
+        cur = self.conn.execute(
+            "SELECT id, experiment, status, seed, config, metrics, curves, provenance, error, "
+            f"finished_at FROM trials {where}",
+            params,
+        )
+        out = []
+        for row in cur:
+            rec = dict(zip(("id", "experiment", "status", "seed"), row[:4], strict=True))
+            for key, text in zip(("config", "metrics", "curves", "provenance"), row[4:8], strict=True):
+                rec[key] = json.loads(text)
+            rec["error"], rec["finished_at"] = row[8], row[9]
+            out.append(rec)
+        return out
+
+    def export_csv(self, path: str | Path, records: list[dict[str, Any]]) -> int:
+        """One line per trial: scalar columns, with config and metrics flattened to dotted keys."""
+        flat = [flatten(r) for r in records]
+        keys: list[str] = []
+        for f in flat:
+            keys += [k for k in f if k not in keys]
+        with open(path, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=keys)
+            writer.writeheader()
+            writer.writerows(flat)
+        return len(flat)
+
+
+def flatten(record: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else k, v)
+        elif isinstance(value, list):
+            out[prefix] = json.dumps(value)
+        else:
+            out[prefix] = value
+
+    for key in ("id", "experiment", "status", "seed", "error", "finished_at"):
+        out[key] = record.get(key)
+    walk("config", record["config"])
+    walk("metrics", record["metrics"])
+    return out

@@ -1,0 +1,131 @@
+"""Regression onto a fixed random network: a tanh MLP, or tanh layers mixed with products."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from blocklab.errors import UserError
+from blocklab.tasks import TASKS
+from blocklab.tasks.base import Split, Task, TaskData, standardize
+
+TEACHERS = ("tanh", "mixed")
+# preactivations of std ~2: clearly nonlinear (a linear fit explains about half the variance)
+# while most units stay off the flat tails of tanh
+TANH_GAIN = 2.0
+BIAS_STD = 0.5  # breaks the odd symmetry of tanh, so even-degree terms appear too
+CALIBRATION = 8192  # samples used to normalize product-layer features
+
+
+@dataclass
+class _Layer:
+    w: torch.Tensor  # (k, width, fan_in): k = 1 for tanh, k = degree for a product layer
+    b: torch.Tensor  # (k, 1, width)
+    shift: torch.Tensor | None = None  # product layers: feature mean and std, calibration batch
+    scale: torch.Tensor | None = None
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        z = h @ self.w.mT + self.b  # (k, n, width)
+        if self.w.shape[0] == 1:
+            return torch.tanh(z[0])
+        z = z.prod(0)  # (n, width)
+        if self.shift is None:  # the first call is the calibration batch
+            self.shift, self.scale = z.mean(0), z.std(0).clamp_min(1e-12)
+        # products of k unit-variance maps have wildly uneven scales; rescaling keeps the next tanh
+        # in its nonlinear range instead of saturated
+        return (z - self.shift) / self.scale
+
+
+class TeacherNet:
+    """A fixed random network in float64, drawn from `generator`.
+
+    "tanh": `depth` layers tanh(W h + b) then a linear readout. "mixed": product layers of degree 2
+    and 3 alternate with tanh layers (product, tanh, product, ...), so no single polynomial degree
+    matches it, and every product layer is normalized on a fixed calibration batch.
+    """
+
+    def __init__(self, teacher: str, n_in: int, n_out: int, width: int, depth: int, generator):
+        g, f64 = generator, torch.float64
+        self.layers = []
+        fan_in = n_in
+        for i in range(depth):
+            k = 1 if teacher == "tanh" or i % 2 == 1 else 2 + (i // 2) % 2
+            gain = TANH_GAIN if k == 1 else 1.0
+            w = torch.randn(k, width, fan_in, generator=g, dtype=f64) * gain / math.sqrt(fan_in)
+            b = torch.randn(k, 1, width, generator=g, dtype=f64) * BIAS_STD
+            self.layers.append(_Layer(w, b))
+            fan_in = width
+        self.readout = torch.randn(fan_in, n_out, generator=g, dtype=f64) / math.sqrt(fan_in)
+        self(torch.randn(CALIBRATION, n_in, generator=g, dtype=f64))  # fixes product-layer stats
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.to(torch.float64)  # (n, n_in)
+        for layer in self.layers:
+            h = layer(h)  # (n, width)
+        return h @ self.readout  # (n, n_out)
+
+
+@TASKS.register
+class Teacher(Task):
+    """Inputs x ~ N(0, I); targets from a random teacher network, standardized by train statistics.
+
+    The seed draws both the teacher and the data; label noise (a fraction of the target std) goes on
+    train and val targets only, so test MSE measures the teacher itself.
+    """
+
+    kind = "regression"
+    default_threshold = 0.5
+    small_options: ClassVar[dict] = {"n_train": 256, "n_val": 64, "n_test": 128}
+
+    @dataclass(frozen=True)
+    class Options:
+        n_in: int = 16
+        n_out: int = 1
+        teacher: str = "tanh"
+        width: int = 64
+        depth: int = 3
+        n_train: int = 65536  # plenty: the comparison is about fitting, not generalization
+        n_val: int = 512
+        n_test: int = 2048
+        noise: float = 0.0
+
+        def __post_init__(self):
+            if self.teacher not in TEACHERS:
+                known = ", ".join(TEACHERS)
+                raise UserError(f"teacher must be one of {known}, got {self.teacher!r}")
+            for key in ("n_in", "n_out", "width", "depth", "n_train", "n_val", "n_test"):
+                if getattr(self, key) < 1:
+                    raise UserError(f"{key} must be >= 1, got {getattr(self, key)}")
+            if self.noise < 0:
+                raise UserError(f"noise must be >= 0, got {self.noise}")
+
+    @property
+    def threshold(self) -> float:
+        # a linear fit reaches ~0.35 on the tanh teacher and ~0.9 on the mixed one, a cubic fit ~0.2
+        # and ~0.7: the threshold lies between, so it times learning beyond the linear part
+        return 0.22 if self.options.teacher == "tanh" else 0.75
+
+    def make(self, seed: int) -> TaskData:
+        o = self.options
+        g = torch.Generator().manual_seed(seed)
+        net = TeacherNet(o.teacher, o.n_in, o.n_out, o.width, o.depth, g)  # drawn before the data
+
+        n = o.n_train + o.n_val + o.n_test
+        x = torch.randn(n, o.n_in, generator=g)  # (n, n_in) float32; already unit variance
+        y = net(x)  # (n, n_out) float64
+        target_std = y[: o.n_train].std(0)  # (n_out,)
+        fit = slice(0, o.n_train + o.n_val)
+        y[fit] += o.noise * target_std * torch.randn(fit.stop, o.n_out, generator=g, dtype=y.dtype)
+
+        xs = x.split([o.n_train, o.n_val, o.n_test])
+        ys = [t.float() for t in standardize(*y.split([o.n_train, o.n_val, o.n_test]))]
+        train, val, test = (Split(a, b) for a, b in zip(xs, ys, strict=True))
+        info = {
+            "teacher": o.teacher,
+            "n_in": o.n_in,
+            "target_std_before_norm": float(target_std.mean()),
+        }
+        return TaskData(train, val, test, self.kind, o.n_out, info)

@@ -1,0 +1,173 @@
+"""Training one network on one task: AdamW, linear warmup then cosine decay, gradient clipping.
+
+A run whose loss turns non-finite, or grows past `blowup` times its starting loss, stops there and
+is reported as diverged with its step; the caller records it and goes on.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from blocklab.tasks.base import Split, TaskData
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = field(default=1000, metadata={"help": "optimizer steps per trial"})
+    batch_size: int = field(default=128, metadata={"help": "examples per step"})
+    lr: float = field(default=3e-3, metadata={"help": "peak learning rate"})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
+    warmup: float = field(default=0.05, metadata={"help": "fraction of steps of linear warmup"})
+    clip: float = field(default=1.0, metadata={"help": "gradient-norm clipping threshold"})
+    eval_points: int = field(default=40, metadata={"help": "validation evaluations per run"})
+    threshold: float | None = field(
+        default=None, metadata={"help": "validation loss that counts as converged (task default)"}
+    )
+    blowup: float = field(
+        default=100.0, metadata={"help": "diverged when the loss exceeds this times its start"}
+    )
+
+    def __post_init__(self):
+        for name in ("steps", "batch_size", "eval_points"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if not 0 <= self.warmup < 1:
+            raise ValueError(f"warmup must be a fraction in [0, 1), got {self.warmup}")
+
+
+@dataclass
+class TrainResult:
+    status: str  # "done" | "diverged"
+    diverged_step: int | None
+    val_metric: float | None
+    test_metric: float | None
+    test_loss: float | None
+    steps_to_threshold: int | None
+    threshold: float
+    curves: dict[str, list[float]]
+    seconds: float
+
+
+def lr_factor(step: int, steps: int, warmup: float) -> float:
+    n_warm = int(warmup * steps)
+    if step < n_warm:
+        return (step + 1) / n_warm
+    progress = (step - n_warm) / max(1, steps - n_warm)
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def loss_fn(kind: str):
+    return F.mse_loss if kind == "regression" else F.cross_entropy
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, split: Split, kind: str, batch: int = 4096) -> tuple[float, float]:
+    """(mean loss, metric): metric is MSE for regression and accuracy for classification."""
+    model.eval()
+    total, right, n = 0.0, 0, len(split)
+    for i in range(0, n, batch):
+        x, y = split.x[i : i + batch], split.y[i : i + batch]
+        out = model(x)  # (b, n_out)
+        if kind == "regression":
+            total += F.mse_loss(out, y, reduction="sum").item() / y.shape[1]
+        else:
+            total += F.cross_entropy(out, y, reduction="sum").item()
+            right += (out.argmax(-1) == y).sum().item()
+    model.train()
+    loss = total / n
+    return loss, (loss if kind == "regression" else right / n)
+
+
+def eval_steps(steps: int, points: int) -> list[int]:
+    """Steps after which the validation loss is measured, always including the start and the end."""
+    return sorted({0, steps, *(round(steps * i / points) for i in range(1, points + 1))})
+
+
+def train(
+    model: nn.Module, data: TaskData, cfg: TrainConfig, seed: int, threshold: float
+) -> TrainResult:
+    """Train in place. Batches come from a generator seeded by `seed`, so trials are repeatable."""
+    start = time.perf_counter()
+    kind, lossf = data.kind, loss_fn(data.kind)
+    train_split = data.train
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg.steps, cfg.warmup))
+    gen = torch.Generator().manual_seed(seed)
+    n, bs = len(train_split), min(cfg.batch_size, len(train_split))
+    perm, pos = torch.randperm(n, generator=gen), 0
+
+    checkpoints = eval_steps(cfg.steps, cfg.eval_points)
+    curves: dict[str, list[float]] = {"step": [], "train_loss": [], "val_loss": []}
+    window: list[float] = []  # training losses since the last checkpoint
+    reached, diverged_at, start_loss = None, None, None
+
+    def checkpoint(step: int) -> None:
+        nonlocal reached
+        val_loss, _ = evaluate(model, data.val, kind)
+        curves["step"].append(step)
+        curves["val_loss"].append(val_loss)
+        curves["train_loss"].append(sum(window) / len(window) if window else float("nan"))
+        window.clear()
+        if reached is None and val_loss <= threshold:
+            reached = step
+
+    checkpoint(0)
+    model.train()
+    for step in range(1, cfg.steps + 1):
+        if pos + bs > n:
+            perm, pos = torch.randperm(n, generator=gen), 0
+        idx = perm[pos : pos + bs]
+        pos += bs
+        loss = lossf(model(train_split.x[idx]), train_split.y[idx])
+        value = loss.item()
+        start_loss = value if start_loss is None else start_loss
+        if not math.isfinite(value) or value > cfg.blowup * max(start_loss, 1e-3):
+            diverged_at = step
+            break
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+        if not torch.isfinite(grad_norm):
+            diverged_at = step
+            break
+        opt.step()
+        sched.step()
+        window.append(value)
+        if step in checkpoints:
+            checkpoint(step)
+
+    if diverged_at is not None:
+        return TrainResult("diverged", diverged_at, None, None, None, reached, threshold, curves,
+                           time.perf_counter() - start)
+    _, val_metric = evaluate(model, data.val, kind)
+    test_loss, test_metric = evaluate(model, data.test, kind)
+    ok = all(math.isfinite(v) for v in (val_metric, test_metric))
+    return TrainResult(
+        "done" if ok else "diverged",
+        None if ok else cfg.steps,
+        val_metric if ok else None,
+        test_metric if ok else None,
+        test_loss if ok else None,
+        reached,
+        threshold,
+        curves,
+        time.perf_counter() - start,
+    )
+
+
+def as_record(result: TrainResult) -> dict[str, Any]:
+    metrics = {
+        k: getattr(result, k)
+        for k in ("val_metric", "test_metric", "test_loss", "steps_to_threshold", "threshold",
+                  "diverged_step", "seconds")
+    }
+    return {"status": result.status, "metrics": metrics, "curves": result.curves}

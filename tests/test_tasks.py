@@ -1,0 +1,196 @@
+"""Contract tests run over every registered task, then a few task-specific checks."""
+
+import dataclasses
+import functools
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from blocklab.errors import UserError
+from blocklab.tasks import TASKS, make_task
+from blocklab.tasks.base import standardize
+from blocklab.tasks.teacher import TeacherNet
+
+NAMES = TASKS.names()
+
+
+def small(name: str, **overrides):
+    cls = TASKS.get(name)
+    return cls(**{**getattr(cls, "small_options", {}), **overrides})
+
+
+@functools.cache
+def data(name: str, seed: int):
+    return small(name).make(seed)
+
+
+def splits(d):
+    return {"train": d.train, "val": d.val, "test": d.test}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_same_seed_same_data(name):
+    a, b = data(name, 0), small(name).make(0)  # a fresh instance, not the cached result
+    for key, s in splits(a).items():
+        t = splits(b)[key]
+        assert torch.equal(s.x, t.x) and torch.equal(s.y, t.y), key
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_seed_dependence(name):
+    a, b = data(name, 0), data(name, 1)
+    same = torch.equal(a.train.x, b.train.x) and torch.equal(a.train.y, b.train.y)
+    # seed-independent tasks are fixed benchmarks: the trial seed varies only init and batch order
+    assert same != getattr(TASKS.get(name), "seed_dependent", True)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_shapes_dtypes_finite(name):
+    d = data(name, 0)
+    assert d.kind == TASKS.get(name).kind
+    for key, s in splits(d).items():
+        assert len(s) > 0 and s.x.shape[0] == s.y.shape[0], key
+        assert s.x.shape[1:] == d.input_shape and s.x.dtype == torch.float32, key
+        assert torch.isfinite(s.x).all(), key
+        if d.kind == "regression":
+            assert s.y.shape == (len(s), d.n_out) and s.y.dtype == torch.float32, key
+            assert torch.isfinite(s.y).all(), key
+        else:
+            assert s.y.shape == (len(s),) and s.y.dtype == torch.int64, key
+            assert 0 <= s.y.min() and s.y.max() < d.n_out, key
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_targets_standardized_or_classes_present(name):
+    d = data(name, 0)
+    y = d.train.y
+    if d.kind == "regression":
+        assert y.mean(0).abs().max() < 1e-4
+        assert (y.std(0) - 1).abs().max() < 1e-3
+    else:
+        assert torch.bincount(y, minlength=d.n_out).min() > 0  # every class seen in training
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_splits_disjoint(name):
+    d = data(name, 0)
+    rows = {k: {r.numpy().tobytes() for r in s.x.flatten(1)} for k, s in splits(d).items()}
+    assert not rows["train"] & rows["val"]
+    assert not rows["train"] & rows["test"]
+    assert not rows["val"] & rows["test"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_metric_matches_kind(name):
+    task = small(name)
+    if task.kind == "regression":
+        assert task.metric == "mse" and not task.higher_is_better
+    else:
+        assert task.kind == "classification"
+        assert task.metric == "accuracy" and task.higher_is_better
+    assert task.describe()["name"] == name
+    assert isinstance(TASKS.get(name).default_threshold, float)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_unknown_option(name):
+    first = dataclasses.fields(TASKS.get(name).Options)[0].name
+    with pytest.raises(UserError, match="did you mean"):
+        make_task(name, **{first + "x": 1})
+    with pytest.raises(UserError):
+        make_task(name, zzzqqq=1)
+
+
+# teacher
+
+
+def test_teacher_kinds_differ():
+    tanh = small("teacher", teacher="tanh").make(0)
+    mixed = small("teacher", teacher="mixed").make(0)
+    assert not torch.allclose(tanh.train.y, mixed.train.y, atol=1e-2)
+    assert mixed.info["teacher"] == "mixed"
+
+
+def test_teacher_invalid_kind():
+    with pytest.raises(UserError, match="teacher"):
+        make_task("teacher", teacher="relu")
+
+
+@pytest.mark.parametrize("kind", ["tanh", "mixed"])
+def test_teacher_drawn_before_data(kind):
+    # so the teacher depends on the seed alone: sweeping n_train or noise keeps the same function
+    d = small("teacher", teacher=kind, n_train=300).make(5)
+    net = TeacherNet(kind, 16, 1, 64, 3, torch.Generator().manual_seed(5))
+    assert torch.corrcoef(torch.cat([d.test.y, net(d.test.x).float()], 1).T)[0, 1] > 1 - 1e-6
+
+
+def test_teacher_noise_only_on_fitting_splits():
+    clean, noisy = small("teacher").make(0), small("teacher", noise=0.5).make(0)
+    assert not torch.allclose(clean.train.y, noisy.train.y)
+    # test targets stay the clean teacher, only shifted and scaled by the noisier train statistics
+    assert torch.corrcoef(torch.cat([clean.test.y, noisy.test.y], 1).T)[0, 1] > 1 - 1e-6
+
+
+# poly_target
+
+
+def test_poly_target_fn_reproduces_targets():
+    task = small("poly_target")
+    d, fn = task.make(3), task.target_fn(3)
+    raw = [fn(s.x.double())[:, None] for s in (d.train, d.val, d.test)]  # (n, 1)
+    for s, y in zip((d.train, d.val, d.test), standardize(*raw), strict=True):
+        torch.testing.assert_close(s.y, y.float(), rtol=1e-4, atol=1e-4)
+
+
+def test_poly_target_info():
+    d = small("poly_target", rank=5, n_in=4).make(0)
+    assert d.info["sep_upper_bound"] == 5
+    assert len(d.info["coefficients"]) == 5
+    exps = torch.tensor(d.info["exponents"])
+    assert exps.shape == (5, 4) and exps.min() >= 1 and exps.max() <= 3
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [
+        {"n_in": 1},
+        {"rank": 0},
+        {"min_exponent": 4},
+        {"min_exponent": -1},
+        {"min_exponent": 0, "max_exponent": 0},
+        {"n_test": 0},
+    ],
+)
+def test_poly_target_rejects_bad_options(opts):
+    with pytest.raises(UserError):
+        make_task("poly_target", **opts)
+
+
+# mnist1d
+
+
+def test_mnist1d_published_sizes():
+    d = make_task("mnist1d").make(0)
+    assert (len(d.train), len(d.val), len(d.test)) == (3600, 400, 1000)
+    assert d.input_shape == (40,) and d.n_out == 10
+    assert d.info["n_train"] == 3600 and d.info["published_test_accuracy"]["cnn"] == 0.94
+
+
+def test_mnist1d_restores_global_rng():
+    np.random.seed(123)
+    random.seed(123)
+    np_before, py_before = np.random.get_state(), random.getstate()
+    make_task("mnist1d", num_samples=200, n_val=20, data_seed=7).make(0)  # uncached: generates
+    np_after = np.random.get_state()
+    assert np_before[0] == np_after[0] and np.array_equal(np_before[1], np_after[1])
+    assert np_before[2:] == np_after[2:]
+    assert random.getstate() == py_before
+
+
+def test_mnist1d_cache_not_mutable():
+    task = small("mnist1d")
+    task.make(0).test.x.zero_()
+    task.make(0).train.x.zero_()
+    assert task.make(0).test.x.abs().sum() > 0 and task.make(0).train.x.abs().sum() > 0
