@@ -18,27 +18,61 @@ from blocklab.analysis.stats import (
 )
 from blocklab.report import table, to_json, write_report
 
-DEGREE = {"d=2": 2.0, "d=e": math.e, "d=3": 3.0, "d=4": 4.0, "mix[3,2,3]": 8 / 3, "mlp": None,
-          "A": 2.0, "B": 3.0, "C": 4.0, "D": 5.0}
+DEGREE = {
+    "d=2": 2.0,
+    "d=e": math.e,
+    "d=3": 3.0,
+    "d=4": 4.0,
+    "mix[3,2,3]": 8 / 3,
+    "mlp": None,
+    "A": 2.0,
+    "B": 3.0,
+    "C": 4.0,
+    "D": 5.0,
+}
 
 
-def row(arm, seed, value, *, task="teacher", budget=24576, status="done", metric="mse",
-        steps=100, curve=None):
+def row(
+    arm,
+    seed,
+    value,
+    *,
+    task="teacher",
+    budget=24576,
+    status="done",
+    metric="mse",
+    steps=100,
+    curve=None,
+):
     diverged = status == "diverged"
     curve = curve or [1.0, 0.5, value if value and value > 0 else 0.1]
     return dict(
-        task=task, budget=budget, arm=arm, degree=DEGREE[arm], seed=seed, status=status,
-        metric=metric, higher_is_better=metric == "accuracy",
-        test_metric=None if diverged else value, steps_to_threshold=None if diverged else steps,
-        threshold=0.3, max_steps=300, curve_step=[0, 100, 200], curve_val_loss=curve,
-        block_params=budget - 100, depth=3, width=32, lr=1e-3,
+        task=task,
+        budget=budget,
+        arm=arm,
+        degree=DEGREE[arm],
+        seed=seed,
+        status=status,
+        metric=metric,
+        higher_is_better=metric == "accuracy",
+        test_metric=None if diverged else value,
+        steps_to_threshold=None if diverged else steps,
+        threshold=0.3,
+        max_steps=300,
+        curve_step=[0, 100, 200],
+        curve_val_loss=curve,
+        block_params=budget - 100,
+        depth=3,
+        width=32,
+        lr=1e-3,
     )
 
 
 def arms(values, **kw):
     """Rows from {arm: [value per seed]}, seeds 0, 1, ..."""
-    return [row(arm, seed, float(v), **kw)
-            for arm, vs in values.items() for seed, v in enumerate(vs)]
+    return [
+        row(arm, seed, float(v), **kw) for arm, vs in values.items() for seed, v in enumerate(vs)
+    ]
 
 
 def by_arm(verdict):
@@ -95,8 +129,10 @@ def test_higher_is_better_is_respected():
 def test_holm_makes_a_borderline_p_insignificant_among_several_comparisons():
     base = np.array([1.0, 1.5, 0.7, 1.2, 0.9])
     borderline = base + np.array([0.12, 0.30, 0.08, 0.25, 0.06])  # p = 0.028
-    noisy = {"C": base + np.array([0.5, -0.4, 0.6, -0.3, 0.1]),
-             "D": base + np.array([-0.2, 0.6, -0.3, 0.5, 0.0])}
+    noisy = {
+        "C": base + np.array([0.5, -0.4, 0.6, -0.3, 0.1]),
+        "D": base + np.array([-0.2, 0.6, -0.3, 0.5, 0.0]),
+    }
     [alone] = compare(arms({"A": base, "B": borderline}))
     p = by_arm(alone)["B"].p_raw
     assert p < 0.05 and by_arm(alone)["B"].p_holm == p and alone.beats == ("B",)
@@ -168,8 +204,9 @@ def test_summaries_sorted_by_degree_with_mlp_last_and_steps_counted():
 
 def test_ranking_follows_h_and_spearman():
     # measured order equal to h's: h(e) > h(3) > h([3, 2, 3]) > h(2)
-    rows = arms({"d=3": [0.1, 0.11], "mix[3,2,3]": [0.2, 0.21], "d=2": [0.3, 0.31],
-                 "d=e": [0.05, 0.06]})
+    rows = arms(
+        {"d=3": [0.1, 0.11], "mix[3,2,3]": [0.2, 0.21], "d=2": [0.3, 0.31], "d=e": [0.05, 0.06]}
+    )
     [r] = ranking_vs_theory(summarize(rows))
     assert r.predicted == ("d=e", "d=3", "mix[3,2,3]", "d=2")
     assert r.measured == r.predicted and r.rho == pytest.approx(1.0)
@@ -234,16 +271,27 @@ def _is_png(path):
 
 def test_write_report(tmp_path):
     rows = synthetic_rows()
-    path = write_report(tmp_path / "out", rows, title="Degree sweep", config={"seeds": 3},
-                        provenance={"commit": "abc123"})
+    path = write_report(
+        tmp_path / "out",
+        rows,
+        title="Degree sweep",
+        config={"seeds": 3},
+        provenance={"commit": "abc123"},
+    )
     text = path.read_text()
     assert path.name == "report.md"
     for name in ("metric_vs_degree.png", "learning_curves.png", "ranking_vs_theory.png"):
         assert _is_png(path.parent / name) and f"]({name})" in text
     for v in compare(rows):
         assert v.claim in text
-    for section in ("## Question", "## Verdicts", "## Results", "## Theory beside measurement",
-                    "## Configuration", "## Provenance"):
+    for section in (
+        "## Question",
+        "## Verdicts",
+        "## Results",
+        "## Theory beside measurement",
+        "## Configuration",
+        "## Provenance",
+    ):
         assert section in text
     assert "commit: abc123" in text and '"seeds": 3' in text and "1/3" in text
 
@@ -261,8 +309,11 @@ def test_plots_survive_a_single_arm_and_uneven_curves(tmp_path):
     rows[0]["curve_step"], rows[0]["curve_val_loss"] = [0, 50], [1.0, 0.2]
     rows.append(row("mlp", 0, 0.5))
     summaries = summarize(rows)
-    for fn, arg in [(plots.metric_vs_degree, summaries), (plots.learning_curves, rows),
-                    (plots.ranking_vs_theory, summaries)]:
+    for fn, arg in [
+        (plots.metric_vs_degree, summaries),
+        (plots.learning_curves, rows),
+        (plots.ranking_vs_theory, summaries),
+    ]:
         assert _is_png(fn(arg, tmp_path / f"{fn.__name__}.png"))
 
 

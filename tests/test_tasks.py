@@ -59,7 +59,7 @@ def test_shapes_dtypes_finite(name):
             assert torch.isfinite(s.y).all(), key
         else:
             assert s.y.shape == (len(s),) and s.y.dtype == torch.int64, key
-            assert 0 <= s.y.min() and s.y.max() < d.n_out, key
+            assert s.y.min() >= 0 and s.y.max() < d.n_out, key
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -28,7 +28,7 @@ class Shape:
 
 
 def _best_width(arm: Arm, depth: int, budget: int, bias: bool, near: int) -> tuple[int, int]:
-    """The width whose count is closest to the budget (counts grow with width); ties go near `near`."""
+    """The width whose count is nearest the budget (counts grow with width); ties go to `near`."""
     lo, hi = 1, max(2, near)
     while arm.block_params(depth, hi, bias) < budget:
         hi *= 2
@@ -78,14 +78,18 @@ def solve(
         p = 1
         while arm.block_params(p + 1, width, bias) <= budget:
             p += 1
-        # rounding: the depth at nominal width closest to the budget, and its neighbours
-        candidates = []
-        for q in {max(1, p - 1), p, p + 1}:
-            w, count = _best_width(arm, q, budget, bias, near=width)
-            candidates.append((q, w, count))
-        # prefer any shape within tolerance whose width stays closest to the requested one
+
+        # rounding: the depth at nominal width closest to the budget and its neighbours; at small
+        # widths one width step can jump past the tolerance, so look further before refusing
+        def shapes(depths):
+            return [(q, *_best_width(arm, q, budget, bias, near=width)) for q in depths]
+
+        candidates = shapes(sorted({max(1, p - 1), p, p + 1}))
         within = [c for c in candidates if abs(c[2] / budget - 1) <= tol]
-        if within:
+        if not within:
+            candidates = shapes(range(1, 2 * p + 2))
+            within = [c for c in candidates if abs(c[2] / budget - 1) <= tol]
+        if within:  # the shape within tolerance whose width stays closest to the requested one
             candidates = [min(within, key=lambda c: (abs(c[1] - width), abs(c[2] - budget)))]
     else:
         raise UserError(f"mode must be 'width' or 'depth', got {mode!r}")

@@ -13,9 +13,9 @@ import torch
 
 from blocklab import config as cfgmod
 from blocklab.errors import UserError
-from blocklab.models import parse_degree
 from blocklab.experiments import degree_sweep
-from blocklab.options import parse_pairs
+from blocklab.models import parse_degree
+from blocklab.options import parse_pairs, split_list
 from blocklab.store import Store
 from blocklab.sweep import Interrupted, default_workers, provenance
 
@@ -27,8 +27,12 @@ class Parser(argparse.ArgumentParser):
 
 def _common_run_flags(p: argparse.ArgumentParser, out: str) -> None:
     p.add_argument("--config", help="TOML file with config keys (flags override it)")
-    p.add_argument("--task-option", action="append", metavar="KEY=VALUE",
-                   help="task option, repeatable (e.g. --task-option n_in=8)")
+    p.add_argument(
+        "--task-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="task option, repeatable (e.g. --task-option n_in=8)",
+    )
     p.add_argument("--out", default=out, help=f"output directory: store, report, plots ({out})")
     p.add_argument("--workers", type=int, default=default_workers(), help="parallel processes")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
@@ -56,17 +60,25 @@ def cmd_degree_sweep(args: argparse.Namespace, defaults: degree_sweep.DegreeSwee
     out = Path(args.out)
     store = Store(out)
     _check_writable(out)
-    result = degree_sweep.run(cfg, store, workers=args.workers, device=args.device,
-                              progress=not args.quiet)
+    result = degree_sweep.run(
+        cfg, store, workers=args.workers, device=args.device, progress=not args.quiet
+    )
     if not result.rows:
         raise UserError("no trial finished; see `blocklab runs --out DIR list --status failed`")
     config_dict = _jsonable(cfg)
-    path = report.write_report(out, result.rows, title="Degree sweep", config=config_dict,
-                               provenance=provenance(), alpha=cfg.alpha)
+    path = report.write_report(
+        out,
+        result.rows,
+        title="Degree sweep",
+        config=config_dict,
+        provenance=provenance(),
+        alpha=cfg.alpha,
+    )
     if args.json:
         payload = report.to_json(result.rows, alpha=cfg.alpha)
-        payload.update(lr_choice=result.lr_choice, failed=result.failed, report=str(path),
-                       config=config_dict)
+        payload.update(
+            lr_choice=result.lr_choice, failed=result.failed, report=str(path), config=config_dict
+        )
         print(json.dumps(payload, indent=2))
     else:
         summaries = stats.summarize(result.rows)
@@ -121,16 +133,26 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print(f"wrote {n} trials to {args.id}")
         return 0
     if args.json:
-        print(json.dumps([{k: r[k] for k in ("id", "experiment", "status", "seed", "metrics")}
-                          for r in records], indent=2))
+        print(
+            json.dumps(
+                [
+                    {k: r[k] for k in ("id", "experiment", "status", "seed", "metrics")}
+                    for r in records
+                ],
+                indent=2,
+            )
+        )
         return 0
     for r in records:
         c, m = r["config"], r["metrics"]
         value = m.get("test_metric")
         shown = f"{m.get('metric', '')}={value:.4g}" if value is not None else ""
-        print(f"{r['id']}  {r['experiment']:<13} {r['status']:<8} {c.get('task', '')} "
-              f"B={c.get('budget')} {c.get('arm', {}).get('label', '')} lr={c.get('train', {}).get('lr')} "
-              f"seed={r['seed']} {shown}")
+        print(
+            f"{r['id']}  {r['experiment']:<13} {r['status']:<8} {c.get('task', '')} "
+            f"B={c.get('budget')} {c.get('arm', {}).get('label', '')} "
+            f"lr={c.get('train', {}).get('lr')} "
+            f"seed={r['seed']} {shown}"
+        )
     print(f"{len(records)} trials in {store.path}", file=sys.stderr)
     return 0
 
@@ -148,19 +170,29 @@ def _show(rec: dict[str, Any]) -> str:
 def cmd_theory(args: argparse.Namespace) -> int:
     from blocklab import theory
 
-    degrees = [parse_degree(d) for d in cfgmod.split_list(",".join(args.degrees))]
-    rows = [{"degree": d, "h": theory.h(d),
-             "layers": theory.layers_at_budget(d, args.budget, args.width ** 2),
-             "log10_degree_proxy": theory.degree_proxy_log10(d, args.budget, args.width ** 2)}
-            for d in degrees]
+    degrees = [parse_degree(d) for d in split_list(",".join(args.degrees))]
+    rows = [
+        {
+            "degree": d,
+            "h": theory.h(d),
+            "layers": theory.layers_at_budget(d, args.budget, args.width**2),
+            "log10_degree_proxy": theory.degree_proxy_log10(d, args.budget, args.width**2),
+        }
+        for d in degrees
+    ]
     if args.json:
         print(json.dumps({"budget": args.budget, "width": args.width, "rows": rows}, indent=2))
         return 0
-    print(f"h(d) = ln d / d (seed 000 eq. 5), maximal at d = e; degree proxy (d^(1/d))^(B/N_dx) "
-          f"(eq. 17) at B = {args.budget}, N_dx = {args.width}^2")
+    print(
+        f"h(d) = ln d / d (seed 000 eq. 5), maximal at d = e; degree proxy (d^(1/d))^(B/N_dx) "
+        f"(eq. 17) at B = {args.budget}, N_dx = {args.width}^2"
+    )
     print(f"{'d':>8} {'h(d)':>8} {'layers':>8} {'log10 proxy':>12}")
     for r in rows:
-        print(f"{r['degree']:>8.4g} {r['h']:>8.4f} {r['layers']:>8.2f} {r['log10_degree_proxy']:>12.3f}")
+        print(
+            f"{r['degree']:>8.4g} {r['h']:>8.4f} {r['layers']:>8.2f} "
+            f"{r['log10_degree_proxy']:>12.3f}"
+        )
     return 0
 
 

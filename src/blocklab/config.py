@@ -71,23 +71,9 @@ def overrides(args: argparse.Namespace, cls: type, skip: tuple[str, ...] = ()) -
         elif getattr(args, f.name, None) is not None:
             value = getattr(args, f.name)
             if isinstance(value, list):  # '--degrees 2,3 e' and '--degrees 2 3 e' mean the same
-                value = [p for v in value for p in split_list(v)]
+                value = [p for v in value for p in options.split_list(v)]
             out[f.name] = value
     return out
-
-
-def split_list(text: str) -> list[str]:
-    """Split on commas outside brackets: '2,[3,2],e' -> ['2', '[3,2]', 'e']."""
-    parts, depth, cur = [], 0, ""
-    for ch in str(text):
-        depth += (ch == "[") - (ch == "]")
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    parts.append(cur)
-    return [p.strip() for p in parts if p.strip()]
 
 
 def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

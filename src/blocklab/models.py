@@ -39,7 +39,9 @@ class Arm:
             if float(d).is_integer():
                 out.append(("poly", {"degree": int(d), "bias": bias, **self.kwargs}))
             elif bias:
-                raise UserError(f"degree {d:g} has no bias form (the fractional block is bias-free)")
+                raise UserError(
+                    f"degree {d:g} has no bias form (the fractional block is bias-free)"
+                )
             else:
                 out.append(("fractional", {"degree": float(d), **self.kwargs}))
         return out
@@ -58,7 +60,7 @@ def format_degree(d: float) -> str:
 
 
 def parse_arm(text: str) -> Arm:
-    """'3' | 'e' | '2.5' | '[3,2,3]' -> polynomial arm; a registered block name (e.g. 'mlp') -> control."""
+    """'3' | 'e' | '2.5' | '[3,2,3]' -> a polynomial arm; a block name ('mlp') -> a control."""
     s = str(text).strip().replace(" ", "")
     if s.startswith("[") and s.endswith("]"):
         degrees = tuple(parse_degree(p) for p in s[1:-1].split(",") if p)
@@ -103,7 +105,9 @@ class Layer(nn.Module):
     def __init__(self, block: nn.Module, width: int, norm: str, activation: str, residual: bool):
         super().__init__()
         if activation not in ACTIVATIONS:
-            raise UserError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+            raise UserError(
+                f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}"
+            )
         self.norm, self.block, self.act = make_norm(norm, width), block, ACTIVATIONS[activation]()
         self.residual = residual
 
@@ -130,7 +134,9 @@ class Net(nn.Module):
     ):
         super().__init__()
         self.embed = nn.Linear(n_in, width)
-        blocks = [make_block(name, width, width, **kw) for name, kw in arm.layer_blocks(depth, bias)]
+        blocks = [
+            make_block(name, width, width, **kw) for name, kw in arm.layer_blocks(depth, bias)
+        ]
         self.layers = nn.ModuleList(Layer(b, width, norm, activation, residual) for b in blocks)
         self.norm_out = make_norm(norm, width)
         self.readout = nn.Linear(width, n_out)

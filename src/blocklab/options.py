@@ -1,4 +1,4 @@
-"""Frozen option dataclasses: built from a mapping (TOML) or `key=value` strings (CLI); unknown keys fail."""
+"""Frozen option dataclasses from TOML mappings or CLI `key=value` strings; unknown keys fail."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def _coerce(value: Any, tp: Any, key: str, what: str) -> Any:
     if origin in (tuple, list):
         (inner, *_) = typing.get_args(tp) or (Any,)
         if isinstance(value, str):
-            value = [v for v in value.split(",") if v.strip()]
+            value = split_list(value)
         return tuple(_coerce(v, inner, key, what) for v in value)
     try:
         if tp is bool:
@@ -54,10 +54,12 @@ def _coerce(value: Any, tp: Any, key: str, what: str) -> Any:
                 return False
             raise ValueError
         if tp is int:
-            if isinstance(value, float) and not value.is_integer():
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
                 raise ValueError
             return int(value)
         if tp is float:
+            if isinstance(value, bool):
+                raise ValueError
             out = float(value)
             if not math.isfinite(out):
                 raise ValueError
@@ -71,7 +73,7 @@ def _coerce(value: Any, tp: Any, key: str, what: str) -> Any:
 
 
 def build(cls: type[D], values: Mapping[str, Any] | None = None, what: str = "") -> D:
-    """Instantiate the frozen dataclass `cls` from `values`, coercing types and rejecting unknown keys."""
+    """Instantiate the frozen dataclass `cls` from `values`, coercing types; unknown keys fail."""
     values = dict(values or {})
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
@@ -84,6 +86,20 @@ def build(cls: type[D], values: Mapping[str, Any] | None = None, what: str = "")
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:
         raise UserError(f"{what or cls.__name__}: {exc}") from None
+
+
+def split_list(text: str) -> list[str]:
+    """Split on commas outside brackets: '2,[3,2],e' -> ['2', '[3,2]', 'e']."""
+    parts, depth, cur = [], 0, ""
+    for ch in str(text):
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    return [p.strip() for p in parts if p.strip()]
 
 
 def parse_pairs(pairs: list[str] | None, what: str) -> dict[str, str]:

@@ -46,8 +46,16 @@ def _save(fig, path):
 def _mark_e(ax, text=True):
     ax.axvline(optimal_degree(), color="0.4", linestyle=":", linewidth=1)
     if text:
-        ax.text(optimal_degree(), 1.0, " d = e", transform=ax.get_xaxis_transform(), va="top",
-                ha="left", fontsize=8, color="0.3")
+        ax.text(
+            optimal_degree(),
+            1.0,
+            " d = e",
+            transform=ax.get_xaxis_transform(),
+            va="top",
+            ha="left",
+            fontsize=8,
+            color="0.3",
+        )
 
 
 def _degree_xlim(ax, degrees):
@@ -67,24 +75,42 @@ def metric_vs_degree(summaries, path):
     """Mean test metric (95% interval bars) vs degree, one panel per task, one line per budget."""
     summaries = [s for s in summaries if math.isfinite(s.mean)]
     tasks = sorted({s.task for s in summaries}) or ["(no finished trials)"]
-    fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4.2), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        1, len(tasks), figsize=(5.5 * len(tasks), 4.2), squeeze=False, layout="constrained"
+    )
     color = _colors(sorted({s.budget for s in summaries}))
     for ax, task in zip(axes[0], tasks, strict=True):
         mine = [s for s in summaries if s.task == task]
         for budget in sorted({s.budget for s in mine}):
             at = [s for s in mine if s.budget == budget]
-            pure = sorted((s for s in at if s.degree is not None and not _is_mix(s.arm)),
-                          key=lambda s: s.degree)
+            pure = sorted(
+                (s for s in at if s.degree is not None and not _is_mix(s.arm)),
+                key=lambda s: s.degree,
+            )
             mixed = [s for s in at if s.degree is not None and _is_mix(s.arm)]
             c = color[budget]
             if pure:
-                ax.errorbar([s.degree for s in pure], [s.mean for s in pure], yerr=_yerr(pure),
-                            color=c, marker="o", capsize=3, label=f"B = {budget:,}")
+                ax.errorbar(
+                    [s.degree for s in pure],
+                    [s.mean for s in pure],
+                    yerr=_yerr(pure),
+                    color=c,
+                    marker="o",
+                    capsize=3,
+                    label=f"B = {budget:,}",
+                )
             if mixed:
-                ax.errorbar([s.degree for s in mixed], [s.mean for s in mixed], yerr=_yerr(mixed),
-                            color=c, marker="s", markerfacecolor="none", linestyle="none",
-                            capsize=3, label=None if pure else f"B = {budget:,}")
+                ax.errorbar(
+                    [s.degree for s in mixed],
+                    [s.mean for s in mixed],
+                    yerr=_yerr(mixed),
+                    color=c,
+                    marker="s",
+                    markerfacecolor="none",
+                    linestyle="none",
+                    capsize=3,
+                    label=None if pure else f"B = {budget:,}",
+                )
             for s in at:
                 if s.degree is None:  # no degree to place it at: a reference level
                     ax.axhline(s.mean, color=c, linestyle="--", linewidth=1)
@@ -94,12 +120,22 @@ def metric_vs_degree(summaries, path):
         _mark_e(ax)
         metric = mine[0].metric if mine else "metric"
         better = f" ({_better(mine[0].higher_is_better)})" if mine else ""
-        ax.set(title=f"{task}{better}", xlabel="degree d (mixed stacks: average)",
-               ylabel=f"test {metric}, mean and 95% CI")
+        ax.set(
+            title=f"{task}{better}",
+            xlabel="degree d (mixed stacks: average)",
+            ylabel=f"test {metric}, mean and 95% CI",
+        )
         handles, _ = ax.get_legend_handles_labels()
         handles += [
-            Line2D([], [], color="0.4", marker="s", markerfacecolor="none", linestyle="none",
-                   label="mixed stack"),
+            Line2D(
+                [],
+                [],
+                color="0.4",
+                marker="s",
+                markerfacecolor="none",
+                linestyle="none",
+                label="mixed stack",
+            ),
             Line2D([], [], color="0.4", linestyle="--", label="non-polynomial (mlp), band: CI"),
         ]
         ax.legend(handles=handles, fontsize=8)
@@ -144,9 +180,10 @@ def learning_curves(rows, path):
     keys = sorted(groups) or [("(no finished trials)", 0)]
     ncols = min(3, len(keys))
     nrows = math.ceil(len(keys) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(5 * ncols + 1.5, 3.8 * nrows), squeeze=False,
-                             layout="constrained")
-    for ax in axes.flat[len(keys):]:
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(5 * ncols + 1.5, 3.8 * nrows), squeeze=False, layout="constrained"
+    )
+    for ax in axes.flat[len(keys) :]:
         ax.set_visible(False)
     shown = {}
     for ax, key in zip(axes.flat, keys, strict=False):
@@ -161,8 +198,9 @@ def learning_curves(rows, path):
             ax.fill_between(steps, lo, hi, color=color[arm], alpha=0.15, linewidth=0)
             positive &= bool(np.all(lo[np.isfinite(lo)] > 0))
         if threshold is not None:
-            shown["threshold"] = ax.axhline(threshold, color="0.3", linestyle=":", linewidth=1,
-                                            label="loss threshold")
+            shown["threshold"] = ax.axhline(
+                threshold, color="0.3", linestyle=":", linewidth=1, label="loss threshold"
+            )
             positive &= threshold > 0
         if positive and groups[key]:
             ax.set_yscale("log")
@@ -198,20 +236,41 @@ def ranking_vs_theory(summaries, path):
     for arm, d in sorted(arms.items(), key=lambda kv: kv[1]):
         mixed = _is_mix(arm)
         # a mixed stack's h is that of its layers, not of its average degree
-        left.plot(d, h(layer_degrees(arm, d)), marker="s" if mixed else "o", linestyle="none",
-                  color="C3", markerfacecolor="none" if mixed else "C3")
-        left.annotate(arm, (d, h(layer_degrees(arm, d))), textcoords="offset points",
-                      xytext=(4, -10 if mixed else 5), fontsize=8)
+        left.plot(
+            d,
+            h(layer_degrees(arm, d)),
+            marker="s" if mixed else "o",
+            linestyle="none",
+            color="C3",
+            markerfacecolor="none" if mixed else "C3",
+        )
+        left.annotate(
+            arm,
+            (d, h(layer_degrees(arm, d))),
+            textcoords="offset points",
+            xytext=(4, -10 if mixed else 5),
+            fontsize=8,
+        )
     _mark_e(left, text=False)
-    left.set(title="theory: h(d) = ln d / d (higher is better)", xlabel="degree d",
-             ylabel="h(d)")
-    left.legend(handles=[
-        Line2D([], [], color="0.2", label="h(d) = ln d / d"),
-        Line2D([], [], color="0.4", linestyle=":", label="d = e, the maximum"),
-        Line2D([], [], color="C3", marker="o", linestyle="none", label="uniform arm"),
-        Line2D([], [], color="C3", marker="s", markerfacecolor="none", linestyle="none",
-               label="mixed stack: sum ln d_i / sum d_i"),
-    ], fontsize=8, loc="lower center")
+    left.set(title="theory: h(d) = ln d / d (higher is better)", xlabel="degree d", ylabel="h(d)")
+    left.legend(
+        handles=[
+            Line2D([], [], color="0.2", label="h(d) = ln d / d"),
+            Line2D([], [], color="0.4", linestyle=":", label="d = e, the maximum"),
+            Line2D([], [], color="C3", marker="o", linestyle="none", label="uniform arm"),
+            Line2D(
+                [],
+                [],
+                color="C3",
+                marker="s",
+                markerfacecolor="none",
+                linestyle="none",
+                label="mixed stack: sum ln d_i / sum d_i",
+            ),
+        ],
+        fontsize=8,
+        loc="lower center",
+    )
 
     groups = defaultdict(list)
     for s in summaries:
@@ -223,23 +282,38 @@ def ranking_vs_theory(summaries, path):
         if scores is None:
             continue
         by_arm = dict(zip((s.arm for s in group), scores, strict=True))
-        pure = sorted((s for s in group if s.degree is not None and not _is_mix(s.arm)),
-                      key=lambda s: s.degree)
+        pure = sorted(
+            (s for s in group if s.degree is not None and not _is_mix(s.arm)),
+            key=lambda s: s.degree,
+        )
         label = f"{key[0]}, B = {key[1]:,}"
-        right.plot([s.degree for s in pure], [by_arm[s.arm] for s in pure], marker="o",
-                   color=color[key], label=label if pure else None)
+        right.plot(
+            [s.degree for s in pure],
+            [by_arm[s.arm] for s in pure],
+            marker="o",
+            color=color[key],
+            label=label if pure else None,
+        )
         mixed = [s for s in group if s.degree is not None and _is_mix(s.arm)]
-        right.plot([s.degree for s in mixed], [by_arm[s.arm] for s in mixed], marker="s",
-                   markerfacecolor="none", linestyle="none", color=color[key],
-                   label=None if pure else label)
+        right.plot(
+            [s.degree for s in mixed],
+            [by_arm[s.arm] for s in mixed],
+            marker="s",
+            markerfacecolor="none",
+            linestyle="none",
+            color=color[key],
+            label=None if pure else label,
+        )
         for s in group:
             if s.degree is None:
                 right.axhline(by_arm[s.arm], color=color[key], linestyle="--", linewidth=1)
     _degree_xlim(right, [s.degree for s in summaries if s.degree is not None])
     _mark_e(right)
-    right.set(title="measured, relative to the best arm (higher is better)",
-              xlabel="degree d (mixed stacks: average; dashed: mlp)",
-              ylabel="best / mean if lower is better,\nmean / best if higher is better")
+    right.set(
+        title="measured, relative to the best arm (higher is better)",
+        xlabel="degree d (mixed stacks: average; dashed: mlp)",
+        ylabel="best / mean if lower is better,\nmean / best if higher is better",
+    )
     if right.get_legend_handles_labels()[0]:
         right.legend(fontsize=8)
     return _save(fig, path)

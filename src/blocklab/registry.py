@@ -1,4 +1,4 @@
-"""One registry per kind (blocks, tasks, measures): name -> class, duplicates fail, typos get a hint."""
+"""One registry per kind (blocks, tasks, measures): name -> class; duplicates fail, typos hint."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class Registry(Generic[T]):
         self._items: dict[str, T] = {}
 
     def register(self, cls: T) -> T:
-        """Class decorator; the registered name is the defining module's name (one family per file)."""
+        """Class decorator; the name is the defining module's name (one family per file)."""
         name = cls.__module__.rsplit(".", 1)[-1]
         if name in self._items:
             raise ValueError(f"{self.kind} {name!r} is registered twice")
@@ -50,7 +50,7 @@ class Registry(Generic[T]):
 
 
 def import_submodules(package_name: str) -> None:
-    """Import every module of a package so that its `@register` decorators run (one file = one entry)."""
+    """Import every module of a package so its `@register` decorators run (one file, one entry)."""
     package = importlib.import_module(package_name)
     for info in pkgutil.iter_modules(package.__path__):
         if not info.name.startswith("_") and info.name != "base":

@@ -14,8 +14,17 @@ from blocklab import plots
 from blocklab.analysis.stats import TEST, compare, layer_degrees, ranking_vs_theory, summarize
 from blocklab.theory import degree_proxy_log10, h, layers_at_budget, optimal_degree
 
-COLUMNS = ("task", "budget", "arm", "depth", "width", "block params", "test metric",
-           "diverged", "steps to threshold")
+COLUMNS = (
+    "task",
+    "budget",
+    "arm",
+    "depth",
+    "width",
+    "block params",
+    "test metric",
+    "diverged",
+    "steps to threshold",
+)
 NUMERIC = {"budget", "depth", "width", "block params", "diverged"}  # right-aligned in the terminal
 
 
@@ -41,8 +50,17 @@ def _steps_cell(s):
 
 
 def _cells(s):
-    return (s.task, str(s.budget), s.arm, str(s.depth), str(s.width), str(s.block_params),
-            _metric_cell(s), f"{s.n_diverged}/{s.n_seeds}", _steps_cell(s))
+    return (
+        s.task,
+        str(s.budget),
+        s.arm,
+        str(s.depth),
+        str(s.width),
+        str(s.block_params),
+        _metric_cell(s),
+        f"{s.n_diverged}/{s.n_seeds}",
+        _steps_cell(s),
+    )
 
 
 def table(summaries):
@@ -51,8 +69,10 @@ def table(summaries):
     widths = [max(len(r[i]) for r in [COLUMNS, *body]) for i in range(len(COLUMNS))]
 
     def line(cells):
-        return "  ".join(c.rjust(w) if name in NUMERIC else c.ljust(w)
-                         for name, c, w in zip(COLUMNS, cells, widths, strict=True)).rstrip()
+        return "  ".join(
+            c.rjust(w) if name in NUMERIC else c.ljust(w)
+            for name, c, w in zip(COLUMNS, cells, widths, strict=True)
+        ).rstrip()
 
     return "\n".join([line(COLUMNS), "  ".join("-" * w for w in widths), *map(line, body)])
 
@@ -85,34 +105,63 @@ def _question():
 
 
 def _theory_section(summaries, rankings):
-    lines = ["## Theory beside measurement", "",
-             "h of each arm (for a mixed stack [d_1, ..., d_L]: sum ln d_i / sum d_i, the "
-             "per-parameter log-degree of eq. 16-17, which is not h of the average degree):", ""]
+    lines = [
+        "## Theory beside measurement",
+        "",
+        "h of each arm (for a mixed stack [d_1, ..., d_L]: sum ln d_i / sum d_i, the "
+        "per-parameter log-degree of eq. 16-17, which is not h of the average degree):",
+        "",
+    ]
     arms = {s.arm: s.degree for s in summaries if s.degree is not None}
-    body = [(arm, ", ".join(f"{x:g}" for x in layer_degrees(arm, d)), f"{d:.4g}",
-             f"{h(layer_degrees(arm, d)):.5f}")
-            for arm, d in sorted(arms.items(), key=lambda kv: (kv[1], kv[0]))]
+    body = [
+        (
+            arm,
+            ", ".join(f"{x:g}" for x in layer_degrees(arm, d)),
+            f"{d:.4g}",
+            f"{h(layer_degrees(arm, d)):.5f}",
+        )
+        for arm, d in sorted(arms.items(), key=lambda kv: (kv[1], kv[0]))
+    ]
     lines += _markdown_table(("arm", "layer degrees", "degree", "h"), body)
-    lines += ["", "Degree proxy of seed 000 eq. 17 at each budget, with N_dx = width^2 at the "
-              "width the arm ran at; layers B / (d N_dx) of eq. 4 beside the depth it ran at:", ""]
+    lines += [
+        "",
+        "Degree proxy of seed 000 eq. 17 at each budget, with N_dx = width^2 at the "
+        "width the arm ran at; layers B / (d N_dx) of eq. 4 beside the depth it ran at:",
+        "",
+    ]
     body = {}  # tasks that ran an arm at the same shape share a line
     for s in summaries:
         if s.degree is not None and s.width > 0:
             n_dx = s.width**2
-            body.setdefault((str(s.budget), s.arm, str(s.width), str(s.depth)), (
-                f"{layers_at_budget(s.degree, s.budget, n_dx):.3g}",
-                f"{degree_proxy_log10(layer_degrees(s.arm, s.degree), s.budget, n_dx):.4g}"))
-    lines += _markdown_table(("budget", "arm", "width", "depth", "layers (eq. 4)",
-                              "log10 degree (eq. 17)"), [k + v for k, v in body.items()])
-    lines += ["", "Ranking predicted by h (best first) and measured by mean test metric, with "
-              "Spearman's rank correlation (rho > 0: the measurement follows the theory):", ""]
+            body.setdefault(
+                (str(s.budget), s.arm, str(s.width), str(s.depth)),
+                (
+                    f"{layers_at_budget(s.degree, s.budget, n_dx):.3g}",
+                    f"{degree_proxy_log10(layer_degrees(s.arm, s.degree), s.budget, n_dx):.4g}",
+                ),
+            )
+    lines += _markdown_table(
+        ("budget", "arm", "width", "depth", "layers (eq. 4)", "log10 degree (eq. 17)"),
+        [k + v for k, v in body.items()],
+    )
+    lines += [
+        "",
+        "Ranking predicted by h (best first) and measured by mean test metric, with "
+        "Spearman's rank correlation (rho > 0: the measurement follows the theory):",
+        "",
+    ]
     for r in rankings:
         h_of = dict(zip(r.arms, r.h, strict=True))
-        rho = (f"rho = {r.rho:.3g} over {len(r.arms)} arms" if math.isfinite(r.rho)
-               else f"rho undefined ({len(r.arms)} arms or a constant ranking)")
-        lines.append(f"- {r.task}, budget {r.budget}: predicted "
-                     f"{_order(r.predicted, [h_of[a] for a in r.predicted])}; "
-                     f"measured {' > '.join(r.measured)}; {rho}")
+        rho = (
+            f"rho = {r.rho:.3g} over {len(r.arms)} arms"
+            if math.isfinite(r.rho)
+            else f"rho undefined ({len(r.arms)} arms or a constant ranking)"
+        )
+        lines.append(
+            f"- {r.task}, budget {r.budget}: predicted "
+            f"{_order(r.predicted, [h_of[a] for a in r.predicted])}; "
+            f"measured {' > '.join(r.measured)}; {rho}"
+        )
     return lines
 
 
@@ -129,20 +178,48 @@ def write_report(out_dir, rows, *, title, config, provenance, alpha=0.05):
     plots.learning_curves(rows, out / "learning_curves.png")
     plots.ranking_vs_theory(summaries, out / "ranking_vs_theory.png")
 
-    lines = [f"# {title}", "", "## Question", "", _question(), "", "## Verdicts", "",
-             f"Test: {TEST} over the comparisons of the best arm with each other arm within a "
-             f"task and budget, pairing seeds that both arms finished; alpha = {alpha:g}; the "
-             "p-values shown are Holm-adjusted.", ""]
+    lines = [
+        f"# {title}",
+        "",
+        "## Question",
+        "",
+        _question(),
+        "",
+        "## Verdicts",
+        "",
+        f"Test: {TEST} over the comparisons of the best arm with each other arm within a "
+        f"task and budget, pairing seeds that both arms finished; alpha = {alpha:g}; the "
+        "p-values shown are Holm-adjusted.",
+        "",
+    ]
     lines += [f"- {v.claim} ({v.n_seeds} seeds)" for v in verdicts]
-    lines += ["", "## Results", "", "Test metric over the seeds that finished (mean ± std, 95% "
-              "Student-t interval); diverged seeds are excluded and counted.", ""]
+    lines += [
+        "",
+        "## Results",
+        "",
+        "Test metric over the seeds that finished (mean ± std, 95% "
+        "Student-t interval); diverged seeds are excluded and counted.",
+        "",
+    ]
     lines += _markdown_table(COLUMNS, [_cells(s) for s in summaries])
     lines += [""] + _theory_section(summaries, rankings)
-    lines += ["", "![test metric vs degree](metric_vs_degree.png)", "",
-              "![learning curves](learning_curves.png)", "",
-              "![ranking vs theory](ranking_vs_theory.png)", "",
-              "## Configuration", "", "```json", json.dumps(config, indent=2, default=str), "```",
-              "", "## Provenance", ""]
+    lines += [
+        "",
+        "![test metric vs degree](metric_vs_degree.png)",
+        "",
+        "![learning curves](learning_curves.png)",
+        "",
+        "![ranking vs theory](ranking_vs_theory.png)",
+        "",
+        "## Configuration",
+        "",
+        "```json",
+        json.dumps(config, indent=2, default=str),
+        "```",
+        "",
+        "## Provenance",
+        "",
+    ]
     lines += [f"- {key}: {value}" for key, value in provenance.items()]
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")
@@ -165,10 +242,12 @@ def _plain(x):
 def to_json(rows, alpha=0.05):
     """Summaries, verdicts and rankings as JSON-serializable dicts (NaN -> None)."""
     summaries = summarize(rows)
-    return _plain({
-        "summaries": [dataclasses.asdict(s) for s in summaries],
-        "verdicts": [dataclasses.asdict(v) for v in compare(rows, alpha)],
-        "ranking": [dataclasses.asdict(r) for r in ranking_vs_theory(summaries)],
-        "test": TEST,
-        "alpha": alpha,
-    })
+    return _plain(
+        {
+            "summaries": [dataclasses.asdict(s) for s in summaries],
+            "verdicts": [dataclasses.asdict(v) for v in compare(rows, alpha)],
+            "ranking": [dataclasses.asdict(r) for r in ranking_vs_theory(summaries)],
+            "test": TEST,
+            "alpha": alpha,
+        }
+    )

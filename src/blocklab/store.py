@@ -1,7 +1,8 @@
 """The trial store: one SQLite file (standard library, WAL), one row per trial.
 
 A trial's id is the hash of its resolved config and seed, so a rerun finds what is finished and
-skips it. Each trial is committed on its own as it finishes: an interrupted sweep loses nothing done.
+skips it. Each trial is committed on its own as it finishes: an interrupted sweep loses nothing
+finished.
 """
 
 from __future__ import annotations
@@ -99,7 +100,9 @@ class Store:
         )
 
     def get(self, trial_id: str) -> dict[str, Any] | None:
-        rows = self._select("WHERE id = ? OR id LIKE ?", (trial_id, trial_id + "%"))
+        rows = self._select("WHERE id = ?", (trial_id,))
+        if not rows:  # a unique prefix, compared literally (LIKE would treat _ and % as wildcards)
+            rows = self._select("WHERE substr(id, 1, ?) = ?", (len(trial_id), trial_id))
         if len(rows) > 1:
             raise UserError(f"trial id prefix {trial_id!r} is ambiguous ({len(rows)} trials)")
         return rows[0] if rows else None
@@ -129,7 +132,9 @@ class Store:
         out = []
         for row in cur:
             rec = dict(zip(("id", "experiment", "status", "seed"), row[:4], strict=True))
-            for key, text in zip(("config", "metrics", "curves", "provenance"), row[4:8], strict=True):
+            for key, text in zip(
+                ("config", "metrics", "curves", "provenance"), row[4:8], strict=True
+            ):
                 rec[key] = json.loads(text)
             rec["error"], rec["finished_at"] = row[8], row[9]
             out.append(rec)

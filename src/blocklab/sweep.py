@@ -90,13 +90,23 @@ def run_trial(spec: TrialSpec, device: str = "cpu") -> dict[str, Any]:
         data_seed = spec.seed if spec.data_seed is None else spec.data_seed
         data = _task_data(spec.task, json.dumps(spec.task_options, sort_keys=True), data_seed)
         data = dataclasses.replace(
-            data, train=_to(data.train, device), val=_to(data.val, device), test=_to(data.test, device)
+            data,
+            train=_to(data.train, device),
+            val=_to(data.val, device),
+            test=_to(data.test, device),
         )
         torch.manual_seed(spec.seed)  # the initialization follows the trial seed
         n_in = int(torch.tensor(data.input_shape).prod())
         model = Net(
-            spec.arm, spec.depth, spec.width, n_in, data.n_out, bias=spec.bias, norm=spec.norm,
-            activation=spec.activation, residual=spec.residual,
+            spec.arm,
+            spec.depth,
+            spec.width,
+            n_in,
+            data.n_out,
+            bias=spec.bias,
+            norm=spec.norm,
+            activation=spec.activation,
+            residual=spec.residual,
         ).to(device)
         threshold = spec.train.threshold if spec.train.threshold is not None else task.threshold
         result = train(model, data, spec.train, spec.seed, threshold)
@@ -110,8 +120,13 @@ def run_trial(spec: TrialSpec, device: str = "cpu") -> dict[str, Any]:
         return record
     except Exception as exc:  # a broken trial must not stop the sweep; it is retried next run
         tail = traceback.format_exc(limit=-3)
-        return {**base, "status": "failed", "metrics": {}, "curves": {},
-                "error": f"{type(exc).__name__}: {exc}\n{tail}"}
+        return {
+            **base,
+            "status": "failed",
+            "metrics": {},
+            "curves": {},
+            "error": f"{type(exc).__name__}: {exc}\n{tail}",
+        }
 
 
 def _init_worker() -> None:
@@ -122,8 +137,9 @@ def _init_worker() -> None:
 def _git_commit() -> str:
     here = Path(__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"],
-                             capture_output=True, text=True, timeout=5)
+        out = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -167,8 +183,12 @@ class Progress:
             self.bar.set_postfix_str(f"{spec.arm.label} {what}", refresh=False)
             self.bar.update(1)
         else:
-            print(f"[{self.label} {self.count}/{self.total}] {spec.describe()}: {what} "
-                  f"({m.get('seconds', 0):.1f}s)", file=sys.stderr, flush=True)
+            print(
+                f"[{self.label} {self.count}/{self.total}] {spec.describe()}: {what} "
+                f"({m.get('seconds', 0):.1f}s)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def close(self) -> None:
         if self.bar is not None:
@@ -186,7 +206,7 @@ def run(
     progress: bool = True,
     on_record: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Run every spec not already finished in the store; return {id: stored record} for all specs."""
+    """Run every spec not finished in the store; return {id: stored record} for all specs."""
     specs = list({s.id: s for s in specs}.values())  # identical trials run once
     done = store.finished(s.id for s in specs)
     todo = [s for s in specs if s.id not in done]
@@ -224,7 +244,9 @@ def run(
 
 def _run_pool(todo, workers, device, save) -> None:
     pool = ProcessPoolExecutor(
-        max_workers=min(workers, len(todo)), mp_context=get_context("spawn"), initializer=_init_worker
+        max_workers=min(workers, len(todo)),
+        mp_context=get_context("spawn"),
+        initializer=_init_worker,
     )
     try:
         pending = {pool.submit(run_trial, spec, device): spec for spec in todo}

@@ -146,8 +146,17 @@ def train(
             checkpoint(step)
 
     if diverged_at is not None:
-        return TrainResult("diverged", diverged_at, None, None, None, reached, threshold, curves,
-                           time.perf_counter() - start)
+        return TrainResult(
+            "diverged",
+            diverged_at,
+            None,
+            None,
+            None,
+            reached,
+            threshold,
+            curves,
+            time.perf_counter() - start,
+        )
     _, val_metric = evaluate(model, data.val, kind)
     test_loss, test_metric = evaluate(model, data.test, kind)
     ok = all(math.isfinite(v) for v in (val_metric, test_metric))
@@ -167,7 +176,14 @@ def train(
 def as_record(result: TrainResult) -> dict[str, Any]:
     metrics = {
         k: getattr(result, k)
-        for k in ("val_metric", "test_metric", "test_loss", "steps_to_threshold", "threshold",
-                  "diverged_step", "seconds")
+        for k in (
+            "val_metric",
+            "test_metric",
+            "test_loss",
+            "steps_to_threshold",
+            "threshold",
+            "diverged_step",
+            "seconds",
+        )
     }
     return {"status": result.status, "metrics": metrics, "curves": result.curves}

@@ -60,7 +60,9 @@ def layer_degrees(arm, degree):
     match = _MIX.match(arm)
     if match:
         try:
-            parsed = tuple(math.e if x.strip() == "e" else float(x) for x in match.group(1).split(","))
+            parsed = tuple(
+                math.e if x.strip() == "e" else float(x) for x in match.group(1).split(",")
+            )
         except ValueError:
             parsed = ()
         if parsed and degree is not None and math.isclose(np.mean(parsed), degree, rel_tol=1e-6):
@@ -137,17 +139,34 @@ def summarize(rows, level=0.95):
         mean, std, lo, hi, n = interval([r["test_metric"] for r in done], level)
         steps = [r["steps_to_threshold"] for r in done if r["steps_to_threshold"] is not None]
         s_mean, s_std, s_lo, s_hi, n_reached = interval(steps, level)
-        out.append(Summary(
-            task=task, budget=budget, arm=arm,
-            degree=None if first["degree"] is None else float(first["degree"]),
-            metric=first["metric"], higher_is_better=bool(first["higher_is_better"]),
-            n_seeds=len(trials), n=n, mean=mean, std=std, lo=lo, hi=hi,
-            n_diverged=len(trials) - n, n_reached=n_reached,
-            steps_mean=s_mean, steps_std=s_std, steps_lo=s_lo, steps_hi=s_hi,
-            threshold=float(first["threshold"]), max_steps=int(first["max_steps"]),
-            block_params=int(first["block_params"]), depth=int(first["depth"]),
-            width=int(first["width"]), lr=float(first["lr"]),
-        ))
+        out.append(
+            Summary(
+                task=task,
+                budget=budget,
+                arm=arm,
+                degree=None if first["degree"] is None else float(first["degree"]),
+                metric=first["metric"],
+                higher_is_better=bool(first["higher_is_better"]),
+                n_seeds=len(trials),
+                n=n,
+                mean=mean,
+                std=std,
+                lo=lo,
+                hi=hi,
+                n_diverged=len(trials) - n,
+                n_reached=n_reached,
+                steps_mean=s_mean,
+                steps_std=s_std,
+                steps_lo=s_lo,
+                steps_hi=s_hi,
+                threshold=float(first["threshold"]),
+                max_steps=int(first["max_steps"]),
+                block_params=int(first["block_params"]),
+                depth=int(first["depth"]),
+                width=int(first["width"]),
+                lr=float(first["lr"]),
+            )
+        )
     return sorted(out, key=lambda s: (s.task, s.budget, *_arm_order(s.arm, s.degree)))
 
 
@@ -197,8 +216,14 @@ def _verdict(task, budget, trials, alpha):
     metric, hib = first["metric"], bool(first["higher_is_better"])
     degree = {r["arm"]: r["degree"] for r in trials}
     arms = sorted(degree, key=lambda a: _arm_order(a, degree[a]))
-    done = {a: {r["seed"]: float(r["test_metric"]) for r in trials
-                if r["arm"] == a and r["status"] == "done"} for a in arms}
+    done = {
+        a: {
+            r["seed"]: float(r["test_metric"])
+            for r in trials
+            if r["arm"] == a and r["status"] == "done"
+        }
+        for a in arms
+    }
     diverged_all = tuple(a for a in arms if not done[a])
     n_seeds = len({r["seed"] for r in trials})
     head = f"{task}, budget {budget}"
@@ -208,9 +233,23 @@ def _verdict(task, budget, trials, alpha):
     candidates = [a for a in arms if len(done[a]) >= 2]
     if not candidates:
         claim = f"{head}: no arm finished 2 seeds, nothing to compare{notes}"
-        return Verdict(task, budget, metric, hib, None, NAN, (), (), diverged_all,
-                       tuple(a for a in arms if a not in diverged_all), n_seeds, alpha, claim,
-                       f"{claim}  {bracket}", TEST)
+        return Verdict(
+            task,
+            budget,
+            metric,
+            hib,
+            None,
+            NAN,
+            (),
+            (),
+            diverged_all,
+            tuple(a for a in arms if a not in diverged_all),
+            n_seeds,
+            alpha,
+            claim,
+            f"{claim}  {bracket}",
+            TEST,
+        )
 
     sign = 1.0 if hib else -1.0
     means = {a: float(np.mean(list(done[a].values()))) for a in candidates}
@@ -241,14 +280,19 @@ def _verdict(task, budget, trials, alpha):
     finished_once = len(arms) - len(diverged_all)
     of = " of the arms with 2+ finished seeds" if len(candidates) < finished_once else ""
     if not tested:
-        claim = (f"{head}: only one arm ({best}, {best_at}); nothing to compare" if not others
-                 else f"{head}: {best} has the best mean{of} ({best_at}); no arm can be tested")
+        claim = (
+            f"{head}: only one arm ({best}, {best_at}); nothing to compare"
+            if not others
+            else f"{head}: {best} has the best mean{of} ({best_at}); no arm can be tested"
+        )
     elif beats:
         claim = f"{head}: {best} is best{of} ({best_at}); it beats " + ", ".join(
-            f"{c.arm} ({_p(c.p_holm)})" for c in comparisons if c.arm in beats)
+            f"{c.arm} ({_p(c.p_holm)})" for c in comparisons if c.arm in beats
+        )
         if unclear:
             claim += "; not significantly better than " + ", ".join(
-                f"{c.arm} ({_p(c.p_holm)})" for c in unclear)
+                f"{c.arm} ({_p(c.p_holm)})" for c in unclear
+            )
     elif reversed_:
         claim = f"{head}: {best} has the best mean{of} ({best_at}) and beats no arm"
     else:
@@ -259,8 +303,23 @@ def _verdict(task, budget, trials, alpha):
     if untestable:
         claim += f"; {', '.join(untestable)} untestable (fewer than 2 seeds paired with {best})"
     claim += notes
-    return Verdict(task, budget, metric, hib, best, means[best], tuple(comparisons), beats,
-                   diverged_all, untestable, n_seeds, alpha, claim, f"{claim}  {bracket}", TEST)
+    return Verdict(
+        task,
+        budget,
+        metric,
+        hib,
+        best,
+        means[best],
+        tuple(comparisons),
+        beats,
+        diverged_all,
+        untestable,
+        n_seeds,
+        alpha,
+        claim,
+        f"{claim}  {bracket}",
+        TEST,
+    )
 
 
 def compare(rows, alpha=0.05):
@@ -302,12 +361,19 @@ def ranking_vs_theory(summaries):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # constant input: spearmanr warns and returns nan
                 rho, p = (float(v) for v in stats.spearmanr(hs, score))
-        out.append(Ranking(
-            task=task, budget=budget, metric=group[0].metric,
-            higher_is_better=group[0].higher_is_better,
-            arms=tuple(s.arm for s in group), degrees=tuple(s.degree for s in group), h=tuple(hs),
-            predicted=tuple(group[i].arm for i in sorted(order, key=lambda i: -hs[i])),
-            measured=tuple(group[i].arm for i in sorted(order, key=lambda i: -score[i])),
-            rho=rho, p=p,
-        ))
+        out.append(
+            Ranking(
+                task=task,
+                budget=budget,
+                metric=group[0].metric,
+                higher_is_better=group[0].higher_is_better,
+                arms=tuple(s.arm for s in group),
+                degrees=tuple(s.degree for s in group),
+                h=tuple(hs),
+                predicted=tuple(group[i].arm for i in sorted(order, key=lambda i: -hs[i])),
+                measured=tuple(group[i].arm for i in sorted(order, key=lambda i: -score[i])),
+                rho=rho,
+                p=p,
+            )
+        )
     return out

@@ -1,4 +1,4 @@
-"""Block interface: a module mapping (B, ..., D_in) to (B, ..., D_out) that states its degree and size."""
+"""Block interface: a module (B, ..., D_in) -> (B, ..., D_out) that states its degree and size."""
 
 from __future__ import annotations
 

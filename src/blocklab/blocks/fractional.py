@@ -42,7 +42,9 @@ class Fractional(Block):
 
     def __init__(self, d_in: int, d_out: int, degree: float = math.e, eps: float = 1e-3):
         super().__init__(d_in, d_out)
-        if not isinstance(degree, (int, float)) or not math.isfinite(degree) or degree < 1:
+        if isinstance(degree, bool) or not isinstance(degree, (int, float)):
+            raise UserError(f"fractional block needs a real degree >= 1, got {degree!r}")
+        if not math.isfinite(degree) or degree < 1:
             raise UserError(f"fractional block needs a real degree >= 1, got {degree!r}")
         self.degree, self.eps = float(degree), eps
         self.n, self.f = split_degree(self.degree)

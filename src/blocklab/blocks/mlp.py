@@ -19,7 +19,9 @@ class Mlp(Block):
     def __init__(self, d_in: int, d_out: int, bias: bool = True, activation: str = "relu"):
         super().__init__(d_in, d_out)
         if activation not in ACTIVATIONS:
-            raise UserError(f"mlp activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+            raise UserError(
+                f"mlp activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}"
+            )
         self.bias, self.activation = bias, activation
         self.linear = nn.Linear(d_in, d_out, bias=bias)
         nn.init.kaiming_normal_(self.linear.weight, nonlinearity="relu")
@@ -33,7 +35,9 @@ class Mlp(Block):
         return 1.0 if (self.activation == "relu" and not self.bias) else None
 
     @classmethod
-    def count_params(cls, d_in: int, d_out: int, bias: bool = True, activation: str = "relu") -> int:
+    def count_params(
+        cls, d_in: int, d_out: int, bias: bool = True, activation: str = "relu"
+    ) -> int:
         return d_in * d_out + (d_out if bias else 0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -30,7 +30,7 @@ def init_unit_factors(linear: nn.Linear) -> None:
 
 @BLOCKS.register
 class Poly(Block):
-    """Elementwise product of d affine maps; homogeneous of degree d without bias (seed 000, 3.1)."""
+    """Elementwise product of d affine maps; homogeneous of degree d without bias (seed 000 3.1)."""
 
     examples = [
         {"degree": 1},

@@ -1,1 +1,1 @@
-"""Experiments: one file each; each turns a frozen config into stored trials and flat result rows."""
+"""Experiments, one file each: a frozen config in, stored trials and flat result rows out."""

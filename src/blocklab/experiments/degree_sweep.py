@@ -44,7 +44,9 @@ class DegreeSweepConfig:
     data_seed: int | None = field(
         default=None, metadata=_help("fixed seed for the task's data (default: the trial seed)")
     )
-    mode: str = field(default="width", metadata=_help("'width': fixed width, depth solved; 'depth'"))
+    mode: str = field(
+        default="width", metadata=_help("'width': fixed width, depth solved; 'depth'")
+    )
     width: int = field(default=32, metadata=_help("layer width in width mode"))
     depth: int = field(default=4, metadata=_help("depth in depth mode"))
     bias: bool = field(default=False, metadata=_help("biases inside the polynomial factors"))
@@ -68,12 +70,20 @@ class DegreeSweepConfig:
             raise ValueError("give at least one budget")
         if not self.lr_grid or any(not (lr > 0 and math.isfinite(lr)) for lr in self.lr_grid):
             raise ValueError(f"learning rates must be positive, got {self.lr_grid}")
+        if self.norm not in NORMS:
+            raise ValueError(f"norm must be one of {', '.join(NORMS)}, got {self.norm!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(
+                f"activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}"
+            )
+        if self.mode not in ("width", "depth"):
+            raise ValueError(f"mode must be 'width' or 'depth', got {self.mode!r}")
         if not 0 < self.alpha < 1:
             raise ValueError(f"alpha must be in (0, 1), got {self.alpha}")
 
     def arms(self) -> list[Arm]:
         arms = [parse_arm(d) for d in self.degrees] + [parse_arm(b) for b in self.baselines]
-        for b, arm in zip(self.baselines, arms[len(self.degrees):], strict=True):
+        for b, arm in zip(self.baselines, arms[len(self.degrees) :], strict=True):
             if arm.degrees:
                 raise UserError(f"baseline {b!r} is a degree; put it in degrees")
         labels = [a.label for a in arms]
@@ -89,17 +99,28 @@ def plan(cfg: DegreeSweepConfig) -> dict[tuple[int, str], tuple[Arm, budgets.Sha
         for arm in cfg.arms():
             # the mlp control keeps its own bias; the polynomial family follows cfg.bias
             bias = cfg.bias if arm.degrees else False
-            shape = budgets.solve(arm, b, mode=cfg.mode, width=cfg.width, depth=cfg.depth, bias=bias)
+            shape = budgets.solve(
+                arm, b, mode=cfg.mode, width=cfg.width, depth=cfg.depth, bias=bias
+            )
             shapes[(b, arm.label)] = (arm, shape)
     return shapes
 
 
 def _spec(cfg: DegreeSweepConfig, arm: Arm, shape: budgets.Shape, lr: float, seed: int):
     return sweep.TrialSpec(
-        task=cfg.task, task_options=dict(cfg.task_options), arm=arm, budget=shape.budget,
-        depth=shape.depth, width=shape.width, bias=cfg.bias if arm.degrees else False,
-        norm=cfg.norm, activation=cfg.activation, residual=cfg.residual,
-        train=replace(cfg.train, lr=lr), seed=seed, data_seed=cfg.data_seed,
+        task=cfg.task,
+        task_options=dict(cfg.task_options),
+        arm=arm,
+        budget=shape.budget,
+        depth=shape.depth,
+        width=shape.width,
+        bias=cfg.bias if arm.degrees else False,
+        norm=cfg.norm,
+        activation=cfg.activation,
+        residual=cfg.residual,
+        train=replace(cfg.train, lr=lr),
+        seed=seed,
+        data_seed=cfg.data_seed,
     )
 
 
@@ -125,39 +146,61 @@ def run(
     device: str = "auto",
     progress: bool = True,
 ) -> SweepResult:
-    task = make_task(cfg.task, **cfg.task_options)  # unknown task or option fails here, not in a worker
+    task = make_task(
+        cfg.task, **cfg.task_options
+    )  # unknown task or option fails here, not in a worker
     shapes = plan(cfg)
     first = 0
 
     chosen: dict[tuple[int, str], float] = {}
     lr_choice: dict[str, dict[str, Any]] = {}
     if len(cfg.lr_grid) > 1:
-        search = {key: [_spec(cfg, arm, shape, lr, first) for lr in cfg.lr_grid]
-                  for key, (arm, shape) in shapes.items()}
-        records = sweep.run([s for specs in search.values() for s in specs], store, EXPERIMENT,
-                            workers=workers, device=device, label="lr search", progress=progress)
+        search = {
+            key: [_spec(cfg, arm, shape, lr, first) for lr in cfg.lr_grid]
+            for key, (arm, shape) in shapes.items()
+        }
+        records = sweep.run(
+            [s for specs in search.values() for s in specs],
+            store,
+            EXPERIMENT,
+            workers=workers,
+            device=device,
+            label="lr search",
+            progress=progress,
+        )
         for key, specs in search.items():
             scores = [_score(records.get(s.id), task.higher_is_better) for s in specs]
             best = max(range(len(specs)), key=lambda i: (scores[i], -cfg.lr_grid[i]))
             chosen[key] = cfg.lr_grid[best]
             lr_choice[f"{key[0]}/{key[1]}"] = {
                 "lr": chosen[key],
-                "val_metric": {f"{lr:g}": (None if math.isinf(s) else abs(s))
-                               for lr, s in zip(cfg.lr_grid, scores, strict=True)},
+                "val_metric": {
+                    f"{lr:g}": (None if math.isinf(s) else abs(s))
+                    for lr, s in zip(cfg.lr_grid, scores, strict=True)
+                },
             }
     else:
         chosen = {key: cfg.lr_grid[0] for key in shapes}
 
-    finals = [_spec(cfg, arm, shape, chosen[key], first + i)
-              for key, (arm, shape) in shapes.items() for i in range(cfg.seeds)]
-    records = sweep.run(finals, store, EXPERIMENT, workers=workers, device=device,
-                        label="seeds", progress=progress)
+    finals = [
+        _spec(cfg, arm, shape, chosen[key], first + i)
+        for key, (arm, shape) in shapes.items()
+        for i in range(cfg.seeds)
+    ]
+    records = sweep.run(
+        finals, store, EXPERIMENT, workers=workers, device=device, label="seeds", progress=progress
+    )
     rows, failed = [], []
     for spec in finals:
         rec = records.get(spec.id)
         if rec is None or rec["status"] == "failed":
-            failed.append({"id": spec.id, "trial": spec.describe(),
-                           "error": (rec or {}).get("error", "not run")})
+            failed.append(
+                {
+                    "id": spec.id,
+                    "trial": spec.describe(),
+                    "error": (rec or {}).get("error", "not run"),
+                }
+            )
         else:
             rows.append(row(spec, rec, task.metric, task.higher_is_better))
     return SweepResult(rows, lr_choice, failed)
@@ -167,12 +210,26 @@ def row(spec: sweep.TrialSpec, rec: dict[str, Any], metric: str, higher: bool) -
     """The flat per-trial row that analysis, plots and reports read."""
     m, c = rec["metrics"], rec["curves"]
     return {
-        "id": spec.id, "task": spec.task, "budget": spec.budget, "arm": spec.arm.label,
-        "degree": spec.arm.degree, "layer_degrees": list(spec.arm.degrees), "seed": spec.seed, "status": rec["status"],
-        "metric": metric, "higher_is_better": higher, "test_metric": m.get("test_metric"),
-        "steps_to_threshold": m.get("steps_to_threshold"), "threshold": m.get("threshold"),
-        "max_steps": spec.train.steps, "curve_step": c.get("step", []),
-        "curve_val_loss": c.get("val_loss", []), "block_params": m["params"]["blocks"],
-        "depth": spec.depth, "width": spec.width, "lr": spec.train.lr,
-        "seconds": m.get("seconds"), "diverged_step": m.get("diverged_step"),
+        "id": spec.id,
+        "task": spec.task,
+        "budget": spec.budget,
+        "arm": spec.arm.label,
+        "degree": spec.arm.degree,
+        "layer_degrees": list(spec.arm.degrees),
+        "seed": spec.seed,
+        "status": rec["status"],
+        "metric": metric,
+        "higher_is_better": higher,
+        "test_metric": m.get("test_metric"),
+        "steps_to_threshold": m.get("steps_to_threshold"),
+        "threshold": m.get("threshold"),
+        "max_steps": spec.train.steps,
+        "curve_step": c.get("step", []),
+        "curve_val_loss": c.get("val_loss", []),
+        "block_params": m["params"]["blocks"],
+        "depth": spec.depth,
+        "width": spec.width,
+        "lr": spec.train.lr,
+        "seconds": m.get("seconds"),
+        "diverged_step": m.get("diverged_step"),
     }

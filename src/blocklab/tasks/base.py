@@ -28,7 +28,9 @@ class TaskData:
     test: Split
     kind: Literal["regression", "classification"]
     n_out: int  # regression outputs, or number of classes
-    info: dict[str, Any] = field(default_factory=dict)  # facts worth reporting (balance, bounds, ...)
+    info: dict[str, Any] = field(
+        default_factory=dict
+    )  # facts worth reporting (balance, bounds, ...)
 
     @property
     def input_shape(self) -> tuple[int, ...]:

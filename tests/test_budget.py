@@ -1,0 +1,97 @@
+"""Budget solver: the solved shape's count is exact, real and within 2% of the budget."""
+
+import pytest
+
+from blocklab import budget
+from blocklab.errors import UserError
+from blocklab.models import Net, parse_arm
+
+ARMS = ["2", "e", "3", "4", "[3,2,3,3,2]", "mlp", "2.5"]
+BUDGETS = [5000, 12288, 24576, 100000]
+SETTINGS = [("width", w) for w in (16, 32, 64)] + [("depth", p) for p in (1, 4, 8)]
+TOL = budget.TOLERANCE
+
+
+def within(arm, n_budget, depth, width) -> bool:
+    return abs(arm.block_params(depth, width) / n_budget - 1) <= TOL
+
+
+def closest_depth(arm, n_budget, width) -> int:
+    """The smallest depth whose count at `width` reaches the budget (counts grow with depth)."""
+    lo, hi = 1, 1
+    while arm.block_params(hi, width) < n_budget:
+        hi *= 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if arm.block_params(mid, width) >= n_budget else (mid + 1, hi)
+    return lo
+
+
+def feasible_shape(arm, n_budget, mode, value):
+    """Brute force: a (depth, width) within tolerance, near the requested width or at the depth."""
+    if mode == "depth":
+        widths = range(1, 4 * int(n_budget**0.5))
+        return next(((value, w) for w in widths if within(arm, n_budget, value, w)), None)
+    for w in sorted(range(max(1, value // 2), 2 * value + 1), key=lambda w: abs(w - value)):
+        q = closest_depth(arm, n_budget, w)
+        for depth in (q - 1, q):
+            if depth >= 1 and within(arm, n_budget, depth, w):
+                return depth, w
+    return None
+
+
+@pytest.mark.parametrize("mode,value", SETTINGS, ids=[f"{m}={v}" for m, v in SETTINGS])
+@pytest.mark.parametrize("n_budget", BUDGETS)
+@pytest.mark.parametrize("text", ARMS)
+def test_solved_shape_is_exact_and_within_tolerance(text, n_budget, mode, value):
+    arm = parse_arm(text)
+    kw = {"width": value} if mode == "width" else {"depth": value}
+    first = arm.block_params(1, value) if mode == "width" else arm.block_params(value, 1)
+    if first > n_budget * (1 + TOL):
+        with pytest.raises(UserError, match="too small"):
+            budget.solve(arm, n_budget, mode=mode, **kw)
+        return
+    try:
+        shape = budget.solve(arm, n_budget, mode=mode, **kw)
+    except UserError as exc:
+        # a fixed depth cannot always land within 2% with an integer width; then refusing is right
+        found = feasible_shape(arm, n_budget, mode, value)
+        assert found is None, f"solver refused ({exc}) but depth, width = {found} fits the budget"
+        return
+    if mode == "depth":
+        assert shape.depth == value
+    assert shape.budget == n_budget
+    assert shape.block_params == arm.block_params(shape.depth, shape.width)
+    net = Net(arm, shape.depth, shape.width, n_in=10, n_out=3)
+    assert net.param_counts()["blocks"] == shape.block_params
+    assert abs(shape.deviation) <= TOL
+
+
+@pytest.mark.parametrize("text,depth", [("2", 12), ("3", 8), ("4", 6)])
+def test_fixed_width_depth_follows_eq4(text, depth):
+    shape = budget.solve(parse_arm(text), 24576, mode="width", width=32)
+    assert (shape.depth, shape.width) == (depth, 32)  # p = B / (d D^2)
+    assert shape.block_params == 24576
+
+
+def test_fixed_depth_solves_width():
+    shape = budget.solve(parse_arm("3"), 24576, mode="depth", depth=8)
+    assert (shape.depth, shape.width, shape.block_params) == (8, 32, 24576)
+
+
+def test_budget_too_small_for_one_layer():
+    with pytest.raises(UserError, match="too small"):
+        budget.solve(parse_arm("3"), 1000, mode="width", width=32)
+    with pytest.raises(UserError, match="too small"):
+        budget.solve(parse_arm("3"), 10, mode="depth", depth=8)
+
+
+@pytest.mark.parametrize("n_budget", [0, -5])
+def test_nonpositive_budget(n_budget):
+    with pytest.raises(UserError):
+        budget.solve(parse_arm("3"), n_budget)
+
+
+def test_bad_mode():
+    with pytest.raises(UserError, match="mode"):
+        budget.solve(parse_arm("3"), 24576, mode="both")

@@ -1,0 +1,207 @@
+"""The command line as a user meets it: bad input, a full small sweep, resume after a kill."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from blocklab.cli import main
+
+# a sweep small enough for a test: 5 arms, 2 learning rates, 2 seeds
+TINY = [
+    "--task",
+    "teacher",
+    "--task-option",
+    "n_train=512",
+    "--task-option",
+    "n_val=128",
+    "--task-option",
+    "n_test=256",
+    "--budgets",
+    "3072",
+    "--width",
+    "16",
+    "--steps",
+    "40",
+    "--seeds",
+    "2",
+    "--lr-grid",
+    "3e-3",
+    "1e-2",
+    "--quiet",
+]
+
+
+def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "blocklab.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--degrees", "0"],
+        ["--degrees", "x"],
+        ["--degrees", "[3,,x]"],
+        ["--budgets", "-5"],
+        ["--budgets", "100"],  # too small for one layer at width 32
+        ["--budgets", "ten"],
+        ["--task", "techer"],
+        ["--task-option", "n_inn=3"],
+        ["--task-option", "n_in"],
+        ["--seeds", "0"],
+        ["--mode", "height"],
+        ["--norm", "batch"],
+        ["--lr-grid", "-1"],
+        ["--bias", "--degrees", "e"],
+        ["--workers", "0"],
+        ["--no-such-flag"],
+        ["--config", "/nonexistent.toml"],
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, tmp_path, capsys):
+    code = main(["degree-sweep", "--out", str(tmp_path / "out"), "--quiet", *args])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("blocklab: error:")
+    assert "Traceback" not in err
+
+
+def test_unwritable_out_dir(tmp_path, capsys):
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("a file, not a directory")
+    code = main(["degree-sweep", "--out", str(blocker / "out"), *TINY])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_bad_input_from_the_installed_command(tmp_path):
+    for args in (
+        ["degree-sweep", "--degrees", "0"],
+        ["degree-sweep", "--task", "techer"],
+        ["nonsense"],
+        ["runs", "show", "abc", "--out", str(tmp_path)],
+    ):
+        proc = run_cli(*args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+def test_sweep_json_report_and_runs(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    assert main(["degree-sweep", "--out", str(out), "--json", "--workers", "1", *TINY]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    arms = {s["arm"] for s in payload["summaries"]}
+    assert arms == {"d=2", "d=e", "d=3", "d=4", "mlp"}
+    assert all(s["n"] == 2 for s in payload["summaries"])
+    assert len(payload["verdicts"]) == 1 and "t-test" in payload["verdicts"][0]["text"]
+    assert set(payload["lr_choice"]) == {f"3072/{a}" for a in arms}
+    report = (out / "report.md").read_text()
+    assert "paired" in report and "d=e" in report
+    for png in ("metric_vs_degree.png", "learning_curves.png", "ranking_vs_theory.png"):
+        assert (out / png).stat().st_size > 1000
+
+    # runs: list, show, export
+    assert main(["runs", "--out", str(out), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert len(listed) == 5 * (2 + 1)  # per arm: 2 learning rates on seed 0, then seed 1
+    assert main(["runs", "show", listed[0]["id"][:8], "--out", str(out)]) == 0
+    assert listed[0]["id"] in capsys.readouterr().out
+    csv_path = tmp_path / "trials.csv"
+    assert main(["runs", "export", str(csv_path), "--out", str(out)]) == 0
+    assert len(csv_path.read_text().strip().splitlines()) == len(listed) + 1
+
+
+def _finished(db: Path) -> dict[str, float]:
+    if not db.exists():
+        return {}
+    with sqlite3.connect(db, timeout=30) as conn:
+        rows = conn.execute("SELECT id, finished_at FROM trials WHERE status='done'").fetchall()
+    return dict(rows)
+
+
+def test_killed_sweep_resumes_without_rerunning_and_matches(tmp_path):
+    """Kill -9 mid-sweep, rerun: finished trials are kept untouched and the table is the same."""
+    args = [*TINY, "--steps", "150", "--workers", "1", "--json"]
+    full = run_cli("degree-sweep", "--out", str(tmp_path / "full"), *args)
+    assert full.returncode == 0, full.stderr
+
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "blocklab.cli", "degree-sweep", "--out", str(out), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.time() + 240
+    while len(_finished(out / "blocklab.sqlite")) < 4 and time.time() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = _finished(out / "blocklab.sqlite")
+    assert 4 <= len(before) < 15, "the kill should land mid-sweep"
+
+    rerun = run_cli("degree-sweep", "--out", str(out), *args)
+    assert rerun.returncode == 0, rerun.stderr
+    after = _finished(out / "blocklab.sqlite")
+    assert {k: after[k] for k in before} == before  # not one finished trial ran again
+    assert len(after) == 15
+
+    def table(stdout: str):
+        payload = json.loads(stdout)
+        return payload["summaries"], [v["text"] for v in payload["verdicts"]]
+
+    assert table(rerun.stdout) == table(full.stdout)
+
+
+def test_interrupt_keeps_finished_trials(tmp_path):
+    out = tmp_path / "int"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "blocklab.cli",
+            "degree-sweep",
+            "--out",
+            str(out),
+            *TINY,
+            "--steps",
+            "150",
+            "--workers",
+            "2",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 240
+    while len(_finished(out / "blocklab.sqlite")) < 2 and time.time() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert "finished trials are kept" in err.strip().splitlines()[-1]
+    assert len(_finished(out / "blocklab.sqlite")) >= 2
+
+
+def test_theory_command(capsys):
+    assert main(["theory", "--json", "--degrees", "2", "e", "3"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    hs = {round(r["degree"], 3): r["h"] for r in rows}
+    assert hs[2.718] > hs[3.0] > hs[2.0]

@@ -1,0 +1,92 @@
+"""Options and configs: type coercion, unknown keys, defaults < TOML < flags."""
+
+import pytest
+
+from blocklab import config, options
+from blocklab.errors import UserError
+from blocklab.experiments.degree_sweep import DegreeSweepConfig
+from blocklab.train import TrainConfig
+
+
+def test_unknown_key_suggests():
+    with pytest.raises(UserError, match="did you mean 'steps'"):
+        options.build(TrainConfig, {"stpes": 10})
+
+
+def test_coercion_from_strings():
+    train = options.build(TrainConfig, {"steps": "3", "lr": "1e-3", "threshold": "none"})
+    assert train.steps == 3 and type(train.steps) is int
+    assert train.lr == 1e-3 and type(train.lr) is float
+    assert train.threshold is None
+    cfg = options.build(
+        DegreeSweepConfig, {"bias": "true", "residual": "off", "degrees": "2,3", "budgets": "5,6"}
+    )
+    assert cfg.bias is True and cfg.residual is False
+    assert cfg.degrees == ("2", "3")
+    assert cfg.budgets == (5, 6)
+
+
+@pytest.mark.parametrize(
+    "values", [{"steps": "abc"}, {"steps": "2.5"}, {"lr": "fast"}, {"lr": "nan"}]
+)
+def test_bad_values_are_user_errors(values):
+    with pytest.raises(UserError):
+        options.build(TrainConfig, values)
+
+
+def test_bad_bool_is_user_error():
+    with pytest.raises(UserError):
+        options.build(DegreeSweepConfig, {"bias": "maybe"})
+
+
+def test_dataclass_validation_becomes_user_error():
+    with pytest.raises(UserError, match="steps"):
+        options.build(TrainConfig, {"steps": "0"})
+
+
+def write(tmp_path, text):
+    path = tmp_path / "sweep.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_resolve_precedence(tmp_path):
+    path = write(tmp_path, "seeds = 7\n\n[train]\nsteps = 50\n")
+    defaults = DegreeSweepConfig()
+    from_toml = config.resolve(DegreeSweepConfig, defaults, path, {})
+    assert (from_toml.seeds, from_toml.train.steps) == (7, 50)
+    assert from_toml.train.lr == defaults.train.lr  # untouched nested keys keep their defaults
+    flagged = config.resolve(DegreeSweepConfig, defaults, path, {"seeds": 2})
+    assert (flagged.seeds, flagged.train.steps) == (2, 50)
+    nested = config.resolve(DegreeSweepConfig, defaults, path, {"train": {"lr": "0.1"}})
+    assert (nested.seeds, nested.train.steps, nested.train.lr) == (7, 50, 0.1)
+    assert config.resolve(DegreeSweepConfig, defaults, None, {}) == defaults
+
+
+@pytest.mark.parametrize("text", ["sedes = 3\n", "[train]\nstpes = 5\n"])
+def test_resolve_unknown_toml_key(tmp_path, text):
+    with pytest.raises(UserError, match="did you mean"):
+        config.resolve(DegreeSweepConfig, DegreeSweepConfig(), write(tmp_path, text), {})
+
+
+def test_resolve_invalid_toml(tmp_path):
+    with pytest.raises(UserError, match="TOML"):
+        config.resolve(DegreeSweepConfig, DegreeSweepConfig(), write(tmp_path, "seeds = = 3\n"), {})
+
+
+def test_resolve_missing_file(tmp_path):
+    with pytest.raises(UserError):
+        config.resolve(DegreeSweepConfig, DegreeSweepConfig(), str(tmp_path / "none.toml"), {})
+
+
+def test_split_list():
+    assert options.split_list("2,[3,2],e") == ["2", "[3,2]", "e"]
+    assert options.split_list(" 2 , e ,") == ["2", "e"]
+    assert options.split_list("[3,2,3]") == ["[3,2,3]"]
+
+
+def test_toml_string_lists_keep_brackets_and_bools_are_not_numbers():
+    cfg = options.build(DegreeSweepConfig, {"degrees": "2,[3,2]"})
+    assert cfg.degrees == ("2", "[3,2]")
+    with pytest.raises(UserError):
+        options.build(DegreeSweepConfig, {"seeds": True})

@@ -1,0 +1,144 @@
+"""The SQLite trial store: round trips, finished trials, prefixes, CSV export, sharing."""
+
+import csv
+import json
+import math
+
+import pytest
+
+from blocklab.errors import UserError
+from blocklab.store import DB_NAME, Store
+
+
+def record(trial_id, status="done", seed=0, **extra):
+    return {
+        "id": trial_id,
+        "experiment": "degree-sweep",
+        "status": status,
+        "seed": seed,
+        "config": {"arm": "d=3", "budget": 12288, "train": {"steps": 50, "lr": 0.01}},
+        "metrics": {"test_metric": 0.25, "test_loss": math.nan, "steps_to_threshold": None},
+        "curves": {"step": [0, 25, 50], "val_loss": [1.0, math.inf, 0.2]},
+        "provenance": {"torch": "2.x"},
+        "finished_at": 1000.0 + seed,
+        **extra,
+    }
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(tmp_path)
+    yield s
+    s.close()
+
+
+def test_round_trip(store, tmp_path):
+    store.put(record("abc123"))
+    got = store.get("abc123")
+    assert store.path == tmp_path / DB_NAME
+    assert got["config"] == record("abc123")["config"]
+    assert got["metrics"] == {"test_metric": 0.25, "test_loss": None, "steps_to_threshold": None}
+    assert got["curves"] == {"step": [0, 25, 50], "val_loss": [1.0, None, 0.2]}
+    assert (got["status"], got["seed"], got["experiment"]) == ("done", 0, "degree-sweep")
+    assert got["provenance"] == {"torch": "2.x"} and got["error"] is None
+    assert store.get("nope") is None
+
+
+def test_put_replaces(store):
+    store.put(record("t1", status="failed", error="boom"))
+    store.put(record("t1", status="done"))
+    assert [r["status"] for r in store.records()] == ["done"]
+
+
+def test_finished_skips_failed(store):
+    for tid, status in [("t1", "done"), ("t2", "diverged"), ("t3", "failed")]:
+        store.put(record(tid, status=status))
+    assert store.finished(["t1", "t2", "t3", "t4"]) == {"t1", "t2"}
+    assert store.finished([]) == set()
+
+
+def test_wal_mode(store):
+    assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_get_by_prefix(store):
+    for tid in ("abc1", "abc2", "xyz9"):
+        store.put(record(tid))
+    assert store.get("xy")["id"] == "xyz9"
+    assert store.get("abc2")["id"] == "abc2"
+    with pytest.raises(UserError, match="ambiguous"):
+        store.get("abc")
+
+
+def test_records_keep_requested_order(store):
+    for i, tid in enumerate(("a", "b", "c", "d")):
+        store.put(record(tid, seed=i))
+    got = store.records(ids=["c", "a", "missing", "d"])
+    assert [r["id"] for r in got] == ["c", "a", "d"]
+    assert [r["id"] for r in store.records()] == ["a", "b", "c", "d"]  # by finish time
+    assert len(store.records(experiment="degree-sweep")) == 4
+    assert store.records(experiment="other") == []
+
+
+def test_export_csv(store, tmp_path):
+    store.put(record("t1", seed=1))
+    store.put(record("t2", seed=2, status="diverged"))
+    out = tmp_path / "trials.csv"
+    assert store.export_csv(out, store.records()) == 2
+    with open(out, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["id"] for r in rows] == ["t1", "t2"]
+    assert [r["status"] for r in rows] == ["done", "diverged"]
+    row = rows[0]
+    assert row["config.arm"] == "d=3" and row["config.budget"] == "12288"
+    assert row["config.train.steps"] == "50" and float(row["config.train.lr"]) == 0.01
+    assert float(row["metrics.test_metric"]) == 0.25
+    assert row["metrics.test_loss"] == ""  # NaN was stored as None
+    assert not any(key.startswith("curves") for key in row)
+
+
+def test_export_csv_lists_as_json(store, tmp_path):
+    rec = record("t1")
+    rec["config"]["degrees"] = ["2", "e"]
+    store.put(rec)
+    store.export_csv(tmp_path / "t.csv", store.records())
+    with open(tmp_path / "t.csv", newline="") as fh:
+        (row,) = csv.DictReader(fh)
+    assert json.loads(row["config.degrees"]) == ["2", "e"]
+
+
+def test_store_under_a_file_fails(tmp_path):
+    (tmp_path / "file.txt").write_text("not a directory")
+    with pytest.raises(UserError):
+        Store(tmp_path / "file.txt" / "sub")
+
+
+def test_store_on_a_non_database_file_fails(tmp_path):
+    path = tmp_path / "notes.sqlite"
+    path.write_text("this is not an SQLite database, " * 100)
+    with pytest.raises(UserError):
+        Store(path)
+
+
+def test_two_stores_share_the_file(tmp_path):
+    path = tmp_path / "runs" / "trials.sqlite"
+    first, second = Store(path), Store(path)
+    try:
+        first.put(record("shared"))
+        assert second.get("shared")["id"] == "shared"
+        assert second.finished(["shared"]) == {"shared"}
+        reopened = Store(path)
+        assert [r["id"] for r in reopened.records()] == ["shared"]
+        reopened.close()
+    finally:
+        first.close()
+        second.close()
+
+
+def test_get_prefers_an_exact_id_and_reads_prefixes_literally(tmp_path):
+    store = Store(tmp_path)
+    for trial_id in ("abc", "abcd", "a_cx"):
+        store.put({"id": trial_id, "experiment": "e", "status": "done", "seed": 0, "config": {}})
+    assert store.get("abc")["id"] == "abc"
+    assert store.get("a_c")["id"] == "a_cx"  # "_" is not a wildcard
+    assert store.get("zzz") is None

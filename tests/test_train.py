@@ -1,0 +1,161 @@
+"""Training loop: convergence, repeatability, steps-to-threshold, divergence, schedule."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from blocklab.models import Net, parse_arm
+from blocklab.tasks.base import Split, TaskData
+from blocklab.train import TrainConfig, evaluate, lr_factor, train
+
+STEPS = 150
+CFG = TrainConfig(steps=STEPS, batch_size=64, lr=1e-2, eval_points=10)
+
+
+def splits(x, y, n_train=512, n_val=128):
+    return (
+        Split(x[:n_train], y[:n_train]),
+        Split(x[n_train : n_train + n_val], y[n_train : n_train + n_val]),
+        Split(x[n_train + n_val :], y[n_train + n_val :]),
+    )
+
+
+def regression_data() -> TaskData:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(768, 6, generator=gen)
+    y = x @ torch.randn(6, 2, generator=gen) / 6**0.5  # a linear target, no noise
+    return TaskData(*splits(x, y), kind="regression", n_out=2)
+
+
+def classification_data() -> TaskData:
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(768, 6, generator=gen)
+    y = (x @ torch.randn(6, 3, generator=gen)).argmax(-1)  # linearly separable, 3 classes
+    return TaskData(*splits(x, y), kind="classification", n_out=3)
+
+
+def small_net(data: TaskData, seed: int = 0) -> Net:
+    torch.manual_seed(seed)
+    return Net(parse_arm("mlp"), 1, 16, n_in=6, n_out=data.n_out, norm="none")
+
+
+def run(cfg=CFG, threshold=0.1, seed=0, data=None, model=None):
+    data = data or regression_data()
+    return train(model or small_net(data), data, cfg, seed=seed, threshold=threshold)
+
+
+@pytest.fixture(scope="module")
+def result():
+    return run()
+
+
+def test_regression_converges(result):
+    curve = result.curves["val_loss"]
+    assert result.status == "done" and result.diverged_step is None
+    assert curve[-1] < 0.1 * curve[0]
+    for value in (result.val_metric, result.test_metric, result.test_loss):
+        assert value is not None and math.isfinite(value)
+    assert result.val_metric == pytest.approx(curve[-1])  # regression metric is the MSE
+    assert result.seconds > 0
+
+
+def test_curves(result):
+    c = result.curves
+    assert len(c["step"]) == len(c["val_loss"]) == len(c["train_loss"]) > 2
+    assert c["step"][0] == 0 and c["step"][-1] == STEPS
+    assert c["step"] == sorted(set(c["step"]))
+    assert all(math.isfinite(v) for v in c["val_loss"] + c["train_loss"][1:])
+
+
+def same_curves(a, b) -> bool:
+    # train_loss starts with NaN (no steps yet), and NaN != NaN
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k], equal_nan=True) for k in a)
+
+
+def test_same_seed_same_result(result):
+    again = run()
+    assert same_curves(again.curves, result.curves)
+    assert again.test_metric == result.test_metric
+
+
+def test_other_seed_other_batches(result):
+    assert not same_curves(run(seed=1).curves, result.curves)
+
+
+def test_steps_to_threshold_reads_the_curve(result):
+    c = result.curves
+    threshold = 0.5 * c["val_loss"][0]
+    expected = next(s for s, v in zip(c["step"], c["val_loss"], strict=True) if v <= threshold)
+    got = run(threshold=threshold)
+    assert got.steps_to_threshold == expected > 0
+    assert got.threshold == threshold
+    assert run(threshold=-1.0).steps_to_threshold is None
+
+
+class NanAfter(nn.Module):
+    """Wraps a model; its output turns NaN after `calls` training forwards."""
+
+    def __init__(self, model: nn.Module, calls: int = 5):
+        super().__init__()
+        self.model, self.calls, self.seen = model, calls, 0
+
+    def forward(self, x):
+        if self.training:
+            self.seen += 1
+        y = self.model(x)
+        return y * math.nan if self.seen > self.calls else y
+
+
+def test_nan_output_is_diverged():
+    data = regression_data()
+    res = run(data=data, model=NanAfter(small_net(data)))
+    assert res.status == "diverged"
+    assert res.diverged_step == 6  # the 6th training forward is the first NaN
+    assert res.test_metric is None and res.val_metric is None and res.test_loss is None
+
+
+def test_huge_lr_is_diverged():
+    cfg = TrainConfig(steps=50, batch_size=64, lr=1e4, clip=1e9, blowup=10, eval_points=5)
+    res = run(cfg=cfg)
+    assert res.status == "diverged"
+    assert res.diverged_step is not None and 1 < res.diverged_step <= 50
+    assert res.test_metric is None
+
+
+def test_classification_reaches_high_accuracy():
+    data = classification_data()
+    model = small_net(data)
+    cfg = TrainConfig(steps=200, batch_size=64, lr=1e-2, eval_points=5)
+    res = train(model, data, cfg, seed=0, threshold=0.3)
+    assert res.status == "done"
+    assert res.test_metric > 0.9
+    with torch.no_grad():
+        accuracy = (model(data.test.x).argmax(-1) == data.test.y).float().mean().item()
+    assert res.test_metric == pytest.approx(accuracy)  # the metric is accuracy, not a loss
+    assert evaluate(model, data.test, "classification")[1] == pytest.approx(accuracy)
+
+
+def test_lr_factor_warmup_then_decay():
+    steps, warmup = 100, 0.1
+    factors = [lr_factor(s, steps, warmup) for s in range(steps)]
+    assert factors[:10] == pytest.approx([(s + 1) / 10 for s in range(10)])  # linear warmup
+    assert max(factors) == pytest.approx(1.0)
+    decay = factors[9:]
+    assert all(a >= b for a, b in zip(decay, decay[1:], strict=False))
+    assert factors[-1] < 1e-3
+    assert lr_factor(steps, steps, warmup) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_lr_factor_without_warmup_starts_at_one():
+    assert lr_factor(0, 100, 0.0) == 1.0
+
+
+@pytest.mark.parametrize(
+    "kw", [{"steps": 0}, {"batch_size": 0}, {"eval_points": 0}, {"lr": 0.0}, {"warmup": 1.0}]
+)
+def test_train_config_validates(kw):
+    with pytest.raises(ValueError):
+        TrainConfig(**kw)
