@@ -205,3 +205,48 @@ def test_theory_command(capsys):
     rows = json.loads(capsys.readouterr().out)["rows"]
     hs = {round(r["degree"], 3): r["h"] for r in rows}
     assert hs[2.718] > hs[3.0] > hs[2.0]
+
+
+def _pool_workers(parent: int) -> list[int]:
+    """The parent's spawned pool workers (not multiprocessing's resource tracker)."""
+    out = []
+    for child in subprocess.run(
+        ["pgrep", "-P", str(parent)], capture_output=True, text=True
+    ).stdout.split():
+        cmdline = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ")
+        if b"spawn_main" in cmdline:
+            out.append(int(child))
+    return out
+
+
+def test_a_killed_worker_is_one_line_and_keeps_finished_trials(tmp_path):
+    out = tmp_path / "crash"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "blocklab.cli",
+            "degree-sweep",
+            "--out",
+            str(out),
+            *TINY,
+            "--steps",
+            "150",
+            "--workers",
+            "2",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 240
+    while len(_finished(out / "blocklab.sqlite")) < 2 and time.time() < deadline:
+        time.sleep(0.1)
+    workers = _pool_workers(proc.pid)
+    assert workers, "the sweep should be running in a process pool"
+    os.kill(workers[0], signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    kept = _finished(out / "blocklab.sqlite")
+    assert proc.returncode == 1, err  # any dead worker breaks the pool, with trials still queued
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "worker process died" in err and len(kept) >= 2

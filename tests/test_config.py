@@ -1,5 +1,7 @@
 """Options and configs: type coercion, unknown keys, defaults < TOML < flags."""
 
+from pathlib import Path
+
 import pytest
 
 from blocklab import config, options
@@ -90,3 +92,20 @@ def test_toml_string_lists_keep_brackets_and_bools_are_not_numbers():
     assert cfg.degrees == ("2", "[3,2]")
     with pytest.raises(UserError):
         options.build(DegreeSweepConfig, {"seeds": True})
+
+
+@pytest.mark.parametrize("path", sorted(Path(__file__).parent.parent.glob("examples/*.toml")))
+def test_example_configs_resolve_and_plan(path):
+    from blocklab.experiments import degree_sweep
+
+    cfg = config.resolve(DegreeSweepConfig, DegreeSweepConfig(), str(path), {})
+    assert degree_sweep.plan(cfg)  # every (budget, arm) has a shape within the tolerance
+
+
+def test_an_empty_flag_list_means_none():
+    from blocklab.cli import build_parser
+
+    args = build_parser().parse_args(["degree-sweep", "--baselines", "--degrees", "3"])
+    flags = config.overrides(args, DegreeSweepConfig, skip=("lr",))
+    cfg = config.resolve(DegreeSweepConfig, DegreeSweepConfig(), None, flags)
+    assert cfg.baselines == () and cfg.degrees == ("3",)

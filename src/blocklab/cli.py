@@ -17,7 +17,7 @@ from blocklab.experiments import degree_sweep
 from blocklab.models import parse_degree
 from blocklab.options import parse_pairs, split_list
 from blocklab.store import Store
-from blocklab.sweep import Interrupted, default_workers, provenance
+from blocklab.sweep import Interrupted, WorkerDied, default_workers, provenance
 
 
 class Parser(argparse.ArgumentParser):
@@ -240,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"blocklab: error: {exc}", file=sys.stderr)
         return 2
+    except WorkerDied as exc:
+        print(f"blocklab: {exc}; rerun the same command to resume", file=sys.stderr)
+        return 1
     except Interrupted as exc:
         print(f"blocklab: {exc}; rerun the same command to resume", file=sys.stderr)
         return 130

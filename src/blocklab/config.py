@@ -51,7 +51,7 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] 
         if tp is bool:
             kw["action"] = argparse.BooleanOptionalAction
         elif typing.get_origin(tp) is tuple:
-            kw["nargs"] = "+"
+            kw["nargs"] = "*"  # `--baselines` alone means none
             kw["metavar"] = f.name.upper().rstrip("S") or "X"
         parser.add_argument(_flag(f.name), dest=f.name, **kw)
 

@@ -19,6 +19,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -59,6 +60,14 @@ class TrialSpec:
 
     def describe(self) -> str:
         return f"{self.task} B={self.budget} {self.arm.label} lr={self.train.lr:g} seed={self.seed}"
+
+
+class WorkerDied(RuntimeError):
+    def __init__(self, finished: int):
+        super().__init__(
+            f"a worker process died (killed, or out of memory); {finished} finished trials are kept"
+        )
+        self.finished = finished
 
 
 class Interrupted(Exception):
@@ -237,6 +246,8 @@ def run(
             _run_pool(todo, workers, device, save)
     except KeyboardInterrupt:
         raise Interrupted(finished) from None
+    except BrokenProcessPool:
+        raise WorkerDied(finished) from None
     finally:
         bar.close()
     return {r["id"]: r for r in store.records(ids=[s.id for s in specs])}
