@@ -62,6 +62,7 @@ def row(
         curve_step=[0, 100, 200],
         curve_val_loss=curve,
         block_params=budget - 100,
+        other_params=577,
         depth=3,
         width=32,
         lr=1e-3,
@@ -325,3 +326,9 @@ def test_mean_curve_interpolates_and_does_not_extend_short_runs():
     assert list(steps) == [0, 100, 200]
     assert mean[:2] == pytest.approx([2.0, 0.75]) and mean[2] == pytest.approx(0.2)
     assert (lo[2], hi[2]) == (0.2, 0.2)
+
+
+def test_table_reports_embedding_and_readout_beside_the_budget():
+    summaries = summarize(arms({"d=2": [0.5, 0.4], "d=3": [0.6, 0.5]}))
+    text = table(summaries)
+    assert "embed+readout" in text.splitlines()[0] and " 577 " in text

@@ -169,30 +169,28 @@ def test_killed_sweep_resumes_without_rerunning_and_matches(tmp_path):
     assert table(rerun.stdout) == table(full.stdout)
 
 
-def test_interrupt_keeps_finished_trials(tmp_path):
-    out = tmp_path / "int"
+def start_pool_sweep(out: Path) -> subprocess.Popen:
+    """Start a 2-worker sweep in the background and return once 2 trials are stored."""
+    cmd = [sys.executable, "-m", "blocklab.cli", "degree-sweep", "--out", str(out), *TINY]
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "blocklab.cli",
-            "degree-sweep",
-            "--out",
-            str(out),
-            *TINY,
-            "--steps",
-            "150",
-            "--workers",
-            "2",
-        ],
+        [*cmd, "--steps", "150", "--workers", "2"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        # a shell's background job inherits SIGINT ignored; a user at a terminal has it live
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.time() + 240
     while len(_finished(out / "blocklab.sqlite")) < 2 and time.time() < deadline:
         time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
+    return proc
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
+def test_interrupt_keeps_finished_trials(tmp_path, sig):
+    out = tmp_path / "int"
+    proc = start_pool_sweep(out)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
@@ -221,27 +219,7 @@ def _pool_workers(parent: int) -> list[int]:
 
 def test_a_killed_worker_is_one_line_and_keeps_finished_trials(tmp_path):
     out = tmp_path / "crash"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "blocklab.cli",
-            "degree-sweep",
-            "--out",
-            str(out),
-            *TINY,
-            "--steps",
-            "150",
-            "--workers",
-            "2",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.time() + 240
-    while len(_finished(out / "blocklab.sqlite")) < 2 and time.time() < deadline:
-        time.sleep(0.1)
+    proc = start_pool_sweep(out)
     workers = _pool_workers(proc.pid)
     assert workers, "the sweep should be running in a process pool"
     os.kill(workers[0], signal.SIGKILL)

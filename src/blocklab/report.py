@@ -21,11 +21,19 @@ COLUMNS = (
     "depth",
     "width",
     "block params",
+    "embed+readout",
     "test metric",
     "diverged",
     "steps to threshold",
 )
-NUMERIC = {"budget", "depth", "width", "block params", "diverged"}  # right-aligned in the terminal
+NUMERIC = {
+    "budget",
+    "depth",
+    "width",
+    "block params",
+    "embed+readout",
+    "diverged",
+}  # right-aligned in the terminal
 
 
 def _f(x):
@@ -57,6 +65,7 @@ def _cells(s):
         str(s.depth),
         str(s.width),
         str(s.block_params),
+        str(s.other_params),
         _metric_cell(s),
         f"{s.n_diverged}/{s.n_seeds}",
         _steps_cell(s),

@@ -2,7 +2,7 @@
 
 Every function takes flat rows, one per finished trial (status "done" or "diverged"), with the keys
 task, budget, arm, degree, seed, status, metric, higher_is_better, test_metric, steps_to_threshold,
-threshold, max_steps, block_params, depth, width, lr (curves are only read by the plots).
+threshold, max_steps, block_params, other_params, depth, width, lr (curves are read by the plots).
 """
 
 import math
@@ -124,6 +124,7 @@ class Summary:
     threshold: float
     max_steps: int
     block_params: int  # from the first seed (the budget solver gives every seed the same shape)
+    other_params: int  # embedding and readout: outside the budget, reported beside it
     depth: int
     width: int
     lr: float  # the chosen learning rate of the first seed
@@ -162,6 +163,7 @@ def summarize(rows, level=0.95):
                 threshold=float(first["threshold"]),
                 max_steps=int(first["max_steps"]),
                 block_params=int(first["block_params"]),
+                other_params=int(first["other_params"]),
                 depth=int(first["depth"]),
                 width=int(first["width"]),
                 lr=float(first["lr"]),

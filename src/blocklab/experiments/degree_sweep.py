@@ -227,6 +227,7 @@ def row(spec: sweep.TrialSpec, rec: dict[str, Any], metric: str, higher: bool) -
         "curve_step": c.get("step", []),
         "curve_val_loss": c.get("val_loss", []),
         "block_params": m["params"]["blocks"],
+        "other_params": m["params"]["embed"] + m["params"]["readout"],
         "depth": spec.depth,
         "width": spec.width,
         "lr": spec.train.lr,
