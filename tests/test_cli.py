@@ -228,3 +228,19 @@ def test_a_killed_worker_is_one_line_and_keeps_finished_trials(tmp_path):
     assert proc.returncode == 1, err  # any dead worker breaks the pool, with trials still queued
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert "worker process died" in err and len(kept) >= 2
+
+
+def test_diverged_trials_are_stored_and_the_sweep_goes_on(tmp_path, capsys):
+    """A learning rate of 1e3 blows up; the grid's sane rate is chosen and every seed finishes."""
+    out = tmp_path / "div"
+    args = [*TINY, "--lr-grid", "3e-3", "1e3", "--degrees", "3", "--baselines", "--json"]
+    assert main(["degree-sweep", "--out", str(out), "--workers", "1", *args]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["lr_choice"]["3072/d=3"]["lr"] == 3e-3
+    assert payload["lr_choice"]["3072/d=3"]["val_metric"]["1000"] is None
+    assert payload["summaries"][0]["n"] == 2
+    assert main(["runs", "--out", str(out), "--status", "diverged", "--json"]) == 0
+    diverged = json.loads(capsys.readouterr().out)
+    assert len(diverged) == 1
+    assert diverged[0]["metrics"]["diverged_step"] >= 1
+    assert diverged[0]["metrics"]["test_metric"] is None

@@ -47,7 +47,10 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] 
         if dataclasses.is_dataclass(tp):
             add_flags(parser, tp, skip)
             continue
-        kw: dict[str, Any] = {"default": None, "help": f.metadata.get("help")}
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        shown = " ".join(map(str, default)) if isinstance(default, tuple) else default
+        help_text = f"{f.metadata.get('help', f.name)} (default: {shown})".replace("%", "%%")
+        kw: dict[str, Any] = {"default": None, "help": help_text}
         if tp is bool:
             kw["action"] = argparse.BooleanOptionalAction
         elif typing.get_origin(tp) is tuple:

@@ -28,7 +28,8 @@ class TrainConfig:
     clip: float = field(default=1.0, metadata={"help": "gradient-norm clipping threshold"})
     eval_points: int = field(default=40, metadata={"help": "validation evaluations per run"})
     threshold: float | None = field(
-        default=None, metadata={"help": "validation loss that counts as converged (task default)"}
+        default=None,
+        metadata={"help": "validation loss that counts as converged; None: the task's own"},
     )
     blowup: float = field(
         default=100.0, metadata={"help": "diverged when the loss exceeds this times its start"}

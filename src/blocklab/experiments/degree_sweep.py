@@ -42,7 +42,7 @@ class DegreeSweepConfig:
     )
     seeds: int = field(default=5, metadata=_help("seeds per configuration (0, 1, ...)"))
     data_seed: int | None = field(
-        default=None, metadata=_help("fixed seed for the task's data (default: the trial seed)")
+        default=None, metadata=_help("fixed seed for the task's data; None: the trial seed")
     )
     mode: str = field(
         default="width", metadata=_help("'width': fixed width, depth solved; 'depth'")
