@@ -16,7 +16,7 @@ from blocklab.errors import UserError
 from blocklab.experiments import degree_sweep
 from blocklab.models import parse_degree
 from blocklab.options import parse_pairs, split_list
-from blocklab.store import Store
+from blocklab.store import DB_NAME, Store
 from blocklab.sweep import Interrupted, WorkerDied, default_workers, provenance
 
 
@@ -40,17 +40,17 @@ def _common_run_flags(p: argparse.ArgumentParser, out: str) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress output")
 
 
-DEMO = degree_sweep.DegreeSweepConfig()
-
-
-def cmd_degree_sweep(args: argparse.Namespace, defaults: degree_sweep.DegreeSweepConfig) -> int:
+def cmd_degree_sweep(args: argparse.Namespace) -> int:
+    """`demo` and `degree-sweep`: the same experiment; the demo is its defaults, into runs/demo."""
     from blocklab import report
     from blocklab.analysis import stats
 
     flags = cfgmod.overrides(args, degree_sweep.DegreeSweepConfig, skip=("lr",))
     if args.task_option:
         flags["task_options"] = parse_pairs(args.task_option, "task")
-    cfg = cfgmod.resolve(degree_sweep.DegreeSweepConfig, defaults, args.config, flags)
+    cfg = cfgmod.resolve(
+        degree_sweep.DegreeSweepConfig, degree_sweep.DegreeSweepConfig(), args.config, flags
+    )
     if args.workers < 1:
         raise UserError(f"--workers must be >= 1, got {args.workers}")
     if args.device not in ("auto", "cpu", "cuda"):
@@ -109,7 +109,7 @@ def _jsonable(obj: Any) -> Any:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     path = Path(args.out)
-    if not (path / "blocklab.sqlite").exists() and not path.is_file():
+    if not (path / DB_NAME).exists() and not path.is_file():
         raise UserError(f"no store at {path} (run a sweep with --out {path} first)")
     store = Store(path)
     if args.action == "show":
@@ -230,10 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _sigterm)  # a kill stops like Ctrl-C: finished trials are kept
     try:
         args = build_parser().parse_args(argv)
-        if args.command == "demo":
-            return cmd_degree_sweep(args, DEMO)
-        if args.command == "degree-sweep":
-            return cmd_degree_sweep(args, degree_sweep.DegreeSweepConfig())
+        if args.command in ("demo", "degree-sweep"):
+            return cmd_degree_sweep(args)
         if args.command == "runs":
             return cmd_runs(args)
         return cmd_theory(args)

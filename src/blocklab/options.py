@@ -111,7 +111,3 @@ def parse_pairs(pairs: list[str] | None, what: str) -> dict[str, str]:
             raise UserError(f"{what} option {pair!r} is not of the form key=value")
         out[key.strip()] = value.strip()
     return out
-
-
-def as_dict(obj: Any) -> dict[str, Any]:
-    return dataclasses.asdict(obj)

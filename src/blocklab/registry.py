@@ -5,7 +5,6 @@ from __future__ import annotations
 import difflib
 import importlib
 import pkgutil
-from collections.abc import Iterator
 from typing import Generic, TypeVar
 
 from blocklab.errors import UserError
@@ -41,12 +40,6 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: str) -> bool:
         return name in self._items
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names())
-
-    def __len__(self) -> int:
-        return len(self._items)
 
 
 def import_submodules(package_name: str) -> None:

@@ -70,17 +70,7 @@ class Store:
         self.conn.close()
 
     def finished(self, ids: Iterable[str]) -> set[str]:
-        ids = list(ids)
-        out: set[str] = set()
-        for i in range(0, len(ids), 500):
-            chunk = ids[i : i + 500]
-            marks = ",".join("?" * len(chunk))
-            rows = self.conn.execute(
-                f"SELECT id FROM trials WHERE status IN ('done','diverged') AND id IN ({marks})",
-                chunk,
-            )
-            out.update(r[0] for r in rows)
-        return out
+        return {r["id"] for r in self._select_ids(list(ids)) if r["status"] in FINISHED}
 
     def put(self, record: dict[str, Any]) -> None:
         self.conn.execute(

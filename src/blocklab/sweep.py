@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import math
 import os
 import platform
 import signal
@@ -105,7 +106,7 @@ def run_trial(spec: TrialSpec, device: str = "cpu") -> dict[str, Any]:
             test=_to(data.test, device),
         )
         torch.manual_seed(spec.seed)  # the initialization follows the trial seed
-        n_in = int(torch.tensor(data.input_shape).prod())
+        n_in = math.prod(data.input_shape)
         model = Net(
             spec.arm,
             spec.depth,

@@ -106,7 +106,7 @@ def train(
     n, bs = len(train_split), min(cfg.batch_size, len(train_split))
     perm, pos = torch.randperm(n, generator=gen), 0
 
-    checkpoints = eval_steps(cfg.steps, cfg.eval_points)
+    checkpoints = set(eval_steps(cfg.steps, cfg.eval_points))  # looked up every step
     curves: dict[str, list[float]] = {"step": [], "train_loss": [], "val_loss": []}
     window: list[float] = []  # training losses since the last checkpoint
     reached, diverged_at, start_loss = None, None, None

@@ -94,9 +94,9 @@ class DegreeSweepConfig:
 
 def plan(cfg: DegreeSweepConfig) -> dict[tuple[int, str], tuple[Arm, budgets.Shape]]:
     """Solve every (budget, arm) shape up front, so that a bad budget fails before any training."""
-    shapes = {}
+    shapes, arms = {}, cfg.arms()
     for b in cfg.budgets:
-        for arm in cfg.arms():
+        for arm in arms:
             # the mlp control keeps its own bias; the polynomial family follows cfg.bias
             bias = cfg.bias if arm.degrees else False
             shape = budgets.solve(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import abc
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -74,9 +73,6 @@ class Task(abc.ABC):
     def higher_is_better(self) -> bool:
         return self.kind == "classification"
 
-    def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, **dataclasses.asdict(self.options)}
-
 
 def standardize(train: torch.Tensor, *others: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Scale every split by the training split's per-column mean and std (no test leakage)."""
@@ -90,3 +86,19 @@ def split_val(x: torch.Tensor, y: torch.Tensor, n_val: int, generator: torch.Gen
     perm = torch.randperm(x.shape[0], generator=generator)
     val, train = perm[:n_val], perm[n_val:]
     return Split(x[train], y[train]), Split(x[val], y[val])
+
+
+def regression_splits(
+    x: torch.Tensor, y: torch.Tensor, n_train: int, n_val: int, noise: float, g: torch.Generator
+) -> tuple[Split, Split, Split, torch.Tensor]:
+    """Split (train, val, test) in order; label noise (a fraction of the target std) goes on train
+    and val only, so the test score measures the target itself; targets standardized by train.
+
+    Returns the splits and the per-output target std before standardization."""
+    target_std = y[:n_train].std(0)  # (n_out,)
+    fit = n_train + n_val
+    y[:fit] += noise * target_std * torch.randn(fit, y.shape[1], generator=g, dtype=y.dtype)
+    sizes = [n_train, n_val, x.shape[0] - fit]
+    ys = [t.float() for t in standardize(*y.split(sizes))]
+    train, val, test = (Split(a, b) for a, b in zip(x.split(sizes), ys, strict=True))
+    return train, val, test, target_std

@@ -15,7 +15,7 @@ import torch
 
 from blocklab.errors import UserError
 from blocklab.tasks import TASKS
-from blocklab.tasks.base import Split, Task, TaskData, standardize
+from blocklab.tasks.base import Task, TaskData, regression_splits
 
 
 @TASKS.register
@@ -84,13 +84,7 @@ class PolyTarget(Task):
         n = o.n_train + o.n_val + o.n_test
         x = (2 * torch.rand(n, o.n_in, generator=g) - 1) * math.sqrt(3)  # (n, n_in) float32
         y = fn(x)[:, None]  # (n, 1), in float64 from the float32 inputs the model sees
-        target_std = y[: o.n_train].std(0)  # (1,)
-        fit = slice(0, o.n_train + o.n_val)
-        y[fit] += o.noise * target_std * torch.randn(fit.stop, 1, generator=g, dtype=y.dtype)
-
-        xs = x.split([o.n_train, o.n_val, o.n_test])
-        ys = [t.float() for t in standardize(*y.split([o.n_train, o.n_val, o.n_test]))]
-        train, val, test = (Split(a, b) for a, b in zip(xs, ys, strict=True))
+        train, val, test, target_std = regression_splits(x, y, o.n_train, o.n_val, o.noise, g)
         info = {
             "sep_upper_bound": o.rank,
             "exponents": exponents.tolist(),

@@ -10,7 +10,7 @@ import torch
 
 from blocklab.errors import UserError
 from blocklab.tasks import TASKS
-from blocklab.tasks.base import Split, Task, TaskData, standardize
+from blocklab.tasks.base import Task, TaskData, regression_splits
 
 TEACHERS = ("tanh", "mixed")
 # preactivations of std ~2: clearly nonlinear (a linear fit explains about half the variance)
@@ -116,13 +116,7 @@ class Teacher(Task):
         n = o.n_train + o.n_val + o.n_test
         x = torch.randn(n, o.n_in, generator=g)  # (n, n_in) float32; already unit variance
         y = net(x)  # (n, n_out) float64
-        target_std = y[: o.n_train].std(0)  # (n_out,)
-        fit = slice(0, o.n_train + o.n_val)
-        y[fit] += o.noise * target_std * torch.randn(fit.stop, o.n_out, generator=g, dtype=y.dtype)
-
-        xs = x.split([o.n_train, o.n_val, o.n_test])
-        ys = [t.float() for t in standardize(*y.split([o.n_train, o.n_val, o.n_test]))]
-        train, val, test = (Split(a, b) for a, b in zip(xs, ys, strict=True))
+        train, val, test, target_std = regression_splits(x, y, o.n_train, o.n_val, o.noise, g)
         info = {
             "teacher": o.teacher,
             "n_in": o.n_in,
