@@ -12,7 +12,9 @@ from blocklab.errors import UserError
 from blocklab.registry import Registry
 
 D_IN, D_OUT = 7, 5  # d_in != d_out catches a transposed or square-only weight
+T = 3  # the sequence length of `inputs()`
 CASES = [(name, kw) for name in BLOCKS.names() for kw in BLOCKS.get(name).examples]
+CAUSAL_CASES = [(name, kw) for name, kw in CASES if kw.get("causal")]
 
 
 def case_id(case) -> str:
@@ -20,14 +22,19 @@ def case_id(case) -> str:
     return "-".join([name, ",".join(f"{k}={v}" for k, v in kw.items())]) if kw else name
 
 
+def full_kwargs(name, kw):
+    """The example's kwargs plus the sequence length for blocks whose weights depend on it."""
+    return {**kw, "seq_len": T} if BLOCKS.get(name).needs_seq_len else dict(kw)
+
+
 def build(name, kw, seed=0, d_in=D_IN, d_out=D_OUT):
     torch.manual_seed(seed)
-    return BLOCKS.get(name)(d_in, d_out, **kw)
+    return BLOCKS.get(name)(d_in, d_out, **full_kwargs(name, kw))
 
 
 def inputs(seed=0, scale=1.0, dtype=torch.float32, d_in=D_IN):
     gen = torch.Generator().manual_seed(1000 + seed)  # independent of the init seed
-    return (scale * torch.randn(4, 3, d_in, generator=gen, dtype=torch.float64)).to(dtype)
+    return (scale * torch.randn(4, T, d_in, generator=gen, dtype=torch.float64)).to(dtype)
 
 
 def n_params(module) -> int:
@@ -44,7 +51,17 @@ def case(request):
 
 
 def test_registry_is_populated():
-    assert {"poly", "fractional", "mlp"} <= set(BLOCKS.names())
+    sequence = {
+        "linearized_attention",
+        "softmax_attention",
+        "linear_attention",
+        "poly_attention",
+        "tensor_attention",
+        "mixer",
+        "quadratic_mixing",
+    }
+    assert {"poly", "fractional", "mlp"} | sequence <= set(BLOCKS.names())
+    assert all(BLOCKS.get(name).mixes_tokens for name in sequence)
     for name in BLOCKS.names():
         assert BLOCKS.get(name).name == name
 
@@ -59,13 +76,14 @@ def test_shape_and_finite(case):
 def test_count_params_is_exact(case):
     name, kw = case
     block = build(name, kw)
-    assert BLOCKS.get(name).count_params(D_IN, D_OUT, **kw) == n_params(block) > 0
+    count = BLOCKS.get(name).count_params(D_IN, D_OUT, **full_kwargs(name, kw))
+    assert count == n_params(block) > 0
 
 
 def test_gradient_reaches_every_parameter(case):
     name, kw = case
     block = build(name, kw)
-    weights = torch.randn(4, 3, D_OUT, generator=torch.Generator().manual_seed(5))
+    weights = torch.randn(4, T, D_OUT, generator=torch.Generator().manual_seed(5))
     (block(inputs()) * weights).sum().backward()
     for pname, p in block.named_parameters():
         assert p.grad is not None, pname
@@ -99,6 +117,32 @@ def test_determinism_by_seed(case):
         a, b, c = build(name, kw, seed=0)(x), build(name, kw, seed=0)(x), build(name, kw, seed=1)(x)
     assert torch.equal(a, b)
     assert not torch.allclose(a, c)
+
+
+def changed_at(block, x, src, dst) -> float:
+    """Relative change of the output at position dst when only the input at position src moves."""
+    x2 = x.clone()
+    x2[:, src] += torch.randn(x.shape[0], x.shape[-1], generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        y, y2 = block(x)[:, dst], block(x2)[:, dst]
+    return ((y2 - y).norm() / y.norm()).item()
+
+
+def test_token_mixing_is_stated(case):
+    name, kw = case
+    block = build(name, kw).double()
+    change = changed_at(block, inputs(dtype=torch.float64), src=0, dst=T - 1)
+    if block.mixes_tokens:
+        assert change > 1e-6  # the last position reads the first
+    else:
+        assert change < 1e-12  # a per-token block never mixes positions
+
+
+@pytest.mark.parametrize("case", CAUSAL_CASES, ids=[case_id(c) for c in CAUSAL_CASES])
+def test_causal_blocks_do_not_look_ahead(case):
+    name, kw = case
+    block = build(name, kw).double()
+    assert changed_at(block, inputs(dtype=torch.float64), src=T - 1, dst=0) < 1e-12
 
 
 def test_degree_attribute(case):

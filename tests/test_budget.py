@@ -95,3 +95,20 @@ def test_nonpositive_budget(n_budget):
 def test_bad_mode():
     with pytest.raises(UserError, match="mode"):
         budget.solve(parse_arm("3"), 24576, mode="both")
+
+
+def test_feed_forward_counts_in_the_budget():
+    arm = parse_arm("softmax_attention")
+    shape = budget.solve(arm, 12 * 4 * 32**2, mode="width", width=32, ff="relu4x")
+    assert (shape.depth, shape.width, shape.block_params) == (4, 32, 12 * 4 * 32**2)
+    without = budget.solve(arm, 12 * 4 * 32**2, mode="width", width=32)
+    assert without.depth == 12  # 4 D^2 per layer without the feed-forward sublayer
+
+
+def test_sequence_length_dependent_block():
+    arm = parse_arm("mixer")
+    shape = budget.solve(arm, 5000, mode="depth", depth=2, seq_len=16)
+    assert abs(shape.deviation) <= 0.02
+    assert shape.block_params == arm.block_params(2, shape.width, seq_len=16)
+    with pytest.raises(UserError, match="sequence"):
+        budget.solve(arm, 5000, mode="depth", depth=2)

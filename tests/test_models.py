@@ -106,3 +106,101 @@ def test_same_seed_same_net():
 def test_unknown_norm_or_activation(kw):
     with pytest.raises(UserError):
         make(**kw)
+
+
+# --- sequence networks and the transformer switches ----------------------------------------
+
+
+def test_parse_arm_block_with_options():
+    arm = parse_arm("poly_attention(n=2)")
+    assert (arm.label, arm.block, arm.kwargs, arm.degree) == (
+        "poly_attention(n=2)",
+        "poly_attention",
+        {"n": 2},
+        5,
+    )
+    assert parse_arm("softmax_attention(heads=2,causal=true)").kwargs == {
+        "heads": 2,
+        "causal": True,
+    }
+    assert parse_arm("linearized_attention").degree == 3
+    assert (
+        parse_arm("softmax_attention").degree is None
+        and parse_arm("softmax_attention").mixes_tokens
+    )
+
+
+@pytest.mark.parametrize(
+    "text", ["softmax_attention(heads=2", "softmax_attention(zzz=1)", "poly(degree=3)", "atention"]
+)
+def test_parse_arm_block_rejects(text):
+    with pytest.raises(UserError):
+        parse_arm(text)
+
+
+@pytest.mark.parametrize("depth,width", [(1, 8), (3, 16)])
+def test_common_transformer_costs_12_L_D2(depth, width):
+    # seed 001 eq. 1-2: attention 4 D^2 + feed-forward 8 D^2 per layer, bias-free
+    arm = parse_arm("softmax_attention(heads=2)")
+    net = Net(arm, depth, width, 5, 3, seq_len=7, ff="relu4x", norm="layer")
+    assert net.param_counts()["blocks"] == 12 * depth * width**2
+    assert arm.block_params(depth, width, ff="relu4x") == 12 * depth * width**2
+
+
+def test_analyzed_network_is_one_config_away():
+    # seed 001 eq. 3: linearized attention, no norm, no feed-forward: 4 D^2 per layer
+    arm = parse_arm("linearized_attention(heads=2)")
+    net = Net(arm, 3, 8, 5, 3, seq_len=7, ff="none", norm="none", residual=False)
+    assert net.param_counts()["blocks"] == 3 * 4 * 64
+    x = torch.randn(2, 7, 5, dtype=torch.float64)
+    net = net.double()
+    with torch.no_grad():  # without norm or residual the stack is a polynomial in the embedding
+        assert net(x).shape == (2, 7, 3)
+
+
+@pytest.mark.parametrize("pooled,shape", [(False, (4, 7, 3)), (True, (4, 3))])
+def test_sequence_net_shapes(pooled, shape):
+    net = Net(parse_arm("softmax_attention"), 2, 8, 5, 3, seq_len=7, pooled=pooled)
+    assert net(torch.randn(4, 7, 5)).shape == shape
+
+
+def test_sequence_net_mixes_positions_only_with_a_mixing_block():
+    x = torch.randn(1, 7, 5)
+    y = x.clone()
+    y[0, 0] += 1.0
+    for text, mixes in (("softmax_attention", True), ("3", False)):
+        torch.manual_seed(0)
+        net = Net(parse_arm(text), 2, 8, 5, 3, seq_len=7)
+        with torch.no_grad():
+            changed = not torch.allclose(net(x)[0, -1], net(y)[0, -1])
+        assert changed == mixes, text
+
+
+def test_flatten_sees_every_position():
+    net = Net(parse_arm("mlp"), 1, 16, 5, 3, seq_len=7, flatten=True)
+    x = torch.randn(2, 7, 5)
+    out = net(x)
+    assert out.shape == (2, 7, 3)
+    assert net.embed.in_features == 35 and net.readout.out_features == 21
+    y = x.clone()
+    y[:, 0] += 1
+    with torch.no_grad():
+        assert not torch.allclose(net(x)[:, -1], net(y)[:, -1])
+
+
+def test_mixing_block_needs_a_sequence():
+    with pytest.raises(UserError, match="sequence"):
+        Net(parse_arm("softmax_attention"), 1, 8, 5, 3)
+    with pytest.raises(UserError, match="sequence"):
+        Net(parse_arm("mlp"), 1, 8, 5, 3, flatten=True)
+
+
+def test_mixer_gets_the_sequence_length():
+    net = Net(parse_arm("mixer"), 2, 8, 5, 3, seq_len=7)
+    assert net(torch.randn(2, 7, 5)).shape == (2, 7, 3)
+    assert parse_arm("mixer").block_params(2, 8, seq_len=7) == net.param_counts()["blocks"]
+
+
+def test_unknown_feed_forward():
+    with pytest.raises(UserError, match="feed-forward"):
+        Net(parse_arm("softmax_attention"), 1, 8, 5, 3, seq_len=4, ff="gelu8x")

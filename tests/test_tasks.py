@@ -10,7 +10,7 @@ import torch
 
 from blocklab.errors import UserError
 from blocklab.tasks import TASKS, make_task
-from blocklab.tasks.base import standardize
+from blocklab.tasks.base import score, standardize
 from blocklab.tasks.teacher import TeacherNet
 
 NAMES = TASKS.names()
@@ -48,17 +48,21 @@ def test_seed_dependence(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_shapes_dtypes_finite(name):
-    d = data(name, 0)
-    assert d.kind == TASKS.get(name).kind
+    d, cls = data(name, 0), TASKS.get(name)
+    assert d.kind == cls.kind and d.sequence == cls.sequence
+    assert small(name).seq_len == d.seq_len
+    assert d.sequence or not d.per_position  # a target per position needs positions
     for key, s in splits(d).items():
         assert len(s) > 0 and s.x.shape[0] == s.y.shape[0], key
         assert s.x.shape[1:] == d.input_shape and s.x.dtype == torch.float32, key
+        assert s.x.ndim == (3 if d.sequence else 2), key  # (n, T, F) or (n, F)
         assert torch.isfinite(s.x).all(), key
+        lead = (len(s), d.seq_len) if d.per_position else (len(s),)
         if d.kind == "regression":
-            assert s.y.shape == (len(s), d.n_out) and s.y.dtype == torch.float32, key
+            assert s.y.shape == (*lead, d.n_out) and s.y.dtype == torch.float32, key
             assert torch.isfinite(s.y).all(), key
         else:
-            assert s.y.shape == (len(s),) and s.y.dtype == torch.int64, key
+            assert s.y.shape == lead and s.y.dtype == torch.int64, key
             assert s.y.min() >= 0 and s.y.max() < d.n_out, key
 
 
@@ -66,11 +70,78 @@ def test_shapes_dtypes_finite(name):
 def test_targets_standardized_or_classes_present(name):
     d = data(name, 0)
     y = d.train.y
-    if d.kind == "regression":
+    if d.kind == "regression" and d.tolerance is not None:
+        # the tolerance is defined in raw units, so these targets stay unstandardized
+        assert torch.isfinite(y).all() and y.abs().max() > 0
+        assert d.oracle is not None
+    elif d.kind == "regression":
         assert y.mean(0).abs().max() < 1e-4
         assert (y.std(0) - 1).abs().max() < 1e-3
     else:
-        assert torch.bincount(y, minlength=d.n_out).min() > 0  # every class seen in training
+        # every class seen in training
+        assert torch.bincount(y.flatten(), minlength=d.n_out).min() > 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_tolerance_iff_scored_by_tolerance(name):
+    d = data(name, 0)
+    assert (d.tolerance is not None) == TASKS.get(name).scored_by_tolerance
+    assert d.tolerance is None or (d.kind == "regression" and d.tolerance > 0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_oracle_perfect(name):
+    d = data(name, 0)
+    if d.sequence:
+        assert d.oracle is not None  # sequence tasks come with their definition as code
+    if d.oracle is None:
+        pytest.skip("no oracle")
+    for key, s in splits(d).items():
+        out = d.oracle(s.x)
+        _, metric, units = score(out, s.y, d.kind, d.tolerance)
+        if d.kind == "regression" and d.tolerance is None:
+            assert metric / units < 1e-10, key
+        else:
+            assert metric == units, key  # accuracy exactly 1
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_constant_predictor_scores_at_chance(name):
+    d = data(name, 0)
+    test = d.test
+    if d.kind == "classification":
+        counts = torch.bincount(d.train.y.flatten(), minlength=d.n_out)
+        majority = int(counts.argmax())
+        out = torch.zeros(*test.y.shape, d.n_out)  # (n, [T,] C)
+        out[..., majority] = 1.0
+        _, correct, units = score(out, test.y, d.kind)
+        freq = torch.bincount(test.y.flatten(), minlength=d.n_out).double() / test.y.numel()
+        assert correct / units == pytest.approx(float(freq[majority]))
+        assert correct / units <= float(freq.max())
+        # random logits pick a uniform class independent of the label: accuracy 1/C in expectation
+        g = torch.Generator().manual_seed(0)
+        _, correct, units = score(torch.randn(out.shape, generator=g), test.y, d.kind)
+        p = 1 / d.n_out
+        assert abs(correct / units - p) < 4 * (p * (1 - p) / units) ** 0.5
+    elif d.tolerance is None:
+        out = d.train.y.mean(0).expand_as(test.y)
+        _, mse, units = score(out, test.y, d.kind)
+        # ~1 by standardization; the small test splits (128 examples) spread it by ~0.15-0.2
+        assert mse / units > 0.7
+    else:
+        _, hits, units = score(torch.zeros_like(test.y), test.y, d.kind, d.tolerance)
+        assert hits / units == pytest.approx(d.info["chance"])
+        _, hits, units = score(d.train.y.mean(0).expand_as(test.y), test.y, d.kind, d.tolerance)
+        assert abs(hits / units - d.info["chance"]) < 0.01  # the training mean is near 0
+        assert d.info["chance"] < 0.1
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reported_balance(name):
+    d = data(name, 0)
+    if "balance" not in d.info:
+        pytest.skip("no balance reported")
+    assert 0.35 <= d.info["balance"] <= 0.65
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -85,7 +156,9 @@ def test_splits_disjoint(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_metric_matches_kind(name):
     task = small(name)
-    if task.kind == "regression":
+    if task.kind == "regression" and task.scored_by_tolerance:
+        assert task.metric == "accuracy" and task.higher_is_better
+    elif task.kind == "regression":
         assert task.metric == "mse" and not task.higher_is_better
     else:
         assert task.kind == "classification"

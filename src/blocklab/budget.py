@@ -7,6 +7,7 @@ count lands within `tol` of B; the actual count is what gets recorded.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from blocklab.errors import UserError
@@ -27,20 +28,23 @@ class Shape:
         return self.block_params / self.budget - 1.0
 
 
-def _best_width(arm: Arm, depth: int, budget: int, bias: bool, near: int) -> tuple[int, int]:
+Cost = Callable[[int, int], int]  # (depth, width) -> parameters of the layers
+
+
+def _best_width(cost: Cost, depth: int, budget: int, near: int) -> tuple[int, int]:
     """The width whose count is nearest the budget (counts grow with width); ties go to `near`."""
     lo, hi = 1, max(2, near)
-    while arm.block_params(depth, hi, bias) < budget:
+    while cost(depth, hi) < budget:
         hi *= 2
     while lo < hi:  # first width with count >= budget
         mid = (lo + hi) // 2
-        if arm.block_params(depth, mid, bias) >= budget:
+        if cost(depth, mid) >= budget:
             hi = mid
         else:
             lo = mid + 1
     candidates = [w for w in (lo - 1, lo) if w >= 1]
     return min(
-        ((w, arm.block_params(depth, w, bias)) for w in candidates),
+        ((w, cost(depth, w)) for w in candidates),
         key=lambda wc: (abs(wc[1] - budget), abs(wc[0] - near)),
     )
 
@@ -53,36 +57,43 @@ def solve(
     width: int = 32,
     depth: int = 4,
     bias: bool = False,
+    ff: str = "none",
+    seq_len: int | None = None,
     tol: float = TOLERANCE,
 ) -> Shape:
     """mode 'width': depth from B / (per-layer cost at `width`), then width adjusted.
-    mode 'depth': the depth is fixed and the width solved."""
+    mode 'depth': the depth is fixed and the width solved. The budget covers whole layers:
+    blocks and, with `ff`, their feed-forward sublayers."""
+
+    def cost(depth: int, width: int) -> int:
+        return arm.block_params(depth, width, bias, ff, seq_len)
+
     if budget <= 0:
         raise UserError(f"budget must be a positive parameter count, got {budget}")
     if mode == "depth":
         if depth < 1:
             raise UserError(f"depth must be >= 1, got {depth}")
-        if arm.block_params(depth, 1, bias) > budget * (1 + tol):
+        if cost(depth, 1) > budget * (1 + tol):
             raise UserError(f"budget {budget} is too small for {depth} layers of {arm.label}")
-        w, count = _best_width(arm, depth, budget, bias, near=1)
+        w, count = _best_width(cost, depth, budget, near=1)
         candidates = [(depth, w, count)]
     elif mode == "width":
         if width < 1:
             raise UserError(f"width must be >= 1, got {width}")
-        one_layer = arm.block_params(1, width, bias)
+        one_layer = cost(1, width)
         if one_layer > budget * (1 + tol):
             raise UserError(
                 f"budget {budget} is too small for one layer of {arm.label} at width {width} "
                 f"(one layer costs {one_layer})"
             )
         p = 1
-        while arm.block_params(p + 1, width, bias) <= budget:
+        while cost(p + 1, width) <= budget:
             p += 1
 
         # rounding: the depth at nominal width closest to the budget and its neighbours; at small
         # widths one width step can jump past the tolerance, so look further before refusing
         def shapes(depths):
-            return [(q, *_best_width(arm, q, budget, bias, near=width)) for q in depths]
+            return [(q, *_best_width(cost, q, budget, near=width)) for q in depths]
 
         candidates = shapes(sorted({max(1, p - 1), p, p + 1}))
         within = [c for c in candidates if abs(c[2] / budget - 1) <= tol]

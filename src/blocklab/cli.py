@@ -51,15 +51,7 @@ def cmd_degree_sweep(args: argparse.Namespace) -> int:
     cfg = cfgmod.resolve(
         degree_sweep.DegreeSweepConfig, degree_sweep.DegreeSweepConfig(), args.config, flags
     )
-    if args.workers < 1:
-        raise UserError(f"--workers must be >= 1, got {args.workers}")
-    if args.device not in ("auto", "cpu", "cuda"):
-        raise UserError(f"--device must be auto, cpu or cuda, got {args.device!r}")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda: no CUDA device is available")
-    out = Path(args.out)
-    store = Store(out)
-    _check_writable(out)
+    out, store = _open_run(args)
     result = degree_sweep.run(
         cfg, store, workers=args.workers, device=args.device, progress=not args.quiet
     )
@@ -89,6 +81,88 @@ def cmd_degree_sweep(args: argparse.Namespace) -> int:
         for f in result.failed:
             print(f"failed: {f['trial']}: {f['error'].splitlines()[0]}")
         print(f"\nreport: {path}")
+    return 0
+
+
+def _open_run(args: argparse.Namespace) -> tuple[Path, Store]:
+    """Check the run flags, open the store and make sure the report can be written."""
+    if args.workers < 1:
+        raise UserError(f"--workers must be >= 1, got {args.workers}")
+    if args.device not in ("auto", "cpu", "cuda"):
+        raise UserError(f"--device must be auto, cpu or cuda, got {args.device!r}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: no CUDA device is available")
+    out = Path(args.out)
+    store = Store(out)
+    _check_writable(out)
+    return out, store
+
+
+def _experiment_config(args: argparse.Namespace, cls: type) -> Any:
+    """Defaults (the quick form, or the full form with --full) < TOML < flags."""
+    defaults = cls.full() if args.full else cls()
+    return cfgmod.resolve(cls, defaults, args.config, cfgmod.overrides(args, cls))
+
+
+def cmd_sanford(args: argparse.Namespace) -> int:
+    from blocklab import report_attention as ra
+    from blocklab.experiments import sanford
+    from blocklab.tasks import make_task
+
+    cls = sanford.QsaConfig if args.which == "qsa" else sanford.MatchConfig
+    cfg = _experiment_config(args, cls)
+    out, store = _open_run(args)
+    run = sanford.run_qsa if args.which == "qsa" else sanford.run_match
+    result = run(cfg, store, workers=args.workers, device=args.device, progress=not args.quiet)
+    if not result.rows:
+        raise UserError("no trial finished; see `blocklab runs --out DIR list --status failed`")
+    config = ra.config_json(cfg)
+    if args.which == "qsa":
+        path = ra.sanford_qsa(out, result, config, provenance())
+    else:
+        balance = {}
+        for t in cfg.tasks:
+            info = make_task(t, seq_len=cfg.seq_len, n_train=cfg.n_train).make(0).info
+            balance[t] = {"modulus": info["modulus"], "balance": info["balance"]}
+        path = ra.sanford_match(out, result, config, provenance(), balance)
+    return _print_findings(args, result, path, config)
+
+
+def cmd_needle(args: argparse.Namespace) -> int:
+    from blocklab import report_attention as ra
+    from blocklab.experiments import needle
+
+    cfg = _experiment_config(args, needle.NeedleConfig)
+    out, store = _open_run(args)
+    result = needle.run(
+        cfg, store, workers=args.workers, device=args.device, progress=not args.quiet
+    )
+    config = ra.config_json(cfg)
+    path = ra.needle(out, result, config, provenance())
+    return _print_findings(args, result, path, config)
+
+
+def _print_findings(args, result, path: Path, config: dict[str, Any]) -> int:
+    from blocklab.report import plain
+
+    if args.json:
+        payload = {
+            "findings": result.findings,
+            "summaries": result.summaries,
+            "failed": result.failed,
+            "report": str(path),
+            "config": config,
+        }
+        print(json.dumps(plain(payload), indent=2))
+        return 0
+    for f in result.findings:
+        where = " ".join(str(f[k]) for k in ("part", "setting", "task") if k in f)
+        where += "".join(f" {k}={f[k]}" for k in ("q", "width", "model") if k in f)
+        verdict = f" -> {f['verdict']}" if "verdict" in f else ""
+        print(f"{where.strip()}: predicted {f['predicted']}; measured {f['measured']}{verdict}")
+    for f in result.failed:
+        print(f"failed: {f['trial']}: {f['error'].splitlines()[0]}")
+    print(f"\nreport: {path}")
     return 0
 
 
@@ -214,6 +288,26 @@ def build_parser() -> Parser:
     runs.add_argument("--status", choices=("done", "diverged", "failed"))
     runs.add_argument("--json", action="store_true")
 
+    from blocklab.experiments import sanford
+
+    san = sub.add_parser("sanford", help="seed 002: qSA and Match2/Match3 separations")
+    san_sub = san.add_subparsers(dest="which", required=True, parser_class=Parser)
+    for which, cls, what in (
+        ("qsa", sanford.QsaConfig, "one attention layer vs embedding dimension, several q"),
+        ("match", sanford.MatchConfig, "standard vs tensor attention on Match2 and Match3"),
+    ):
+        p = san_sub.add_parser(which, help=what)
+        _common_run_flags(p, f"runs/sanford-{which}")
+        p.add_argument("--full", action="store_true", help="the full form (quick by default)")
+        cfgmod.add_flags(p, cls)
+
+    from blocklab.experiments import needle
+
+    nd = sub.add_parser("needle", help="seed 004: softmax vs linear attention on the needle task")
+    _common_run_flags(nd, "runs/needle")
+    nd.add_argument("--full", action="store_true", help="the full form (quick by default)")
+    cfgmod.add_flags(nd, needle.NeedleConfig)
+
     th = sub.add_parser("theory", help="h(d) and the degree proxy of seed 000")
     th.add_argument("--degrees", nargs="+", default=["2", "e", "3", "4", "5"])
     th.add_argument("--budget", type=int, default=24576)
@@ -232,6 +326,10 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command in ("demo", "degree-sweep"):
             return cmd_degree_sweep(args)
+        if args.command == "needle":
+            return cmd_needle(args)
+        if args.command == "sanford":
+            return cmd_sanford(args)
         if args.command == "runs":
             return cmd_runs(args)
         return cmd_theory(args)

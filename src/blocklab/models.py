@@ -1,8 +1,14 @@
-"""Networks: embedding -> p layers (norm, block, activation, optional residual) -> readout.
+"""Networks: embedding -> p layers (norm, block, activation, optional residual, optional
+feed-forward) -> readout. Vector inputs (B, F) or sequences (B, T, F), read out per position or
+mean-pooled.
 
 An `Arm` names what a comparison varies: a polynomial degree (integer -> `poly`, real ->
 `fractional`), a per-layer degree pattern (a mixed stack, cycled to the depth), or another
-registered block such as the `mlp` control.
+registered block with its options, such as the `mlp` control or `poly_attention(n=2)`.
+
+With a token-mixing block the switches give the transformer family: seed 001's analyzed network
+(eq. 3: `linearized_attention`, norm none, no feed-forward) and the common one (eq. 1-2:
+`softmax_attention`, layer norm, residual, feed-forward relu4x; 12 L D^2 parameters bias-free).
 """
 
 from __future__ import annotations
@@ -16,23 +22,36 @@ from torch import nn
 
 from blocklab.blocks import BLOCKS, make_block
 from blocklab.errors import UserError
+from blocklab.options import parse_pairs, split_list
 
 
 @dataclass(frozen=True)
 class Arm:
     label: str
     block: str  # "poly" for the polynomial family, else a registered block name
-    degrees: tuple[float, ...] = ()  # per-layer pattern, cycled; empty for non-polynomial arms
+    degrees: tuple[float, ...] = ()  # per-layer pattern, cycled; empty for other blocks
     kwargs: dict[str, Any] = field(default_factory=dict)
+    block_degree: float | None = None  # the degree another block states (None: not polynomial)
 
     @property
     def degree(self) -> float | None:
-        """Average degree per layer over one pattern (None for non-polynomial arms)."""
-        return sum(self.degrees) / len(self.degrees) if self.degrees else None
+        """Average degree per layer over one pattern, or the block's stated degree."""
+        return sum(self.degrees) / len(self.degrees) if self.degrees else self.block_degree
 
-    def layer_blocks(self, depth: int, bias: bool = False) -> list[tuple[str, dict[str, Any]]]:
+    @property
+    def mixes_tokens(self) -> bool:
+        return not self.degrees and BLOCKS.get(self.block).mixes_tokens
+
+    def layer_blocks(
+        self, depth: int, bias: bool = False, seq_len: int | None = None
+    ) -> list[tuple[str, dict[str, Any]]]:
         if not self.degrees:
-            return [(self.block, dict(self.kwargs))] * depth
+            kw = dict(self.kwargs)
+            if BLOCKS.get(self.block).needs_seq_len:
+                if seq_len is None:
+                    raise UserError(f"block {self.block} needs a sequence task")
+                kw["seq_len"] = seq_len
+            return [(self.block, kw)] * depth
         out = []
         for i in range(depth):
             d = self.degrees[i % len(self.degrees)]
@@ -46,11 +65,20 @@ class Arm:
                 out.append(("fractional", {"degree": float(d), **self.kwargs}))
         return out
 
-    def block_params(self, depth: int, width: int, bias: bool = False) -> int:
-        return sum(
+    def block_params(
+        self,
+        depth: int,
+        width: int,
+        bias: bool = False,
+        ff: str = "none",
+        seq_len: int | None = None,
+    ) -> int:
+        """Parameters of the layers: blocks and feed-forward sublayers (the budgeted part)."""
+        blocks = sum(
             BLOCKS.get(name).count_params(width, width, **kw)
-            for name, kw in self.layer_blocks(depth, bias)
+            for name, kw in self.layer_blocks(depth, bias, seq_len)
         )
+        return blocks + depth * ff_params(ff, width, bias)
 
 
 def format_degree(d: float) -> str:
@@ -60,17 +88,44 @@ def format_degree(d: float) -> str:
 
 
 def parse_arm(text: str) -> Arm:
-    """'3' | 'e' | '2.5' | '[3,2,3]' -> a polynomial arm; a block name ('mlp') -> a control."""
+    """'3' | 'e' | '2.5' | '[3,2,3]' -> a polynomial arm; a block name with optional options
+    ('mlp', 'softmax_attention(heads=2)', 'poly_attention(n=2)') -> that block."""
     s = str(text).strip().replace(" ", "")
     if s.startswith("[") and s.endswith("]"):
         degrees = tuple(parse_degree(p) for p in s[1:-1].split(",") if p)
         if not degrees:
             raise UserError(f"empty degree list {text!r}")
         return Arm("mix[" + ",".join(format_degree(d) for d in degrees) + "]", "poly", degrees)
-    if s in BLOCKS and s not in ("poly", "fractional"):
-        return Arm(s, s)
+    name, _, rest = s.partition("(")
+    if rest or (name[:1].isalpha() and name.lower() != "e"):
+        if rest and not rest.endswith(")"):
+            raise UserError(f"arm {text!r}: options go in parentheses, e.g. poly_attention(n=2)")
+        cls = BLOCKS.get(name)  # unknown names fail with "did you mean"
+        if name in ("poly", "fractional"):
+            raise UserError(f"give the {name} family as a degree ('3', 'e', '[3,2]'), not {s!r}")
+        kwargs = {
+            k: _literal(v) for k, v in parse_pairs(split_list(rest[:-1]), f"arm {name}").items()
+        }
+        try:
+            probe = cls(4, 4, **kwargs, **({"seq_len": 4} if cls.needs_seq_len else {}))
+        except TypeError as exc:
+            raise UserError(f"arm {text!r}: {exc}") from None
+        return Arm(s, name, (), kwargs, probe.degree)
     d = parse_degree(s)
     return Arm(f"d={format_degree(d)}", "poly", (d,))
+
+
+def _literal(text: str) -> Any:
+    """A block option from text: int, float, bool or string."""
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def parse_degree(text: str) -> float:
@@ -85,6 +140,20 @@ def parse_degree(text: str) -> float:
 
 
 NORMS = ("none", "layer", "rms")
+FEED_FORWARD = {"none": 0, "relu4x": 4}  # name -> hidden expansion of the position-wise MLP
+
+
+def ff_params(kind: str, width: int, bias: bool) -> int:
+    k = _expansion(kind)
+    return 2 * k * width * width + (k * width + width if bias and k else 0)
+
+
+def _expansion(kind: str) -> int:
+    if kind not in FEED_FORWARD:
+        raise UserError(f"feed-forward must be one of {', '.join(FEED_FORWARD)}, got {kind!r}")
+    return FEED_FORWARD[kind]
+
+
 ACTIVATIONS = {"none": nn.Identity, "relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh}
 
 
@@ -100,9 +169,19 @@ def make_norm(kind: str, width: int) -> nn.Module:
 
 
 class Layer(nn.Module):
-    """x + act(block(norm(x))) with residual, act(block(norm(x))) without."""
+    """x + act(block(norm(x))) with residual, act(block(norm(x))) without; then, with a
+    feed-forward sublayer, the same around W2 relu(W1 norm(x)) (a pre-norm transformer layer)."""
 
-    def __init__(self, block: nn.Module, width: int, norm: str, activation: str, residual: bool):
+    def __init__(
+        self,
+        block: nn.Module,
+        width: int,
+        norm: str,
+        activation: str,
+        residual: bool,
+        ff: str = "none",
+        bias: bool = False,
+    ):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise UserError(
@@ -110,14 +189,31 @@ class Layer(nn.Module):
             )
         self.norm, self.block, self.act = make_norm(norm, width), block, ACTIVATIONS[activation]()
         self.residual = residual
+        k = _expansion(ff)
+        self.ff = None
+        if k:
+            self.ff_norm = make_norm(norm, width)
+            self.ff = nn.Sequential(
+                nn.Linear(width, k * width, bias=bias),
+                nn.ReLU(),
+                nn.Linear(k * width, width, bias=bias),
+            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.act(self.block(self.norm(x)))  # (B, D)
-        return x + y if self.residual else y
+        y = self.act(self.block(self.norm(x)))  # (B, D) or (B, T, D)
+        x = x + y if self.residual else y
+        if self.ff is not None:
+            y = self.ff(self.ff_norm(x))  # position-wise
+            x = x + y if self.residual else y
+        return x
 
 
 class Net(nn.Module):
-    """Vector-input network; the embedding and readout are the same for every arm at a width."""
+    """The embedding and readout are the same for every arm at a width, so budgets compare the
+    layers alone. `seq_len` None: vector inputs (B, ...) flattened to (B, n_in); else sequences
+    (B, T, n_in) embedded per position, read out per position or, with `pooled`, after a mean
+    over positions. `flatten` feeds a sequence as one vector (B, T * n_in) and reads all T
+    outputs at once (unless pooled): the fully connected network that sees every position."""
 
     def __init__(
         self,
@@ -127,30 +223,50 @@ class Net(nn.Module):
         n_in: int,
         n_out: int,
         *,
+        seq_len: int | None = None,
+        pooled: bool = False,
+        flatten: bool = False,
         bias: bool = False,
         norm: str = "layer",
         activation: str = "none",
         residual: bool = True,
+        ff: str = "none",
     ):
         super().__init__()
+        if flatten and seq_len is None:
+            raise UserError("flatten applies to sequence tasks only")
+        self.out_shape = (seq_len, n_out) if flatten and not pooled else None
+        if flatten:
+            n_in, n_out, seq_len, pooled = seq_len * n_in, seq_len * n_out, None, False
+        if seq_len is None and arm.mixes_tokens:
+            raise UserError(f"{arm.label} mixes positions and needs a sequence task")
+        self.seq_len, self.pooled = seq_len, pooled
         self.embed = nn.Linear(n_in, width)
         blocks = [
-            make_block(name, width, width, **kw) for name, kw in arm.layer_blocks(depth, bias)
+            make_block(name, width, width, **kw)
+            for name, kw in arm.layer_blocks(depth, bias, seq_len)
         ]
-        self.layers = nn.ModuleList(Layer(b, width, norm, activation, residual) for b in blocks)
+        self.layers = nn.ModuleList(
+            Layer(b, width, norm, activation, residual, ff, bias) for b in blocks
+        )
         self.norm_out = make_norm(norm, width)
         self.readout = nn.Linear(width, n_out)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.embed(x.flatten(1))  # (B, D)
+        h = self.embed(x if self.seq_len else x.flatten(1))  # (B, D) or (B, T, D)
         for layer in self.layers:
-            h = layer(h)  # (B, D)
-        return self.readout(self.norm_out(h))  # (B, n_out)
+            h = layer(h)
+        h = self.norm_out(h)
+        if self.pooled:
+            h = h.mean(1)  # (B, D)
+        out = self.readout(h)  # (B, n_out) or (B, T, n_out)
+        return out if self.out_shape is None else out.unflatten(1, self.out_shape)
 
     def param_counts(self) -> dict[str, int]:
         def n(m: nn.Module) -> int:
             return sum(p.numel() for p in m.parameters())
 
+        # "blocks" counts whole layers (blocks and feed-forward): the budgeted part
         counts = {"embed": n(self.embed), "blocks": n(self.layers), "readout": n(self.readout)}
         counts["total"] = n(self)
         return counts

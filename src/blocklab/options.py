@@ -89,10 +89,10 @@ def build(cls: type[D], values: Mapping[str, Any] | None = None, what: str = "")
 
 
 def split_list(text: str) -> list[str]:
-    """Split on commas outside brackets: '2,[3,2],e' -> ['2', '[3,2]', 'e']."""
+    """Split on commas outside brackets: '2,[3,2],f(n=2,h=1)' -> ['2', '[3,2]', 'f(n=2,h=1)']."""
     parts, depth, cur = [], 0, ""
     for ch in str(text):
-        depth += (ch == "[") - (ch == "]")
+        depth += (ch in "[(") - (ch in "])")
         if ch == "," and depth == 0:
             parts.append(cur)
             cur = ""

@@ -86,7 +86,7 @@ def table(summaries):
     return "\n".join([line(COLUMNS), "  ".join("-" * w for w in widths), *map(line, body)])
 
 
-def _markdown_table(header, body):
+def markdown_table(header, body):
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return out + ["| " + " | ".join(cells) + " |" for cells in body]
 
@@ -131,7 +131,7 @@ def _theory_section(summaries, rankings):
         )
         for arm, d in sorted(arms.items(), key=lambda kv: (kv[1], kv[0]))
     ]
-    lines += _markdown_table(("arm", "layer degrees", "degree", "h"), body)
+    lines += markdown_table(("arm", "layer degrees", "degree", "h"), body)
     lines += [
         "",
         "Degree proxy of seed 000 eq. 17 at each budget, with N_dx = width^2 at the "
@@ -149,7 +149,7 @@ def _theory_section(summaries, rankings):
                     f"{degree_proxy_log10(layer_degrees(s.arm, s.degree), s.budget, n_dx):.4g}",
                 ),
             )
-    lines += _markdown_table(
+    lines += markdown_table(
         ("budget", "arm", "width", "depth", "layers (eq. 4)", "log10 degree (eq. 17)"),
         [k + v for k, v in body.items()],
     )
@@ -210,7 +210,7 @@ def write_report(out_dir, rows, *, title, config, provenance, alpha=0.05):
         "Student-t interval); diverged seeds are excluded and counted.",
         "",
     ]
-    lines += _markdown_table(COLUMNS, [_cells(s) for s in summaries])
+    lines += markdown_table(COLUMNS, [_cells(s) for s in summaries])
     lines += [""] + _theory_section(summaries, rankings)
     lines += [
         "",
@@ -235,23 +235,23 @@ def write_report(out_dir, rows, *, title, config, provenance, alpha=0.05):
     return path
 
 
-def _plain(x):
+def plain(x):
     # JSON has no NaN or Infinity: a missing statistic is null.
     if isinstance(x, np.generic):
         x = x.item()
     if isinstance(x, float):
         return x if math.isfinite(x) else None
     if isinstance(x, dict):
-        return {k: _plain(v) for k, v in x.items()}
+        return {k: plain(v) for k, v in x.items()}
     if isinstance(x, list | tuple):
-        return [_plain(v) for v in x]
+        return [plain(v) for v in x]
     return x
 
 
 def to_json(rows, alpha=0.05):
     """Summaries, verdicts and rankings as JSON-serializable dicts (NaN -> None)."""
     summaries = summarize(rows)
-    return _plain(
+    return plain(
         {
             "summaries": [dataclasses.asdict(s) for s in summaries],
             "verdicts": [dataclasses.asdict(v) for v in compare(rows, alpha)],

@@ -50,6 +50,8 @@ class TrialSpec:
     train: TrainConfig
     seed: int
     data_seed: int | None = None  # None: the task's data follow the trial seed
+    ff: str = "none"  # feed-forward sublayer per layer (models.FEED_FORWARD)
+    flatten: bool = False  # a sequence task fed as one flat vector (fully connected baseline)
 
     def config(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -92,6 +94,27 @@ def _to(split, device):
     return dataclasses.replace(split, x=split.x.to(device), y=split.y.to(device))
 
 
+def build_model(spec: TrialSpec, data: TaskData) -> Net:
+    """The network a spec describes, shaped for the task's data."""
+    # sequences embed each position's features; vectors are flattened
+    n_in = data.input_shape[-1] if data.sequence else math.prod(data.input_shape)
+    return Net(
+        spec.arm,
+        spec.depth,
+        spec.width,
+        n_in,
+        data.n_out,
+        seq_len=data.seq_len,
+        pooled=data.sequence and not data.per_position,
+        flatten=spec.flatten,
+        bias=spec.bias,
+        norm=spec.norm,
+        activation=spec.activation,
+        residual=spec.residual,
+        ff=spec.ff,
+    )
+
+
 def run_trial(spec: TrialSpec, device: str = "cpu") -> dict[str, Any]:
     """Build data and model from the spec and train; exceptions become a 'failed' record."""
     base = {"id": spec.id, "seed": spec.seed, "config": spec.config()}
@@ -106,18 +129,7 @@ def run_trial(spec: TrialSpec, device: str = "cpu") -> dict[str, Any]:
             test=_to(data.test, device),
         )
         torch.manual_seed(spec.seed)  # the initialization follows the trial seed
-        n_in = math.prod(data.input_shape)
-        model = Net(
-            spec.arm,
-            spec.depth,
-            spec.width,
-            n_in,
-            data.n_out,
-            bias=spec.bias,
-            norm=spec.norm,
-            activation=spec.activation,
-            residual=spec.residual,
-        ).to(device)
+        model = build_model(spec, data).to(device)
         threshold = spec.train.threshold if spec.train.threshold is not None else task.threshold
         result = train(model, data, spec.train, spec.seed, threshold)
         record = {**base, **as_record(result)}

@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from blocklab.tasks.base import Split, TaskData
+from blocklab.tasks.base import Split, TaskData, loss, score
 
 
 @dataclass(frozen=True)
@@ -66,26 +65,20 @@ def lr_factor(step: int, steps: int, warmup: float) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def loss_fn(kind: str):
-    return F.mse_loss if kind == "regression" else F.cross_entropy
-
-
 @torch.no_grad()
-def evaluate(model: nn.Module, split: Split, kind: str, batch: int = 4096) -> tuple[float, float]:
-    """(mean loss, metric): metric is MSE for regression and accuracy for classification."""
+def evaluate(
+    model: nn.Module, split: Split, kind: str, tolerance: float | None = None, batch: int = 4096
+) -> tuple[float, float]:
+    """(mean loss, metric) over the split's units (see `tasks.base.score`): the metric is MSE
+    for regression, accuracy for classification and for regression scored within a tolerance."""
     model.eval()
-    total, right, n = 0.0, 0, len(split)
-    for i in range(0, n, batch):
-        x, y = split.x[i : i + batch], split.y[i : i + batch]
-        out = model(x)  # (b, n_out)
-        if kind == "regression":
-            total += F.mse_loss(out, y, reduction="sum").item() / y.shape[1]
-        else:
-            total += F.cross_entropy(out, y, reduction="sum").item()
-            right += (out.argmax(-1) == y).sum().item()
+    total, hits, units = 0.0, 0.0, 0
+    for i in range(0, len(split), batch):
+        out = model(split.x[i : i + batch])  # (b, n_out) or (b, T, n_out)
+        s_loss, s_metric, n = score(out, split.y[i : i + batch], kind, tolerance)
+        total, hits, units = total + s_loss, hits + s_metric, units + n
     model.train()
-    loss = total / n
-    return loss, (loss if kind == "regression" else right / n)
+    return total / units, hits / units
 
 
 def eval_steps(steps: int, points: int) -> list[int]:
@@ -98,7 +91,7 @@ def train(
 ) -> TrainResult:
     """Train in place. Batches come from a generator seeded by `seed`, so trials are repeatable."""
     start = time.perf_counter()
-    kind, lossf = data.kind, loss_fn(data.kind)
+    kind, tol = data.kind, data.tolerance
     train_split = data.train
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg.steps, cfg.warmup))
@@ -113,7 +106,7 @@ def train(
 
     def checkpoint(step: int) -> None:
         nonlocal reached
-        val_loss, _ = evaluate(model, data.val, kind)
+        val_loss, _ = evaluate(model, data.val, kind, tol)
         curves["step"].append(step)
         curves["val_loss"].append(val_loss)
         curves["train_loss"].append(sum(window) / len(window) if window else float("nan"))
@@ -128,14 +121,14 @@ def train(
             perm, pos = torch.randperm(n, generator=gen), 0
         idx = perm[pos : pos + bs]
         pos += bs
-        loss = lossf(model(train_split.x[idx]), train_split.y[idx])
-        value = loss.item()
+        batch_loss = loss(model(train_split.x[idx]), train_split.y[idx], kind)
+        value = batch_loss.item()
         start_loss = value if start_loss is None else start_loss
         if not math.isfinite(value) or value > cfg.blowup * max(start_loss, 1e-3):
             diverged_at = step
             break
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        batch_loss.backward()
         grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
         if not torch.isfinite(grad_norm):
             diverged_at = step
@@ -158,8 +151,8 @@ def train(
             curves,
             time.perf_counter() - start,
         )
-    _, val_metric = evaluate(model, data.val, kind)
-    test_loss, test_metric = evaluate(model, data.test, kind)
+    _, val_metric = evaluate(model, data.val, kind, tol)
+    test_loss, test_metric = evaluate(model, data.test, kind, tol)
     ok = all(math.isfinite(v) for v in (val_metric, test_metric))
     return TrainResult(
         "done" if ok else "diverged",

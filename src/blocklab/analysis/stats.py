@@ -201,7 +201,7 @@ class Verdict:
     test: str
 
 
-def _paired_p(a, b):
+def paired_p(a, b):
     if np.all(a == b):
         return 1.0  # ttest_rel gives nan for zero variance; no difference at all is p = 1
     with warnings.catch_warnings():
@@ -262,7 +262,7 @@ def _verdict(task, budget, trials, alpha):
         seeds = sorted(set(done[best]) & set(done[a]))
         pairs[a] = (np.array([done[best][s] for s in seeds]), np.array([done[a][s] for s in seeds]))
     tested = [a for a in others if len(pairs[a][0]) >= 2]
-    p_raw = {a: _paired_p(*pairs[a]) for a in tested}
+    p_raw = {a: paired_p(*pairs[a]) for a in tested}
     p_holm = dict(zip(tested, holm([p_raw[a] for a in tested]), strict=True))
 
     comparisons = []

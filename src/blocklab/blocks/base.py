@@ -18,6 +18,10 @@ class Block(nn.Module):
     name: ClassVar[str]
     # constructor kwargs the contract tests instantiate (besides d_in, d_out)
     examples: ClassVar[list[dict[str, Any]]] = [{}]
+    # token-mixing blocks take (B, T, D_in) and mix positions; per-token ones any (B, ..., D_in)
+    mixes_tokens: ClassVar[bool] = False
+    # blocks whose weights depend on the sequence length take it as the keyword `seq_len`
+    needs_seq_len: ClassVar[bool] = False
 
     def __init__(self, d_in: int, d_out: int):
         super().__init__()

@@ -14,7 +14,7 @@ from typing import Any
 from blocklab import budget as budgets
 from blocklab import sweep
 from blocklab.errors import UserError
-from blocklab.models import ACTIVATIONS, NORMS, Arm, parse_arm
+from blocklab.models import ACTIVATIONS, FEED_FORWARD, NORMS, Arm, parse_arm
 from blocklab.store import Store
 from blocklab.tasks import make_task
 from blocklab.train import TrainConfig
@@ -35,7 +35,11 @@ class DegreeSweepConfig:
         metadata=_help("degrees to compare: integers, decimals, 'e', or per-layer lists '[3,2,3]'"),
     )
     baselines: tuple[str, ...] = field(
-        default=("mlp",), metadata=_help("non-polynomial blocks compared at the same budgets")
+        default=("mlp",),
+        metadata=_help(
+            "other blocks compared at the same budgets, with options in parentheses: "
+            "'mlp', 'softmax_attention(heads=2)', 'poly_attention(n=2)'"
+        ),
     )
     budgets: tuple[int, ...] = field(
         default=(12288, 24576), metadata=_help("parameter budgets of the blocks")
@@ -55,6 +59,12 @@ class DegreeSweepConfig:
         default="none", metadata=_help(f"activation after each block: {', '.join(ACTIVATIONS)}")
     )
     residual: bool = field(default=True, metadata=_help("residual connection around each layer"))
+    ff: str = field(
+        default="none",
+        metadata=_help(
+            f"feed-forward sublayer per layer, counted in the budget: {', '.join(FEED_FORWARD)}"
+        ),
+    )
     lr_grid: tuple[float, ...] = field(
         default=(3e-3, 1e-2, 3e-2), metadata=_help("learning rates tried per arm on validation")
     )
@@ -76,6 +86,8 @@ class DegreeSweepConfig:
             raise ValueError(
                 f"activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}"
             )
+        if self.ff not in FEED_FORWARD:
+            raise ValueError(f"ff must be one of {', '.join(FEED_FORWARD)}, got {self.ff!r}")
         if self.mode not in ("width", "depth"):
             raise ValueError(f"mode must be 'width' or 'depth', got {self.mode!r}")
         if not 0 < self.alpha < 1:
@@ -95,12 +107,23 @@ class DegreeSweepConfig:
 def plan(cfg: DegreeSweepConfig) -> dict[tuple[int, str], tuple[Arm, budgets.Shape]]:
     """Solve every (budget, arm) shape up front, so that a bad budget fails before any training."""
     shapes, arms = {}, cfg.arms()
+    seq_len = make_task(cfg.task, **cfg.task_options).seq_len
+    for arm in arms:
+        if arm.mixes_tokens and seq_len is None:
+            raise UserError(f"{arm.label} mixes positions; task {cfg.task!r} has no sequence")
     for b in cfg.budgets:
         for arm in arms:
-            # the mlp control keeps its own bias; the polynomial family follows cfg.bias
+            # other blocks keep their own bias options; the polynomial family follows cfg.bias
             bias = cfg.bias if arm.degrees else False
             shape = budgets.solve(
-                arm, b, mode=cfg.mode, width=cfg.width, depth=cfg.depth, bias=bias
+                arm,
+                b,
+                mode=cfg.mode,
+                width=cfg.width,
+                depth=cfg.depth,
+                bias=bias,
+                ff=cfg.ff,
+                seq_len=seq_len,
             )
             shapes[(b, arm.label)] = (arm, shape)
     return shapes
@@ -121,6 +144,7 @@ def _spec(cfg: DegreeSweepConfig, arm: Arm, shape: budgets.Shape, lr: float, see
         train=replace(cfg.train, lr=lr),
         seed=seed,
         data_seed=cfg.data_seed,
+        ff=cfg.ff,
     )
 
 

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import torch
+import torch.nn.functional as F
 
 from blocklab import options
 
 
 @dataclass(frozen=True)
 class Split:
-    x: torch.Tensor  # (n, *input_shape) float32
-    y: torch.Tensor  # (n, n_out) float32 for regression, (n,) int64 for classification
+    # x: (n, F) for vector tasks, (n, T, F) for sequence tasks; float32
+    # y: (n, n_out) float32 for regression, (n,) int64 for classification; per-position targets
+    #    carry the position axis too: (n, T, n_out) and (n, T)
+    x: torch.Tensor
+    y: torch.Tensor
 
     def __len__(self) -> int:
         return self.x.shape[0]
@@ -27,13 +32,22 @@ class TaskData:
     test: Split
     kind: Literal["regression", "classification"]
     n_out: int  # regression outputs, or number of classes
-    info: dict[str, Any] = field(
-        default_factory=dict
-    )  # facts worth reporting (balance, bounds, ...)
+    info: dict[str, Any] = field(default_factory=dict)  # facts worth reporting (balance, bounds)
+    sequence: bool = False  # inputs are (n, T, F): T positions of F features
+    per_position: bool = False  # a target per position (else one per sequence)
+    # regression scored as the fraction of output vectors within this L2 distance of the target
+    tolerance: float | None = None
+    # maps inputs (n, ...) to outputs in the model's format (logits or values) that score
+    # perfectly; the contract tests check it, so a task's labels and its definition agree
+    oracle: Callable[[torch.Tensor], torch.Tensor] | None = None
 
     @property
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.train.x.shape[1:])
+
+    @property
+    def seq_len(self) -> int | None:
+        return self.train.x.shape[1] if self.sequence else None
 
 
 class Task(abc.ABC):
@@ -65,13 +79,49 @@ class Task(abc.ABC):
         """The loss that counts as converged; a task may make it depend on its options."""
         return self.default_threshold
 
+    # regression tasks that score within a tolerance (TaskData.tolerance) report accuracy
+    scored_by_tolerance: ClassVar[bool] = False
+    # sequence tasks give (n, T, F) inputs and have a `seq_len` option
+    sequence: ClassVar[bool] = False
+
+    @property
+    def seq_len(self) -> int | None:
+        """Positions per example, known before any data are made (blocks may depend on it)."""
+        return self.options.seq_len if self.sequence else None
+
     @property
     def metric(self) -> str:
-        return "mse" if self.kind == "regression" else "accuracy"
+        return "mse" if self.kind == "regression" and not self.scored_by_tolerance else "accuracy"
 
     @property
     def higher_is_better(self) -> bool:
-        return self.kind == "classification"
+        return self.metric == "accuracy"
+
+
+def score(
+    out: torch.Tensor, y: torch.Tensor, kind: str, tolerance: float | None = None
+) -> tuple[float, float, int]:
+    """(summed loss, summed metric, units) of outputs against targets.
+
+    A unit is one target: an example, or one position of a per-position task. The loss is MSE
+    per output (regression) or cross-entropy (classification); the metric is squared error per
+    output, or 1 per correct unit (argmax for classes, within `tolerance` for regression)."""
+    if kind == "classification":
+        logits, labels = out.reshape(-1, out.shape[-1]), y.reshape(-1)  # (units, C), (units,)
+        loss = F.cross_entropy(logits, labels, reduction="sum").item()
+        return loss, (logits.argmax(-1) == labels).sum().item(), labels.numel()
+    diff = (out - y).reshape(-1, y.shape[-1])  # (units, n_out)
+    sq = diff.square().sum().item() / diff.shape[1]
+    if tolerance is None:
+        return sq, sq, diff.shape[0]
+    return sq, (diff.norm(dim=-1) <= tolerance).sum().item(), diff.shape[0]
+
+
+def loss(out: torch.Tensor, y: torch.Tensor, kind: str) -> torch.Tensor:
+    """The training loss, the mean over units of what `score` sums."""
+    if kind == "classification":
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+    return F.mse_loss(out, y)
 
 
 def standardize(train: torch.Tensor, *others: torch.Tensor) -> tuple[torch.Tensor, ...]:

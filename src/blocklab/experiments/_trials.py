@@ -1,0 +1,171 @@
+"""What the fixed-shape experiments share: trial specs, running them, flat rows, seed summaries.
+
+The degree sweep solves shapes from budgets; the attention experiments (sanford, needle) fix the
+shapes themselves and equalize parameters by construction, then run here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from blocklab import sweep
+from blocklab.analysis.stats import interval
+from blocklab.models import Arm
+from blocklab.store import Store
+from blocklab.tasks import make_task
+from blocklab.train import TrainConfig
+
+
+@dataclass(frozen=True)
+class NetShape:
+    """Everything about a network besides its arm and the task."""
+
+    depth: int = 1
+    width: int = 32
+    norm: str = "none"
+    residual: bool = True
+    ff: str = "none"
+    activation: str = "none"
+    flatten: bool = False
+
+
+def spec(
+    task: str,
+    task_options: dict[str, Any],
+    arm: Arm,
+    shape: NetShape,
+    train: TrainConfig,
+    seed: int,
+) -> sweep.TrialSpec:
+    seq_len = make_task(task, **task_options).seq_len
+    budget = (
+        0 if shape.flatten else arm.block_params(shape.depth, shape.width, False, shape.ff, seq_len)
+    )
+    return sweep.TrialSpec(
+        task=task,
+        task_options=dict(task_options),
+        arm=arm,
+        budget=budget,
+        depth=shape.depth,
+        width=shape.width,
+        bias=False,
+        norm=shape.norm,
+        activation=shape.activation,
+        residual=shape.residual,
+        train=train,
+        seed=seed,
+        ff=shape.ff,
+        flatten=shape.flatten,
+    )
+
+
+def total_params(task: str, task_options: dict[str, Any], arm: Arm, shape: NetShape) -> int:
+    """Every parameter of the network, embedding and readout included."""
+    trial = spec(task, task_options, arm, shape, TrainConfig(), seed=0)
+    return sweep.build_model(trial, make_task(task, **task_options).make(0)).param_counts()["total"]
+
+
+def width_for_params(
+    task: str, task_options: dict[str, Any], arm: Arm, shape: NetShape, target: int
+) -> int:
+    """The width whose total count is nearest `target` (counts grow with width)."""
+    from dataclasses import replace
+
+    def count(w: int) -> int:
+        return total_params(task, task_options, arm, replace(shape, width=w))
+
+    lo, hi = 1, 2
+    while count(hi) < target:
+        hi *= 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if count(mid) >= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    return min((w for w in (lo - 1, lo) if w >= 1), key=lambda w: abs(count(w) - target))
+
+
+def run_planned(
+    planned: list[tuple[dict[str, Any], sweep.TrialSpec]],
+    store: Store,
+    experiment: str,
+    keys: tuple[str, ...],
+    *,
+    workers: int,
+    device: str,
+    progress: bool,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Run (keys, spec) pairs: the finished rows (tagged with their keys), their summaries over
+    seeds grouped by `keys`, and the trials that raised."""
+    specs = [s for _, s in planned]
+    records = sweep.run(
+        specs,
+        store,
+        experiment,
+        workers=workers,
+        device=device,
+        label=experiment,
+        progress=progress,
+    )
+    failed = [
+        {"id": s.id, "trial": s.describe(), "error": records.get(s.id, {}).get("error", "not run")}
+        for s in specs
+        if records.get(s.id, {}).get("status") not in ("done", "diverged")
+    ]
+    rows = [
+        row(s, records[s.id], **k)
+        for k, s in planned
+        if records.get(s.id, {}).get("status") in ("done", "diverged")
+    ]
+    return rows, summarize(rows, keys), failed
+
+
+def row(spec: sweep.TrialSpec, rec: dict[str, Any], **keys: Any) -> dict[str, Any]:
+    m = rec["metrics"]
+    params = m.get("params", {})
+    return {
+        "id": spec.id,
+        "task": spec.task,
+        "arm": spec.arm.label,
+        "seed": spec.seed,
+        "status": rec["status"],
+        "metric": m.get("metric"),
+        "test_metric": m.get("test_metric"),
+        "params": params.get("total"),
+        "layer_params": params.get("blocks"),
+        "depth": spec.depth,
+        "width": spec.width,
+        "lr": spec.train.lr,
+        "seconds": m.get("seconds"),
+        "diverged_step": m.get("diverged_step"),
+        **keys,
+    }
+
+
+def summarize(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Per group of `keys`: mean, std and 95% t-interval of the test metric over seeds; diverged
+    trials are counted, not averaged."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r[k] for k in keys), []).append(r)
+    out = []
+    for key, group in groups.items():
+        values = [r["test_metric"] for r in group if r["status"] == "done"]
+        mean, std, lo, hi, n = interval(values)
+        out.append(
+            {
+                **dict(zip(keys, key, strict=True)),
+                "mean": mean,
+                "std": std,
+                "lo": lo,
+                "hi": hi,
+                "n": n,
+                "diverged": sum(r["status"] == "diverged" for r in group),
+                "params": group[0]["params"],
+                "seeds": sorted(r["seed"] for r in group),
+                "values": {r["seed"]: r["test_metric"] for r in group if r["status"] == "done"},
+            }
+        )
+    return out

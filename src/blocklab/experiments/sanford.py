@@ -1,0 +1,298 @@
+"""Seed 002's separations (Sanford, Hsu, Telgarsky 2023), trained and measured.
+
+qsa: one softmax attention layer of embedding dimension m (the query, key and value dimension)
+on q-sparse averaging, for several q, beside a fully connected network of equal parameters that
+sees the whole flattened sequence. The seed predicts success iff m is about q or more
+(m >= q / log N is necessary; m = O(d + q log N) suffices), and failure of the fully connected
+network below width ~ N d.
+
+match: one layer of standard vs third-order (tensor) attention on Match2 and Match3 at equal
+parameters. Both networks have the same width, embedding, feed-forward and readout; the tensor
+block's attention dimension is 2/3 of the width so that its five projections cost what the
+standard block's three and an output map cost (6 W a = 4 W^2). The seed predicts: standard
+attention solves Match2 with O(1) dimension but needs m H = Omega(N / log N) for Match3; tensor
+attention solves Match3.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from blocklab.errors import UserError
+from blocklab.experiments import _trials
+from blocklab.models import parse_arm
+from blocklab.store import Store
+from blocklab.train import TrainConfig
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+def _train(steps: int) -> TrainConfig:
+    return TrainConfig(steps=steps, batch_size=64, lr=3e-3, eval_points=20)
+
+
+@dataclass(frozen=True)
+class QsaConfig:
+    qs: tuple[int, ...] = field(default=(1, 2, 4), metadata=_help("sparsities q to test"))
+    dims: tuple[int, ...] = field(
+        default=(2, 4, 8, 16), metadata=_help("embedding dimensions m of the attention layer")
+    )
+    seq_len: int = field(default=16, metadata=_help("sequence length N"))
+    dim: int = field(default=2, metadata=_help("dimension d of the averaged vectors z"))
+    width: int = field(default=64, metadata=_help("model width around the attention layer"))
+    n_train: int = field(default=16384, metadata=_help("training examples"))
+    mlp: bool = field(default=True, metadata=_help("train the equal-parameter fully connected net"))
+    seeds: int = field(default=3, metadata=_help("seeds per configuration"))
+    solved: float = field(default=0.9, metadata=_help("test accuracy that counts as success"))
+    train: TrainConfig = field(default_factory=lambda: _train(2000))
+
+    def __post_init__(self):
+        _check_positive(self, ("seeds", "seq_len", "dim", "width", "n_train"))
+        if not self.qs or not self.dims:
+            raise ValueError("give at least one q and one m")
+        if any(not 1 <= q < self.seq_len for q in self.qs):
+            raise ValueError(f"every q must be in 1..seq_len-1 = {self.seq_len - 1}, got {self.qs}")
+        if any(m < 1 for m in self.dims):
+            raise ValueError(f"embedding dimensions must be >= 1, got {self.dims}")
+        if not 0 < self.solved <= 1:
+            raise ValueError(f"solved must be in (0, 1], got {self.solved}")
+
+    @classmethod
+    def full(cls) -> QsaConfig:
+        return cls(
+            qs=(1, 2, 4, 8),
+            dims=(1, 2, 4, 8, 16, 32),
+            seq_len=32,
+            seeds=5,
+            n_train=65536,
+            train=_train(6000),
+        )
+
+
+@dataclass(frozen=True)
+class MatchConfig:
+    tasks: tuple[str, ...] = field(default=("match2", "match3"), metadata=_help("match2, match3"))
+    seq_len: int = field(
+        default=6, metadata=_help("sequence length N (modulus M chosen to balance)")
+    )
+    widths: tuple[int, ...] = field(
+        default=(6, 12), metadata=_help("model widths, multiples of 3 (equal parameters)")
+    )
+    n_train: int = field(default=16384, metadata=_help("training examples"))
+    seeds: int = field(default=3, metadata=_help("seeds per configuration"))
+    solved: float = field(default=0.95, metadata=_help("test accuracy that counts as solved"))
+    alpha: float = field(default=0.05, metadata=_help("level of the paired tests"))
+    train: TrainConfig = field(default_factory=lambda: _train(2000))
+
+    def __post_init__(self):
+        _check_positive(self, ("seeds", "seq_len", "n_train"))
+        if not self.tasks or any(t not in ("match2", "match3") for t in self.tasks):
+            raise ValueError(f"tasks must be among match2, match3, got {self.tasks}")
+        if not self.widths or any(w < 3 or w % 3 for w in self.widths):
+            raise ValueError(f"widths must be positive multiples of 3, got {self.widths}")
+        if not 0 < self.alpha < 1 or not 0 < self.solved <= 1:
+            raise ValueError("alpha must be in (0, 1) and solved in (0, 1]")
+
+    @classmethod
+    def full(cls) -> MatchConfig:
+        return cls(widths=(6, 12, 24, 48), seq_len=8, seeds=5, n_train=65536, train=_train(6000))
+
+
+def _check_positive(cfg, names):
+    for name in names:
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)}")
+
+
+@dataclass
+class Result:
+    rows: list[dict[str, Any]]
+    summaries: list[dict[str, Any]]
+    findings: list[dict[str, Any]]  # one per prediction: what the seed says, what was measured
+    failed: list[dict[str, Any]]
+
+
+# --- qSA ---------------------------------------------------------------------------------------
+
+ATTENTION_SHAPE = _trials.NetShape(depth=1, norm="none", residual=True)
+FLAT_SHAPE = _trials.NetShape(depth=1, norm="none", residual=False, activation="relu", flatten=True)
+
+
+def plan_qsa(cfg: QsaConfig) -> list[tuple[dict[str, Any], Any]]:
+    """(keys, spec) for every trial; the fully connected width matches the attention net's total."""
+    out = []
+    shape = replace(ATTENTION_SHAPE, width=cfg.width)
+    for q in cfg.qs:
+        opts = {"seq_len": cfg.seq_len, "q": q, "dim": cfg.dim, "n_train": cfg.n_train}
+        for m in cfg.dims:
+            arm = parse_arm(f"softmax_attention(head_dim={m})")
+            arms = [("attention", arm, shape)]
+            if cfg.mlp:
+                target = _trials.total_params("qsa", opts, arm, shape)
+                mlp = parse_arm("mlp")
+                width = _trials.width_for_params("qsa", opts, mlp, FLAT_SHAPE, target)
+                arms.append(("fully connected", mlp, replace(FLAT_SHAPE, width=width)))
+            for model, a, s in arms:
+                for seed in range(cfg.seeds):
+                    spec = _trials.spec("qsa", opts, a, s, cfg.train, seed)
+                    out.append(({"q": q, "m": m, "model": model}, spec))
+    return out
+
+
+def run_qsa(cfg: QsaConfig, store: Store, *, workers=1, device="auto", progress=True) -> Result:
+    rows, summaries, failed = _trials.run_planned(
+        plan_qsa(cfg),
+        store,
+        "sanford-qsa",
+        ("q", "m", "model"),
+        workers=workers,
+        device=device,
+        progress=progress,
+    )
+    return Result(rows, summaries, qsa_findings(cfg, summaries), failed)
+
+
+def qsa_findings(cfg: QsaConfig, summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per q: the smallest m whose mean test accuracy reaches `solved`, beside the seed's range."""
+    findings = []
+    log_n = math.log2(cfg.seq_len)
+    for q in cfg.qs:
+        att = sorted(
+            (s for s in summaries if s["q"] == q and s["model"] == "attention"),
+            key=lambda s: s["m"],
+        )
+        solved = [s["m"] for s in att if s["n"] and s["mean"] >= cfg.solved]
+        first = solved[0] if solved else None
+        monotone = all(s["m"] in solved for s in att if first is not None and s["m"] >= first)
+        below_bound = [m for m in solved if m < q / log_n]
+        mlp = [s for s in summaries if s["q"] == q and s["model"] == "fully connected"]
+        best_mlp = max((s["mean"] for s in mlp if s["n"]), default=None)
+        findings.append(
+            {
+                "q": q,
+                "predicted": f"success iff m >~ q = {q} (necessary: m >= q/log2 N = "
+                f"{q / log_n:.2f}; sufficient: m = O(d + q log N))",
+                "measured": (
+                    f"first m reaching {cfg.solved:.0%}: {first}"
+                    + ("" if monotone else " (not every larger m reaches it)")
+                    if first is not None
+                    else f"no m up to {max(cfg.dims)} reaches {cfg.solved:.0%}"
+                ),
+                "first_m": first,
+                "consistent_with_lower_bound": not below_bound,
+                "fully_connected_best": best_mlp,
+            }
+        )
+    firsts = [f["first_m"] for f in findings]
+    known = [m for m in firsts if m is not None]
+    grows = all(a <= b for a, b in zip(known, known[1:], strict=False))
+    findings.append(
+        {
+            "q": "all",
+            "predicted": "the m needed grows with q",
+            "measured": "first m per q: "
+            + ", ".join(f"q={q}: {m}" for q, m in zip(cfg.qs, firsts, strict=True))
+            + ("; non-decreasing in q" if grows else "; NOT non-decreasing in q"),
+            "first_m": None,
+            "consistent_with_lower_bound": all(f["consistent_with_lower_bound"] for f in findings),
+            "fully_connected_best": None,
+        }
+    )
+    return findings
+
+
+# --- Match2 / Match3 ---------------------------------------------------------------------------
+
+MATCH_SHAPE = _trials.NetShape(depth=1, norm="layer", residual=True, ff="relu4x")
+
+
+def match_arms(width: int):
+    """Standard and tensor attention of equal cost at one width (see the module docstring)."""
+    return [
+        ("standard", parse_arm(f"softmax_attention(head_dim={width})")),
+        ("tensor", parse_arm(f"tensor_attention(head_dim={2 * width // 3})")),
+    ]
+
+
+def plan_match(cfg: MatchConfig) -> list[tuple[dict[str, Any], Any]]:
+    out = []
+    for task in cfg.tasks:
+        opts = {"seq_len": cfg.seq_len, "n_train": cfg.n_train}
+        for width in cfg.widths:
+            shape = replace(MATCH_SHAPE, width=width)
+            counts = {
+                model: _trials.total_params(task, opts, arm, shape)
+                for model, arm in match_arms(width)
+            }
+            if len(set(counts.values())) != 1:
+                raise UserError(f"arms differ in size at width {width}: {counts}")
+            for model, arm in match_arms(width):
+                for seed in range(cfg.seeds):
+                    spec = _trials.spec(task, opts, arm, shape, cfg.train, seed)
+                    out.append(({"width": width, "model": model}, spec))
+    return out
+
+
+def run_match(cfg: MatchConfig, store: Store, *, workers=1, device="auto", progress=True) -> Result:
+    rows, summaries, failed = _trials.run_planned(
+        plan_match(cfg),
+        store,
+        "sanford-match",
+        ("task", "width", "model"),
+        workers=workers,
+        device=device,
+        progress=progress,
+    )
+    return Result(rows, summaries, match_findings(cfg, summaries), failed)
+
+
+PREDICTIONS = {
+    ("match2", "standard"): True,
+    ("match2", "tensor"): True,
+    ("match3", "standard"): False,  # at small width: m H = Omega(N / log N) is needed
+    ("match3", "tensor"): True,
+}
+
+
+def match_findings(cfg: MatchConfig, summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from blocklab.analysis.stats import holm, paired_p
+
+    by = {(s["task"], s["width"], s["model"]): s for s in summaries}
+    findings, pvals = [], []
+    for task in cfg.tasks:
+        for width in cfg.widths:
+            std, ten = by.get((task, width, "standard")), by.get((task, width, "tensor"))
+            if not std or not ten:
+                continue
+            seeds = sorted(set(std["values"]) & set(ten["values"]))
+            p = (
+                paired_p([ten["values"][s] for s in seeds], [std["values"][s] for s in seeds])
+                if len(seeds) >= 2
+                else float("nan")
+            )
+            pvals.append(p)
+            for model, s in (("standard", std), ("tensor", ten)):
+                solved = bool(s["n"]) and s["mean"] >= cfg.solved
+                predicted = PREDICTIONS[(task, model)]
+                findings.append(
+                    {
+                        "task": task,
+                        "width": width,
+                        "model": model,
+                        "predicted": "solves" if predicted else "does not solve (small width)",
+                        "measured": f"{s['mean']:.3f} accuracy "
+                        + ("(solved)" if solved else "(not solved)"),
+                        "agrees": solved == predicted,
+                        "p_tensor_vs_standard": p,
+                    }
+                )
+    finite = [p for p in pvals if not math.isnan(p)]
+    adjusted = iter(holm(finite)) if finite else iter(())
+    adj = {i: next(adjusted) for i, p in enumerate(pvals) if not math.isnan(p)}
+    for i, f in enumerate(findings):
+        f["p_holm"] = adj.get(i // 2, float("nan"))
+    return findings

@@ -1,0 +1,225 @@
+"""The attention experiments: equal-parameter plans, the needle's random-weight criterion, and
+tiny end-to-end runs through the command line (stored, reported, resumable)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+import torch
+
+from blocklab.cli import main
+from blocklab.experiments import _trials, needle, sanford
+from blocklab.models import parse_arm
+from blocklab.train import TrainConfig
+
+SHORT = TrainConfig(steps=20, batch_size=32, eval_points=2)
+
+
+def test_qsa_plan_matches_parameters():
+    cfg = sanford.QsaConfig(qs=(2,), dims=(2, 8), seeds=2, n_train=64, train=SHORT)
+    planned = sanford.plan_qsa(cfg)
+    assert len(planned) == 2 * 2 * 2  # dims x (attention, fully connected) x seeds
+    totals = {}
+    for keys, spec in planned:
+        shape = _trials.NetShape(
+            depth=spec.depth,
+            width=spec.width,
+            norm=spec.norm,
+            residual=spec.residual,
+            activation=spec.activation,
+            flatten=spec.flatten,
+        )
+        totals[(keys["m"], keys["model"])] = _trials.total_params(
+            "qsa", spec.task_options, spec.arm, shape
+        )
+    for m in (2, 8):
+        att, flat = totals[(m, "attention")], totals[(m, "fully connected")]
+        # the nearest width: one width step of the flat net changes its count by ~N F + N d
+        assert abs(flat - att) / att < 0.1, (m, att, flat)
+
+
+@pytest.mark.parametrize("width", [6, 12, 24])
+def test_match_arms_cost_the_same(width):
+    shape = _trials.NetShape(depth=1, width=width, norm="layer", ff="relu4x")
+    counts = {
+        model: _trials.total_params("match3", {"n_train": 64}, arm, shape)
+        for model, arm in sanford.match_arms(width)
+    }
+    assert len(set(counts.values())) == 1, counts
+
+
+def test_match_widths_must_allow_equal_cost():
+    with pytest.raises(ValueError, match="multiples of 3"):
+        sanford.MatchConfig(widths=(8,))
+
+
+def test_best_threshold_accuracy():
+    y = torch.tensor([0, 0, 1, 1])
+    assert needle.best_threshold_accuracy(torch.tensor([0.0, 1, 2, 3]), y) == 1.0
+    assert needle.best_threshold_accuracy(torch.tensor([3.0, 2, 1, 0]), y) == 1.0  # reversed
+    assert needle.best_threshold_accuracy(torch.tensor([0.0, 2, 1, 3]), y) == 0.75
+    assert needle.best_threshold_accuracy(torch.zeros(4), y) == 0.5
+
+
+def test_needle_random_weights_are_deterministic_and_favour_softmax():
+    cfg = needle.NeedleConfig(draws=30, samples=40)
+    long = needle.random_setting(cfg, 128, 3.0)
+    assert long == needle.random_setting(cfg, 128, 3.0)
+    # the needle's weight under the identity kernel is tau1 / T ~ 2% at T = 128, under exp ~14%
+    assert long["softmax"] > long["linearized"]
+
+
+def test_needle_verdicts_follow_the_tests():
+    cfg = needle.NeedleConfig(seq_lens=(8,), tau1s=(3.0,), trained_seq_lens=(), draws=100)
+
+    def row(model, k):
+        return {"model": model, "seq_len": 8, "tau1": 3.0, "successes": k, "fraction": k / 100}
+
+    rows = [row("softmax", 90), row("linear", 10), row("linearized", 88)]
+    found = {f["model"]: f for f in needle.findings(cfg, rows, [])}
+    assert found["linear"]["verdict"] == "softmax better" and found["linear"]["p_holm"] < 1e-10
+    assert found["linearized"]["verdict"] == "no significant difference"
+    rows = [row("softmax", 10), row("linear", 90), row("linearized", 10)]
+    found = {f["model"]: f for f in needle.findings(cfg, rows, [])}
+    assert found["linear"]["verdict"] == "linear better"
+
+
+def test_qsa_findings_read_the_threshold_crossing():
+    cfg = sanford.QsaConfig(qs=(1, 4), dims=(2, 4, 8), seq_len=16)
+
+    def s(q, m, mean):
+        return {"q": q, "m": m, "model": "attention", "mean": mean, "n": 3}
+
+    summaries = [s(1, 2, 0.95), s(1, 4, 0.97), s(1, 8, 0.99)]
+    summaries += [s(4, 2, 0.2), s(4, 4, 0.5), s(4, 8, 0.93)]
+    found = sanford.qsa_findings(cfg, summaries)
+    assert [f["first_m"] for f in found[:2]] == [2, 8]
+    assert "non-decreasing" in found[-1]["measured"] and "NOT" not in found[-1]["measured"]
+
+
+# --- end to end through the CLI -----------------------------------------------------------
+
+TINY_TRAIN = ["--steps", "20", "--batch-size", "32", "--eval-points", "2", "--quiet", "--json"]
+
+
+def _run(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _trials_in(path):
+    with sqlite3.connect(path / "blocklab.sqlite") as conn:
+        return conn.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+
+
+@pytest.mark.slow
+def test_sanford_qsa_end_to_end(tmp_path, capsys):
+    args = ["sanford", "qsa", "--qs", "1", "2", "--dims", "2", "4", "--seeds", "2"]
+    args += ["--seq-len", "6", "--n-train", "256", "--out", str(tmp_path), *TINY_TRAIN]
+    code, out, _ = _run(capsys, *args)
+    assert code == 0
+    payload = json.loads(out)
+    assert {(s["q"], s["m"], s["model"]) for s in payload["summaries"]} == {
+        (q, m, model) for q in (1, 2) for m in (2, 4) for model in ("attention", "fully connected")
+    }
+    assert all(s["n"] + s["diverged"] == 2 for s in payload["summaries"])
+    assert [f["q"] for f in payload["findings"]] == [1, 2, "all"]
+    report = (tmp_path / "report.md").read_text()
+    assert "## Prediction and measurement" in report and "m >= q/log2 N" in report
+    assert (tmp_path / "qsa_accuracy_vs_m.png").stat().st_size > 0
+    n = _trials_in(tmp_path)
+    assert n == 16
+    code, out2, _ = _run(capsys, *args)  # a rerun resumes: nothing new is trained
+    assert code == 0 and _trials_in(tmp_path) == n
+    assert json.loads(out2)["summaries"] == payload["summaries"]
+
+
+@pytest.mark.slow
+def test_sanford_match_end_to_end(tmp_path, capsys):
+    args = ["sanford", "match", "--widths", "6", "--seeds", "2", "--n-train", "512"]
+    args += ["--out", str(tmp_path), *TINY_TRAIN]
+    code, out, _ = _run(capsys, *args)
+    assert code == 0
+    payload = json.loads(out)
+    findings = payload["findings"]
+    assert {(f["task"], f["model"]) for f in findings} == {
+        (t, m) for t in ("match2", "match3") for m in ("standard", "tensor")
+    }
+    sizes = {s["model"]: s["params"] for s in payload["summaries"] if s["task"] == "match3"}
+    assert sizes["standard"] == sizes["tensor"]
+    report = (tmp_path / "report.md").read_text()
+    assert "modulus M = 9" in report and "does not solve" in report
+
+
+@pytest.mark.slow
+def test_needle_end_to_end(tmp_path, capsys):
+    args = ["needle", "--seq-lens", "4", "32", "--tau1s", "3", "--draws", "10", "--samples", "20"]
+    args += ["--trained-seq-lens", "8", "--seeds", "2", "--out", str(tmp_path), *TINY_TRAIN]
+    code, out, _ = _run(capsys, *args)
+    assert code == 0
+    payload = json.loads(out)
+    parts = [(f["part"], f["model"]) for f in payload["findings"]]
+    assert parts == [
+        (part, model)
+        for model in ("linearized", "linear")
+        for part in ("random weights", "random weights", "trained")
+    ]
+    assert all(f["p_holm"] is None or 0 <= f["p_holm"] <= 1 for f in payload["findings"])
+    assert "Prediction and measurement" in (tmp_path / "report.md").read_text()
+    n = _trials_in(tmp_path)  # 2 random settings + 3 models x 2 seeds
+    assert n == 8
+    code, _, _ = _run(capsys, *args)
+    assert code == 0 and _trials_in(tmp_path) == n
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sanford", "qsa", "--qs", "16"],
+        ["sanford", "qsa", "--dims", "0"],
+        ["sanford", "match", "--widths", "7"],
+        ["sanford", "match", "--tasks", "match4"],
+        ["sanford", "nope"],
+        ["needle", "--tau1s", "0.5"],
+        ["needle", "--draws", "0"],
+    ],
+)
+def test_bad_experiment_input_is_one_line(args, capsys, tmp_path):
+    code, out, err = _run(capsys, *args, "--out", str(tmp_path))
+    assert code == 2
+    assert err.startswith("blocklab: error:") and err.count("\n") == 1, err
+
+
+def test_degree_sweep_accepts_attention_arms():
+    from blocklab.experiments.degree_sweep import DegreeSweepConfig, plan
+
+    cfg = DegreeSweepConfig(
+        task="match2",
+        degrees=(),
+        baselines=(
+            "quadratic_mixing",
+            "linearized_attention",
+            "poly_attention(n=2)",
+            "tensor_attention",
+            "softmax_attention",
+        ),
+        budgets=(2048,),
+        width=16,
+    )
+    shapes = plan(cfg)
+    degrees = {label: arm.degree for (_, label), (arm, _) in shapes.items()}
+    assert degrees == {
+        "quadratic_mixing": 2,
+        "linearized_attention": 3,
+        "poly_attention(n=2)": 5,
+        "tensor_attention": None,
+        "softmax_attention": None,
+    }
+    for _, shape in shapes.values():
+        assert abs(shape.deviation) <= 0.02
+    with pytest.raises(Exception, match="sequence"):
+        plan(DegreeSweepConfig(task="teacher", baselines=("softmax_attention",)))
+    assert parse_arm("poly_attention(n=2)").degree == 5
