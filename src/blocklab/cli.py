@@ -25,14 +25,15 @@ class Parser(argparse.ArgumentParser):
         raise UserError(f"{self.prog}: {message}")
 
 
-def _common_run_flags(p: argparse.ArgumentParser, out: str) -> None:
+def _common_run_flags(p: argparse.ArgumentParser, out: str, task_options: bool = True) -> None:
     p.add_argument("--config", help="TOML file with config keys (flags override it)")
-    p.add_argument(
-        "--task-option",
-        action="append",
-        metavar="KEY=VALUE",
-        help="task option, repeatable (e.g. --task-option n_in=8)",
-    )
+    if task_options:  # the attention experiments set their tasks' options themselves
+        p.add_argument(
+            "--task-option",
+            action="append",
+            metavar="KEY=VALUE",
+            help="task option, repeatable (e.g. --task-option n_in=8)",
+        )
     p.add_argument("--out", default=out, help=f"output directory: store, report, plots ({out})")
     p.add_argument("--workers", type=int, default=default_workers(), help="parallel processes")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
@@ -297,14 +298,14 @@ def build_parser() -> Parser:
         ("match", sanford.MatchConfig, "standard vs tensor attention on Match2 and Match3"),
     ):
         p = san_sub.add_parser(which, help=what)
-        _common_run_flags(p, f"runs/sanford-{which}")
+        _common_run_flags(p, f"runs/sanford-{which}", task_options=False)
         p.add_argument("--full", action="store_true", help="the full form (quick by default)")
         cfgmod.add_flags(p, cls)
 
     from blocklab.experiments import needle
 
     nd = sub.add_parser("needle", help="seed 004: softmax vs linear attention on the needle task")
-    _common_run_flags(nd, "runs/needle")
+    _common_run_flags(nd, "runs/needle", task_options=False)
     nd.add_argument("--full", action="store_true", help="the full form (quick by default)")
     cfgmod.add_flags(nd, needle.NeedleConfig)
 
