@@ -80,7 +80,8 @@ class Interrupted(Exception):
 
 
 @functools.lru_cache(maxsize=4)
-def _task_data(task: str, options_json: str, seed: int) -> TaskData:
+def task_data(task: str, options_json: str, seed: int) -> TaskData:
+    """A task's data, cached: trials and shape checks that share a task make it once."""
     return make_task(task, **json.loads(options_json)).make(seed)
 
 
@@ -121,7 +122,7 @@ def run_trial(spec: TrialSpec, device: str = "cpu") -> dict[str, Any]:
     try:
         task = make_task(spec.task, **spec.task_options)
         data_seed = spec.seed if spec.data_seed is None else spec.data_seed
-        data = _task_data(spec.task, json.dumps(spec.task_options, sort_keys=True), data_seed)
+        data = task_data(spec.task, json.dumps(spec.task_options, sort_keys=True), data_seed)
         data = dataclasses.replace(
             data,
             train=_to(data.train, device),

@@ -6,7 +6,8 @@ shapes themselves and equalize parameters by construction, then run here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, replace
 from typing import Any
 
 from blocklab import sweep
@@ -63,14 +64,14 @@ def spec(
 def total_params(task: str, task_options: dict[str, Any], arm: Arm, shape: NetShape) -> int:
     """Every parameter of the network, embedding and readout included."""
     trial = spec(task, task_options, arm, shape, TrainConfig(), seed=0)
-    return sweep.build_model(trial, make_task(task, **task_options).make(0)).param_counts()["total"]
+    data = sweep.task_data(task, json.dumps(task_options, sort_keys=True), 0)
+    return sweep.build_model(trial, data).param_counts()["total"]
 
 
 def width_for_params(
     task: str, task_options: dict[str, Any], arm: Arm, shape: NetShape, target: int
 ) -> int:
     """The width whose total count is nearest `target` (counts grow with width)."""
-    from dataclasses import replace
 
     def count(w: int) -> int:
         return total_params(task, task_options, arm, replace(shape, width=w))
