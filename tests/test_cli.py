@@ -132,7 +132,10 @@ def _finished(db: Path) -> dict[str, float]:
     if not db.exists():
         return {}
     with sqlite3.connect(db, timeout=30) as conn:
-        rows = conn.execute("SELECT id, finished_at FROM trials WHERE status='done'").fetchall()
+        try:
+            rows = conn.execute("SELECT id, finished_at FROM trials WHERE status='done'").fetchall()
+        except sqlite3.OperationalError:  # polled between the file's creation and its schema
+            return {}
     return dict(rows)
 
 
