@@ -25,7 +25,10 @@ class Parser(argparse.ArgumentParser):
         raise UserError(f"{self.prog}: {message}")
 
 
-def _common_run_flags(p: argparse.ArgumentParser, out: str, task_options: bool = True) -> None:
+def _common_run_flags(
+    p: argparse.ArgumentParser, out: str, task_options: bool = True, pool: bool = True
+) -> None:
+    """The flags of every experiment; `pool` adds --workers and --device for trained trials."""
     p.add_argument("--config", help="TOML file with config keys (flags override it)")
     if task_options:  # the attention experiments set their tasks' options themselves
         p.add_argument(
@@ -35,10 +38,19 @@ def _common_run_flags(p: argparse.ArgumentParser, out: str, task_options: bool =
             help="task option, repeatable (e.g. --task-option n_in=8)",
         )
     p.add_argument("--out", default=out, help=f"output directory: store, report, plots ({out})")
-    p.add_argument("--workers", type=int, default=default_workers(), help="parallel processes")
-    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    if pool:
+        p.add_argument("--workers", type=int, default=default_workers(), help="processes")
+        p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     p.add_argument("--json", action="store_true", help="print results as JSON on stdout")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def _experiment_parser(sub, name: str, what: str, cls: type, out: str, pool: bool = True) -> None:
+    """A seed experiment's subcommand: quick by default, `--full`, every config key a flag."""
+    p = sub.add_parser(name, help=what)
+    _common_run_flags(p, out, task_options=False, pool=pool)
+    p.add_argument("--full", action="store_true", help="the full form (quick by default)")
+    cfgmod.add_flags(p, cls)
 
 
 def cmd_degree_sweep(args: argparse.Namespace) -> int:
@@ -87,11 +99,12 @@ def cmd_degree_sweep(args: argparse.Namespace) -> int:
 
 def _open_run(args: argparse.Namespace) -> tuple[Path, Store]:
     """Check the run flags, open the store and make sure the report can be written."""
-    if args.workers < 1:
+    if getattr(args, "workers", 1) < 1:
         raise UserError(f"--workers must be >= 1, got {args.workers}")
-    if args.device not in ("auto", "cpu", "cuda"):
-        raise UserError(f"--device must be auto, cpu or cuda, got {args.device!r}")
-    if args.device == "cuda" and not torch.cuda.is_available():
+    device = getattr(args, "device", "cpu")
+    if device not in ("auto", "cpu", "cuda"):
+        raise UserError(f"--device must be auto, cpu or cuda, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
         raise UserError("--device cuda: no CUDA device is available")
     out = Path(args.out)
     store = Store(out)
@@ -143,13 +156,75 @@ def cmd_needle(args: argparse.Namespace) -> int:
     return _print_findings(args, result, path, config)
 
 
-def _print_findings(args, result, path: Path, config: dict[str, Any]) -> int:
+def cmd_seprank(args: argparse.Namespace) -> int:
+    """`seprank measure`: one network's grid rank; `seprank depth-width` and `seprank degree`:
+    seed 001's bounds and seed 000's degree claim (experiments/seprank*.py)."""
+    from blocklab import report_attention as ra
+    from blocklab import report_seprank
+    from blocklab.experiments import seprank, seprank_degree, seprank_depth_width
+    from blocklab.report import plain
+
+    if args.which == "measure":
+        result = seprank.measure_network(
+            args.block,
+            args.depth,
+            args.width,
+            args.positions,
+            args.dim,
+            templates=args.templates,
+            partition=args.partition,
+            position=args.position,
+            entry=args.entry,
+            rtol=args.rtol,
+            seed=args.seed,
+            eps=args.eps,
+            exact=args.exact,
+            norm=args.norm,
+            residual=args.residual,
+            max_points=args.max_points,
+        )
+        print(json.dumps(plain(result), indent=2) if args.json else seprank.format_measure(result))
+        return 0
+    depth_width = args.which == "depth-width"
+    experiment = seprank_depth_width if depth_width else seprank_degree
+    cls = experiment.DepthWidthConfig if depth_width else experiment.DegreeConfig
+    cfg = _experiment_config(args, cls)
+    out, store = _open_run(args)
+    run = experiment.run_depth_width if depth_width else experiment.run_degree
+    result = run(cfg, store, progress=not args.quiet)
+    config = ra.config_json(cfg)
+    report = report_seprank.depth_width if depth_width else report_seprank.degree
+    return _print_findings(args, result, report(out, result, config, provenance()), config)
+
+
+def cmd_collapse(args: argparse.Namespace) -> int:
+    """Seed 003's rank collapse; the JSON adds the path shares and the bound to the findings."""
+    from blocklab import report_attention as ra
+    from blocklab import report_collapse
+    from blocklab.experiments import collapse
+
+    cfg = _experiment_config(args, collapse.CollapseConfig)
+    out, store = _open_run(args)
+    result = collapse.run(
+        cfg, store, workers=args.workers, device=args.device, progress=not args.quiet
+    )
+    if not result.rows:
+        raise UserError("no trial finished; see `blocklab runs --out DIR list --status failed`")
+    config = ra.config_json(cfg)
+    path = report_collapse.write_report(out, result, config, provenance())
+    extra = {"accuracy": result.accuracy, "paths": result.paths, "bound": result.bound}
+    return _print_findings(args, result, path, config, **extra)
+
+
+def _print_findings(args, result, path: Path, config: dict[str, Any], **extra: Any) -> int:
+    """The findings as lines, or with --json everything (plus `extra`) as one object."""
     from blocklab.report import plain
 
     if args.json:
         payload = {
             "findings": result.findings,
             "summaries": result.summaries,
+            **extra,
             "failed": result.failed,
             "report": str(path),
             "config": config,
@@ -255,8 +330,40 @@ def cmd_theory(args: argparse.Namespace) -> int:
         }
         for d in degrees
     ]
+    dx, heads, depths = args.dx, args.heads, args.depths
+    if heads < 1:
+        raise UserError(f"--heads must be at least 1, got {heads}")
+    if min(depths) < 1:
+        raise UserError(f"--depths must be at least 1, got {min(depths)}")
+    if dx <= heads:
+        raise UserError(
+            f"--dx must exceed --heads (seed 001 takes log3(dx - H)), got {dx} <= {heads}"
+        )
+    bounds = []
+    for depth in depths:
+        lower, upper = theory.sep_rank_bounds(depth, dx, heads)
+        regime = theory.sep_rank_regime(depth, dx)
+        bounds.append({"depth": depth, "regime": regime, "log3_lower": lower, "log3_upper": upper})
+    deepest = max(depths)
+    paths = {
+        "depth": deepest,
+        "heads": heads,
+        "rows": [
+            {"length": k, "skips": deepest - k, "count": count, "share": share}
+            for k, (count, share) in enumerate(
+                zip(
+                    theory.path_counts(deepest, heads),
+                    theory.path_shares(deepest, heads),
+                    strict=True,
+                )
+            )
+        ],
+    }
+    threshold = theory.depth_threshold(dx)
     if args.json:
-        print(json.dumps({"budget": args.budget, "width": args.width, "rows": rows}, indent=2))
+        out = {"budget": args.budget, "width": args.width, "rows": rows, "dx": dx, "heads": heads}
+        out.update(depths=depths, threshold=threshold, bounds=bounds, paths=paths)
+        print(json.dumps(out, indent=2))
         return 0
     print(
         f"h(d) = ln d / d (seed 000 eq. 5), maximal at d = e; degree proxy (d^(1/d))^(B/N_dx) "
@@ -268,6 +375,28 @@ def cmd_theory(args: argparse.Namespace) -> int:
             f"{r['degree']:>8.4g} {r['h']:>8.4f} {r['layers']:>8.2f} "
             f"{r['log10_degree_proxy']:>12.3f}"
         )
+    print(
+        f"\nlog3 separation rank bounds, linearized self-attention of width dx = {dx}, "
+        f"H = {heads} (seed 001 Theorems 1-2, eq. 7-8)"
+    )
+    print(f"depth threshold log3 dx = {threshold:.3f}: Theorem 1 below it, Theorem 2 above")
+    print(f"{'L':>8} {'regime':>10} {'log3 lower':>12} {'log3 upper':>12}")
+    for b in bounds:
+        print(
+            f"{b['depth']:>8} {b['regime']:>10} {b['log3_lower']:>12.3f} {b['log3_upper']:>12.3f}"
+        )
+    if any(b["log3_lower"] < 0 for b in bounds):
+        print("(a negative lower value is a trivial bound: sep >= 1)")
+    if any(b["regime"] == "threshold" for b in bounds):
+        print("(threshold: neither theorem holds; the envelope of both is shown, not a bound)")
+    print(
+        f"\npaths at L = {deepest}, H = {heads}: (H+1)^L = {(heads + 1) ** deepest} "
+        f"(seed 003 Theorem 2.1, skips as dummy heads)"
+    )
+    print("share through k attention layers and L - k skips: C(L, k) H^k / (H+1)^L")
+    print(f"{'k':>8} {'skips':>8} {'count':>12} {'share':>10}")
+    for r in paths["rows"]:
+        print(f"{r['length']:>8} {r['skips']:>8} {r['count']:>12} {r['share']:>10.4g}")
     return 0
 
 
@@ -297,22 +426,65 @@ def build_parser() -> Parser:
         ("qsa", sanford.QsaConfig, "one attention layer vs embedding dimension, several q"),
         ("match", sanford.MatchConfig, "standard vs tensor attention on Match2 and Match3"),
     ):
-        p = san_sub.add_parser(which, help=what)
-        _common_run_flags(p, f"runs/sanford-{which}", task_options=False)
-        p.add_argument("--full", action="store_true", help="the full form (quick by default)")
-        cfgmod.add_flags(p, cls)
+        _experiment_parser(san_sub, which, what, cls, f"runs/sanford-{which}")
 
     from blocklab.experiments import needle
 
-    nd = sub.add_parser("needle", help="seed 004: softmax vs linear attention on the needle task")
-    _common_run_flags(nd, "runs/needle", task_options=False)
-    nd.add_argument("--full", action="store_true", help="the full form (quick by default)")
-    cfgmod.add_flags(nd, needle.NeedleConfig)
+    what = "seed 004: softmax vs linear attention on the needle task"
+    _experiment_parser(sub, "needle", what, needle.NeedleConfig, "runs/needle")
 
-    th = sub.add_parser("theory", help="h(d) and the degree proxy of seed 000")
+    from blocklab.experiments import seprank_degree, seprank_depth_width
+    from blocklab.measures.seprank import MAX_POINTS, RTOL
+
+    sr = sub.add_parser("seprank", help="separation rank by grid tensors (seeds 000 and 001)")
+    sr_sub = sr.add_subparsers(dest="which", required=True, parser_class=Parser)
+    me = sr_sub.add_parser("measure", help="the grid rank of one network")
+    me.add_argument(
+        "--block",
+        default="linearized_attention",
+        help="a block or a degree: linearized_attention, softmax_attention(heads=2), 3, e, mlp",
+    )
+    me.add_argument("--depth", type=int, default=2, help="layers (2)")
+    me.add_argument("--width", type=int, default=4, help="width dx (4)")
+    me.add_argument("--positions", type=int, default=2, help="positions N, the variables (2)")
+    me.add_argument(
+        "--dim", type=int, help="inputs per position (default: the width for token mixers, else 1)"
+    )
+    me.add_argument("--templates", type=int, help="M per position (default: M^N <= 65,536)")
+    me.add_argument("--partition", default="half", help="half, interleaved, random[:SEED]")
+    me.add_argument("--position", type=int, default=-1, help="output position read (-1)")
+    me.add_argument("--entry", type=int, default=0, help="output entry read (0)")
+    me.add_argument("--rtol", type=float, default=RTOL, help="relative tolerance")
+    me.add_argument("--seed", type=int, default=0, help="weights and templates (0)")
+    me.add_argument("--eps", type=float, help="also print the epsilon-rank at this eps")
+    me.add_argument("--exact", action="store_true", help="also the exact rank over F_p")
+    me.add_argument("--norm", default="none", help="none, layer or rms (none)")
+    me.add_argument("--residual", action=argparse.BooleanOptionalAction, default=False)
+    me.add_argument("--max-points", type=int, default=MAX_POINTS, help="grid limit")
+    me.add_argument("--json", action="store_true", help="print the result as JSON")
+    for which, cls, what in (
+        ("depth-width", seprank_depth_width.DepthWidthConfig, "seed 001: rank vs depth and width"),
+        ("degree", seprank_degree.DegreeConfig, "seed 000: rank of degree-d networks vs depth"),
+    ):
+        # one process on the CPU: the exact rank is CPU arithmetic, and each point takes seconds
+        _experiment_parser(sr_sub, which, what, cls, f"runs/seprank-{which}", pool=False)
+
+    from blocklab.experiments import collapse
+
+    what = "seed 003: rank collapse through depth (Dong et al.)"
+    _experiment_parser(sub, "collapse", what, collapse.CollapseConfig, "runs/collapse")
+
+    th = sub.add_parser(
+        "theory", help="h(d) and the degree proxy (seed 000), seed 001's bounds, seed 003's paths"
+    )
     th.add_argument("--degrees", nargs="+", default=["2", "e", "3", "4", "5"])
     th.add_argument("--budget", type=int, default=24576)
     th.add_argument("--width", type=int, default=32)
+    th.add_argument(
+        "--depths", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6], help="depths L (seed 001/003)"
+    )
+    th.add_argument("--dx", type=int, default=64, help="width dx for seed 001's bounds (64)")
+    th.add_argument("--heads", type=int, default=1, help="attention heads H per layer (1)")
     th.add_argument("--json", action="store_true")
     return parser
 
@@ -329,6 +501,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_degree_sweep(args)
         if args.command == "needle":
             return cmd_needle(args)
+        if args.command == "seprank":
+            return cmd_seprank(args)
+        if args.command == "collapse":
+            return cmd_collapse(args)
         if args.command == "sanford":
             return cmd_sanford(args)
         if args.command == "runs":

@@ -79,7 +79,7 @@ def failures(result) -> list[str]:
     return [f"failed: {f['trial']}: {f['error'].splitlines()[0]}" for f in result.failed]
 
 
-def _save(fig, path: Path) -> str:
+def save_figure(fig, path: Path) -> str:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -133,7 +133,7 @@ def lines_plot(
         if pk is not None:
             ax.set_title(f"{panels} = {pk}")
         ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def config_json(cfg: Any) -> dict[str, Any]:
@@ -310,7 +310,7 @@ def needle(out_dir, result, config, provenance) -> Path:
     ax.set(xlabel="sequence length T", ylabel="test accuracy", title="trained (95% t-interval)")
     ax.axhline(0.5, color="grey", lw=0.8, ls=":")
     ax.legend(fontsize=7)
-    figs.append(_save(fig, out / "needle.png"))
+    figs.append(save_figure(fig, out / "needle.png"))
     findings = (
         ["part", "setting", "seed 004 predicts", "measured", "verdict (Holm p)"],
         [

@@ -52,9 +52,14 @@ class TrialSpec:
     data_seed: int | None = None  # None: the task's data follow the trial seed
     ff: str = "none"  # feed-forward sublayer per layer (models.FEED_FORWARD)
     flatten: bool = False  # a sequence task fed as one flat vector (fully connected baseline)
+    # measures taken at initialization and after training, e.g. ("collapse", "seprank(templates=3)")
+    measures: tuple[str, ...] = ()
 
     def config(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        config = dataclasses.asdict(self)
+        if not self.measures:  # trials without measures keep the ids they always had
+            del config["measures"]
+        return config
 
     @functools.cached_property
     def id(self) -> str:
@@ -131,6 +136,7 @@ def run_trial(spec: TrialSpec, device: str = "cpu") -> dict[str, Any]:
         )
         torch.manual_seed(spec.seed)  # the initialization follows the trial seed
         model = build_model(spec, data).to(device)
+        at_init = take_measures(spec, model, data)
         threshold = spec.train.threshold if spec.train.threshold is not None else task.threshold
         result = train(model, data, spec.train, spec.seed, threshold)
         record = {**base, **as_record(result)}
@@ -140,6 +146,11 @@ def run_trial(spec: TrialSpec, device: str = "cpu") -> dict[str, Any]:
             params=model.param_counts(),
             device=device,
         )
+        if spec.measures:
+            trained = take_measures(spec, model, data)
+            record["metrics"]["measures"] = {
+                name: {"init": at_init[name], "trained": trained[name]} for name in spec.measures
+            }
         return record
     except Exception as exc:  # a broken trial must not stop the sweep; it is retried next run
         tail = traceback.format_exc(limit=-3)
@@ -150,6 +161,30 @@ def run_trial(spec: TrialSpec, device: str = "cpu") -> dict[str, Any]:
             "curves": {},
             "error": f"{type(exc).__name__}: {exc}\n{tail}",
         }
+
+
+MEASURE_INPUTS = 64  # test sequences a trial's measures read
+
+
+def take_measures(spec: TrialSpec, model: Net, data: TaskData) -> dict[str, dict[str, Any]]:
+    """Each of the spec's measures on the model, fed the first test inputs of the task."""
+    from blocklab.measures import parse_measure
+
+    if not spec.measures:
+        return {}
+    x = data.test.x[:MEASURE_INPUTS]  # (B, T, F)
+    if not data.sequence:  # a vector's coordinates are its variables
+        x = x.reshape(x.shape[0], -1, 1)  # (B, F, 1)
+    seq_len, dim = x.shape[1], x.shape[2]
+    was_training = model.training
+    model.eval()
+    try:
+        return {
+            text: parse_measure(text).measure(model, seq_len, dim, spec.seed, inputs=x)
+            for text in spec.measures
+        }
+    finally:
+        model.train(was_training)
 
 
 def _init_worker() -> None:

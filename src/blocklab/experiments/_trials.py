@@ -38,6 +38,7 @@ def spec(
     shape: NetShape,
     train: TrainConfig,
     seed: int,
+    measures: tuple[str, ...] = (),
 ) -> sweep.TrialSpec:
     seq_len = make_task(task, **task_options).seq_len
     budget = (
@@ -58,6 +59,7 @@ def spec(
         seed=seed,
         ff=shape.ff,
         flatten=shape.flatten,
+        measures=tuple(measures),
     )
 
 
@@ -141,6 +143,8 @@ def row(spec: sweep.TrialSpec, rec: dict[str, Any], **keys: Any) -> dict[str, An
         "lr": spec.train.lr,
         "seconds": m.get("seconds"),
         "diverged_step": m.get("diverged_step"),
+        # {measure: {"init": summary, "trained": summary}} when the spec asked for measures
+        "measures": m.get("measures", {}),
         **keys,
     }
 

@@ -1,0 +1,322 @@
+"""Separation rank by grid tensors: seed 001's depth-width bounds and seed 000's degree-d claim.
+
+The experiments evaluate a network on the grid of M template vectors per position, matricize by
+the balanced partition and take the rank, a lower bound on sep(y; A, B) (seed 000 eq. 10,
+seed 001 appendix B). Each network is measured twice:
+
+- exact: the same architecture over the prime field F_p with weights drawn from F_p
+  (`_exact_rank.py`): the grid rank of generic weights, the object of seed 001's "almost
+  everywhere" theorems, up to a Schwartz-Zippel accident that several seeds expose.
+- float64: the library's `separation_rank` on the float network, counting singular values above
+  rtol * sigma_max. A deep polynomial's grid spectrum decays smoothly past any tolerance (degree
+  3^L spreads its values over hundreds of orders of magnitude), so this numerical rank can fall
+  far below the exact one: it is an epsilon-rank, still a lower bound, not the rank itself.
+
+This module measures one network (`blocklab seprank measure`) and holds what the two
+experiments share: `seprank_depth_width` (seed 001) and `seprank_degree` (seed 000).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from blocklab import theory
+from blocklab.errors import UserError
+from blocklab.experiments._exact_rank import PRIME, exact_grid_rank
+from blocklab.measures.seprank import MAX_POINTS, RTOL, separation_rank
+from blocklab.models import Arm, Net, parse_arm
+from blocklab.store import Store
+
+VERSION = 1  # part of every record id: bump when a measurement changes meaning
+
+
+def build_net(
+    arm: Arm,
+    depth: int,
+    width: int,
+    positions: int,
+    dim: int,
+    seed: int,
+    norm: str = "none",
+    residual: bool = False,
+) -> Net:
+    """Seed 001's analyzed stack for token mixers (sequence of `positions` tokens of `dim`
+    inputs), a vector network on positions * dim inputs for per-token blocks; by default no
+    norm, no residual, no feed-forward, no activation, bias-free blocks; weights from `seed`."""
+    if min(depth, width, dim) < 1:
+        raise UserError(f"depth, width and dim must be >= 1, got {depth}, {width}, {dim}")
+    seq = arm.mixes_tokens
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return Net(
+            arm,
+            depth,
+            width,
+            n_in=dim if seq else positions * dim,
+            n_out=1,
+            seq_len=positions if seq else None,
+            norm=norm,
+            residual=residual,
+            activation="none",
+            ff="none",
+        )
+
+
+def measure(net: Net, positions: int, dim: int, templates: int, seed: int, rtol: float, exact=True):
+    """Both ranks of one network on one grid, as stored metrics."""
+    vector = net.seq_len is None
+    start = time.time()
+    out: dict[str, Any] = {}
+    if exact:
+        e = exact_grid_rank(net, positions, dim, "half", templates, seed, vector=vector)
+        out.update(exact_rank=e.rank, exact_saturated=e.saturated)
+    try:
+        r = separation_rank(net, positions, dim, "half", templates, seed, vector=vector, rtol=rtol)
+    except (UserError, torch.linalg.LinAlgError) as exc:  # a deep polynomial overflows float64
+        out.update(float_rank=None, float_error=str(exc).splitlines()[0], shape=None, spectrum=[])
+    else:
+        s = r.singular_values
+        out.update(
+            float_rank=r.rank,
+            float_saturated=r.saturated,
+            float_rank_at={f"{t:g}": r.rank_at(t) for t in (1e-6, 1e-12)},
+            shape=list(r.shape),
+            spectrum=(s / s[0]).tolist() if s[0] > 0 else s.tolist(),  # sigma_i / sigma_1
+        )
+    out["seconds"] = time.time() - start
+    return out
+
+
+def measure_network(
+    block: str,
+    depth: int,
+    width: int,
+    positions: int = 2,
+    dim: int | None = None,
+    *,
+    templates: int | None = None,
+    partition: str = "half",
+    position: int = -1,
+    entry: int = 0,
+    rtol: float = RTOL,
+    seed: int = 0,
+    eps: float | None = None,
+    exact: bool = False,
+    norm: str = "none",
+    residual: bool = False,
+    max_points: int = MAX_POINTS,
+) -> dict[str, Any]:
+    """`blocklab seprank measure`: the grid rank of one network (see `build_net`), with the
+    epsilon-rank, the exact F_p rank and, for linearized attention, seed 001's bounds on request
+    or where they apply."""
+    arm = parse_arm(block)
+    if dim is None:  # token mixers: dx inputs per position make the embedding invertible
+        dim = width if arm.mixes_tokens else 1
+    if templates is None:  # the largest grid of at most 2^16 points, two templates at least
+        templates = max(2, math.floor(2 ** (16 / max(positions, 1)) + 1e-9))
+    net = build_net(arm, depth, width, positions, dim, seed, norm, residual)
+    vector = net.seq_len is None
+    kw = {"position": position, "entry": entry, "vector": vector, "max_points": max_points}
+    try:
+        r = separation_rank(net, positions, dim, partition, templates, seed, rtol=rtol, **kw)
+    except torch.linalg.LinAlgError:
+        raise UserError("the network's float64 values overflow on this grid") from None
+    s = r.singular_values
+    layers = [arm.degrees[i % len(arm.degrees)] for i in range(depth)] if arm.degrees else None
+    layers = layers or ([arm.block_degree] * depth if arm.block_degree else None)
+    layers = layers if norm == "none" else None  # a normalization is not a polynomial
+    out = {
+        "block": arm.label,
+        "depth": depth,
+        "width": width,
+        "network": "vector" if vector else "sequence",
+        "positions": positions,
+        "dim": dim,
+        "seed": seed,
+        "degree": math.prod(layers) if layers else None,  # eq. 16: d^p, or prod d_i if mixed
+        "polynomial": bool(layers) and all(float(d).is_integer() for d in layers),  # e is not
+        **{k: v for k, v in r.summary().items() if k not in ("value", "singular_values")},
+        "top_singular_values": s[:8].tolist(),
+        "smallest_counted": float(s[r.rank - 1] / s[0]) if r.rank else None,
+    }
+    if eps is not None:
+        out["eps"], out["epsilon_rank"] = eps, r.epsilon_rank(eps)
+    if exact:
+        e = exact_grid_rank(net, positions, dim, partition, templates, seed, **kw)
+        out["exact"] = {"rank": e.rank, "saturated": e.saturated, "prime": PRIME}
+    heads = arm.kwargs.get("heads", 1)
+    if arm.block == "linearized_attention" and width > heads and norm == "none":
+        lower, upper = theory.sep_rank_bounds(depth, width, heads)
+        out["theory"] = {
+            "heads": heads,
+            "regime": theory.sep_rank_regime(depth, width),
+            "threshold": theory.depth_threshold(width),
+            "log3_lower": lower,
+            "log3_upper": upper,
+        }
+    return out
+
+
+def format_measure(m: dict[str, Any]) -> str:
+    """The text `blocklab seprank measure` prints."""
+    a, b = m["partition"]
+    lines = [
+        f"{m['block']}, depth {m['depth']}, width {m['width']}: a {m['network']} network of "
+        f"{m['positions']} positions x {m['dim']} inputs (seed {m['seed']})"
+        + (
+            f"; {'polynomial' if m['polynomial'] else 'nominal'} degree {m['degree']:.6g}"
+            if m["degree"]
+            else ""
+        ),
+        f"grid: {m['n_templates']} templates per position, partition {a} | {b}, matrix "
+        f"{m['shape'][0]} x {m['shape'][1]}",
+        f"rank (float64, rtol {m['rtol']:g}): {'>= ' if m['saturated'] else ''}{m['rank']}"
+        + (f"  (log3 = {m['log3_rank']:.3f})" if m["log3_rank"] is not None else ""),
+        "saturated: "
+        + (
+            "yes: the grid, not the function, limits the rank; use more templates"
+            if m["saturated"]
+            else "no"
+        ),
+        "top singular values: " + " ".join(f"{v:.3g}" for v in m["top_singular_values"]),
+    ]
+    if m["smallest_counted"] is not None:
+        lines.append(f"smallest counted sigma / sigma_1: {m['smallest_counted']:.3g}")
+    if "epsilon_rank" in m:
+        lines.append(f"epsilon-rank (eps = {m['eps']:g}, mean squared error): {m['epsilon_rank']}")
+    if "exact" in m:
+        e = m["exact"]
+        lines.append(
+            f"exact rank over F_p (p = {e['prime']}): {'>= ' if e['saturated'] else ''}{e['rank']}"
+        )
+    if "theory" in m:
+        t = m["theory"]
+        lines.append(
+            f"seed 001 (L = {m['depth']}, dx = {m['width']}, H = {t['heads']}; threshold log3 dx = "
+            f"{t['threshold']:.3f}, {t['regime']}): {t['log3_lower']:.3f} <= log3 sep <= "
+            f"{t['log3_upper']:.3f}"
+        )
+    return "\n".join(lines)
+
+
+def _record_id(experiment: str, config: dict[str, Any]) -> str:
+    text = json.dumps({"experiment": experiment, "version": VERSION, **config}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def measured(store: Store, experiment: str, config: dict[str, Any], seed: int, compute, progress):
+    """The stored record of (experiment, config, seed), computed and stored first if missing."""
+    config = {**config, "seed": seed}
+    rid = _record_id(experiment, config)
+    rec = store.get(rid)
+    if rec is None or rec["status"] != "done":
+        from blocklab.sweep import provenance
+
+        metrics = compute()
+        rec = {
+            "id": rid,
+            "experiment": experiment,
+            "status": "done",
+            "seed": seed,
+            "config": config,
+            "metrics": metrics,
+            "provenance": provenance(),
+        }
+        store.put(rec)
+        if progress:
+            shown = {k: v for k, v in config.items() if k in ("block", "depth", "width", "seed")}
+            print(
+                f"[{experiment}] {shown}: exact {metrics.get('exact_rank')}, float64 "
+                f"{metrics.get('float_rank')} ({metrics['seconds']:.1f}s)",
+                file=sys.stderr,
+                flush=True,
+            )
+    return rec
+
+
+def help_text(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+def spread_of(values: list[float | None]) -> dict[str, Any]:
+    xs = [v for v in values if v is not None]
+    if not xs:
+        return {"mean": None, "min": None, "max": None, "values": values}
+    return {"mean": sum(xs) / len(xs), "min": min(xs), "max": max(xs), "values": values}
+
+
+def log3(x: float | None) -> float | None:
+    return math.log(x, 3) if x else None
+
+
+@dataclass
+class Result:
+    rows: list[dict[str, Any]]  # one per (config point, seed)
+    summaries: list[dict[str, Any]]  # one per config point, over seeds
+    findings: list[dict[str, Any]]
+    failed: list[dict[str, Any]] = field(default_factory=list)
+
+
+def check_grid(positions: int, templates: int) -> None:
+    if positions < 2:
+        raise ValueError(f"positions must be >= 2 (a partition needs two sides), got {positions}")
+    if templates**positions > MAX_POINTS:
+        raise ValueError(
+            f"the grid has templates^positions = {templates}^{positions} points, over "
+            f"{MAX_POINTS:,}: use fewer templates or positions"
+        )
+
+
+def float_finding(summaries, rtol: float) -> dict[str, Any]:
+    """How far the float64 numerical rank follows the exact rank."""
+    pairs = [
+        (s, s["float"]["min"], s["exact"]["min"])
+        for s in summaries
+        if s["exact"]["min"] is not None and s["float"]["min"] is not None
+    ]
+    equal = [p for p in pairs if p[1] == p[2]]
+    over = [p for p in pairs if p[1] > p[2]]
+    lost = [p for p in pairs if p[1] < p[2] and not p[0]["exact_saturated"]]
+    return {
+        "part": "float64 rank",
+        "setting": f"rtol = {rtol:g}",
+        "predicted": "a lower bound of the exact grid rank; equal while the spectrum stays "
+        "above rtol",
+        "measured": f"equal at {len(equal)} of {len(pairs)} points; below at "
+        f"{len(lost)} unsaturated points"
+        + (
+            " (e.g. " + ", ".join(point_label(s) + f": {f} vs {e}" for s, f, e in lost[:3]) + ")"
+            if lost
+            else ""
+        ),
+        "verdict": "lower bound holds"
+        if not over
+        else "float rank ABOVE the exact rank at "
+        + ", ".join(point_label(s) for s, _, _ in over)
+        + ": noise counted (raise rtol)",
+    }
+
+
+def point_label(s: dict[str, Any]) -> str:
+    if "width" in s and "arm" not in s:
+        return f"L={s['depth']} dx={s['width']}"
+    return f"d={s['arm']} p={s['depth']}"
+
+
+def values_text(s: dict[str, Any]) -> str:
+    lo, hi = s["min"], s["max"]
+    text = "-" if lo is None else str(lo) if lo == hi else f"{lo}-{hi}"
+    missing = sum(v is None for v in s["values"])
+    return text + (f" ({missing} overflowed)" if missing and lo is not None else "")
+
+
+def config_dict(cfg) -> dict[str, Any]:
+    return json.loads(json.dumps(asdict(cfg), default=str))
