@@ -123,6 +123,10 @@ def test_sweep_json_report_and_runs(tmp_path, capsys):
     assert len(listed) == 5 * (2 + 1)  # per arm: 2 learning rates on seed 0, then seed 1
     assert main(["runs", "show", listed[0]["id"][:8], "--out", str(out)]) == 0
     assert listed[0]["id"] in capsys.readouterr().out
+    assert main(["runs", "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == len(listed)
+    assert all(" budget=" in line and " lr=" in line and " seed=" in line for line in lines)
     csv_path = tmp_path / "trials.csv"
     assert main(["runs", "export", str(csv_path), "--out", str(out)]) == 0
     assert len(csv_path.read_text().strip().splitlines()) == len(listed) + 1

@@ -327,3 +327,6 @@ def test_seprank_degree_end_to_end(tmp_path, capsys):
     code, out2, _ = _run(capsys, *args)  # a rerun resumes from the store
     assert code == 0 and json.loads(out2)["summaries"] == payload["summaries"]
     assert len(Store(tmp_path).records(experiment="seprank-degree")) == n
+    assert main(["runs", "--out", str(tmp_path)]) == 0  # the stored points, one line each
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == n and all("exact_rank=" in line for line in lines)

@@ -294,17 +294,23 @@ def cmd_runs(args: argparse.Namespace) -> int:
         )
         return 0
     for r in records:
-        c, m = r["config"], r["metrics"]
-        value = m.get("test_metric")
-        shown = f"{m.get('metric', '')}={value:.4g}" if value is not None else ""
-        print(
-            f"{r['id']}  {r['experiment']:<13} {r['status']:<8} {c.get('task', '')} "
-            f"B={c.get('budget')} {c.get('arm', {}).get('label', '')} "
-            f"lr={c.get('train', {}).get('lr')} "
-            f"seed={r['seed']} {shown}"
-        )
+        print(f"{r['id']}  {r['experiment']:<13} {r['status']:<8} {_describe(r)}")
     print(f"{len(records)} trials in {store.path}", file=sys.stderr)
     return 0
+
+
+def _describe(rec: dict[str, Any]) -> str:
+    """One line of what a stored record is: trained trials and measured points alike."""
+    c, m = rec["config"], rec["metrics"]
+    parts = [c.get("task"), c.get("arm", {}).get("label") or c.get("block")]
+    parts += [f"{k}={c[k]}" for k in ("budget", "depth", "width") if c.get(k) is not None]
+    if c.get("train", {}).get("lr") is not None:
+        parts.append(f"lr={c['train']['lr']}")
+    parts.append(f"seed={rec['seed']}")
+    if m.get("test_metric") is not None:
+        parts.append(f"{m.get('metric', 'metric')}={m['test_metric']:.4g}")
+    parts += [f"{k}={m[k]}" for k in ("exact_rank", "float_rank") if m.get(k) is not None]
+    return " ".join(str(x) for x in parts if x)
 
 
 def _show(rec: dict[str, Any]) -> str:
