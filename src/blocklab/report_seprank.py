@@ -12,6 +12,7 @@ from typing import Any
 import matplotlib
 import matplotlib.pyplot as plt
 
+from blocklab.experiments.seprank import log3
 from blocklab.report_attention import number, save_figure, write
 
 matplotlib.use("Agg")
@@ -31,10 +32,6 @@ def _ranks(spread: dict[str, Any], saturated: bool) -> str:
         return "-"
     text = str(lo) if lo == hi else f"{lo}-{hi}"
     return f">= {text}" if saturated else text
-
-
-def _log3(x) -> float | None:
-    return math.log(x, 3) if x else None
 
 
 # --- experiment 1 -----------------------------------------------------------------------------
@@ -67,7 +64,7 @@ def depth_width(out_dir, result, config: dict[str, Any], provenance: dict[str, A
                 number(s["log3_lower"], 2),
                 number(s["log3_upper"], 2),
                 _ranks(s["exact"], s["exact_saturated"]),
-                number(_log3(s["exact"]["min"]), 2),
+                number(log3(s["exact"]["min"]), 2),
                 str(s["monomials"] or "-"),
                 _ranks(s["float"], s["float_saturated"]),
                 f"{at.get('1e-06', '-')} / {at.get('1e-12', '-')}",
@@ -163,11 +160,11 @@ def _rank_points(ax, group, key: str, color: str, marker: str, label: str) -> No
         v = s[key]
         if not v["min"] or v["max"] <= 1:  # log3 1 = 0 is off a log axis
             continue
-        y = _log3(v["mean"])
+        y = log3(v["mean"])
         xs.append(s["depth"])
         ys.append(y)
-        lo.append(y - max(_log3(v["min"]), FLOOR))  # a rank of 1 (log3 = 0) is off the axis
-        hi.append(_log3(v["max"]) - y)
+        lo.append(y - max(log3(v["min"]), FLOOR))  # a rank of 1 (log3 = 0) is off the axis
+        hi.append(log3(v["max"]) - y)
         open_.append(s[f"{key}_saturated"])
     if not xs:
         return

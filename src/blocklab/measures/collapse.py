@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from blocklab import theory
+from blocklab.blocks.softmax_attention import SoftmaxAttention
 from blocklab.errors import UserError
 from blocklab.measures import MEASURES
 from blocklab.measures.base import Measure
@@ -79,8 +80,6 @@ def _layers(model: nn.Module | Sequence[nn.Module]) -> list[nn.Module]:
 
 def pure_attention(layer: nn.Module) -> nn.Module | None:
     """The single-head, bias-free softmax attention block that `layer` consists of, else None."""
-    from blocklab.blocks.softmax_attention import SoftmaxAttention
-
     block = layer
     if hasattr(layer, "block"):  # a models.Layer: only the block may act, nothing around it
         plain = all(isinstance(m, nn.Identity) for m in (layer.norm, layer.act))
