@@ -16,6 +16,14 @@ from blocklab.tasks.teacher import TeacherNet
 NAMES = TASKS.names()
 
 
+@pytest.fixture(autouse=True, scope="module")
+def cache_in_tmp(tmp_path_factory):
+    # token tasks cache their tokenizer on disk; never in the user's home during tests
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BLOCKLAB_CACHE", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
 def small(name: str, **overrides):
     cls = TASKS.get(name)
     return cls(**{**getattr(cls, "small_options", {}), **overrides})
@@ -54,9 +62,14 @@ def test_shapes_dtypes_finite(name):
     assert d.sequence or not d.per_position  # a target per position needs positions
     for key, s in splits(d).items():
         assert len(s) > 0 and s.x.shape[0] == s.y.shape[0], key
-        assert s.x.shape[1:] == d.input_shape and s.x.dtype == torch.float32, key
-        assert s.x.ndim == (3 if d.sequence else 2), key  # (n, T, F) or (n, F)
-        assert torch.isfinite(s.x).all(), key
+        if d.vocab is None:
+            assert s.x.shape[1:] == d.input_shape and s.x.dtype == torch.float32, key
+            assert s.x.ndim == (3 if d.sequence else 2), key  # (n, T, F) or (n, F)
+            assert torch.isfinite(s.x).all(), key
+        else:
+            assert d.sequence and s.x.shape == (len(s), d.seq_len), key  # (n, T) token ids
+            assert s.x.shape[1:] == d.input_shape and s.x.dtype == torch.int64, key
+            assert s.x.min() >= 0 and s.x.max() < d.vocab, key
         lead = (len(s), d.seq_len) if d.per_position else (len(s),)
         if d.kind == "regression":
             assert s.y.shape == (*lead, d.n_out) and s.y.dtype == torch.float32, key
@@ -64,6 +77,8 @@ def test_shapes_dtypes_finite(name):
         else:
             assert s.y.shape == lead and s.y.dtype == torch.int64, key
             assert s.y.min() >= 0 and s.y.max() < d.n_out, key
+    if d.vocab is not None:
+        assert d.vocab == d.n_out and d.kind == "classification"  # the next token is the class
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -77,6 +92,9 @@ def test_targets_standardized_or_classes_present(name):
     elif d.kind == "regression":
         assert y.mean(0).abs().max() < 1e-4
         assert (y.std(0) - 1).abs().max() < 1e-3
+    elif d.vocab is not None:
+        # a vocabulary holds every byte, most never in the text: only check the targets vary
+        assert y.unique().numel() > min(d.n_out, y.numel()) // 100
     else:
         # every class seen in training
         assert torch.bincount(y.flatten(), minlength=d.n_out).min() > 0
@@ -92,8 +110,9 @@ def test_tolerance_iff_scored_by_tolerance(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_oracle_perfect(name):
     d = data(name, 0)
-    if d.sequence:
-        assert d.oracle is not None  # sequence tasks come with their definition as code
+    if d.sequence and d.vocab is None:
+        # sequence tasks come with their definition as code; text has none to score perfectly
+        assert d.oracle is not None
     if d.oracle is None:
         pytest.skip("no oracle")
     for key, s in splits(d).items():
@@ -148,6 +167,14 @@ def test_reported_balance(name):
 def test_splits_disjoint(name):
     d = data(name, 0)
     rows = {k: {r.numpy().tobytes() for r in s.x.flatten(1)} for k, s in splits(d).items()}
+    if d.vocab is not None:
+        # token windows are held out by their source: validation windows come from the training
+        # text (they may overlap training windows), test windows from text the training stream
+        # never contains (the task's own tests check the files); text repeats, so a stray window
+        # may still coincide
+        assert d.info["split_by"] in ("file", "position")
+        assert len(rows["train"] & rows["test"]) <= 0.05 * len(rows["test"])
+        return
     assert not rows["train"] & rows["val"]
     assert not rows["train"] & rows["test"]
     assert not rows["val"] & rows["test"]

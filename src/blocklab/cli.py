@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import sys
 from pathlib import Path
@@ -118,18 +119,25 @@ def _experiment_config(args: argparse.Namespace, cls: type) -> Any:
     return cfgmod.resolve(cls, defaults, args.config, cfgmod.overrides(args, cls))
 
 
+def _run_trained(args: argparse.Namespace, cls: type, run: Any) -> tuple[Any, Path, Any]:
+    """Config, store and run of an experiment that trains; a run with no finished trial is an
+    error that points at the failures."""
+    cfg = _experiment_config(args, cls)
+    out, store = _open_run(args)
+    result = run(cfg, store, workers=args.workers, device=args.device, progress=not args.quiet)
+    if not result.rows:
+        raise UserError("no trial finished; see `blocklab runs --out DIR list --status failed`")
+    return cfg, out, result
+
+
 def cmd_sanford(args: argparse.Namespace) -> int:
     from blocklab import report_attention as ra
     from blocklab.experiments import sanford
     from blocklab.tasks import make_task
 
     cls = sanford.QsaConfig if args.which == "qsa" else sanford.MatchConfig
-    cfg = _experiment_config(args, cls)
-    out, store = _open_run(args)
     run = sanford.run_qsa if args.which == "qsa" else sanford.run_match
-    result = run(cfg, store, workers=args.workers, device=args.device, progress=not args.quiet)
-    if not result.rows:
-        raise UserError("no trial finished; see `blocklab runs --out DIR list --status failed`")
+    cfg, out, result = _run_trained(args, cls, run)
     config = ra.config_json(cfg)
     if args.which == "qsa":
         path = ra.sanford_qsa(out, result, config, provenance())
@@ -203,17 +211,106 @@ def cmd_collapse(args: argparse.Namespace) -> int:
     from blocklab import report_collapse
     from blocklab.experiments import collapse
 
-    cfg = _experiment_config(args, collapse.CollapseConfig)
-    out, store = _open_run(args)
-    result = collapse.run(
-        cfg, store, workers=args.workers, device=args.device, progress=not args.quiet
-    )
-    if not result.rows:
-        raise UserError("no trial finished; see `blocklab runs --out DIR list --status failed`")
+    cfg, out, result = _run_trained(args, collapse.CollapseConfig, collapse.run)
     config = ra.config_json(cfg)
     path = report_collapse.write_report(out, result, config, provenance())
     extra = {"accuracy": result.accuracy, "paths": result.paths, "bound": result.bound}
     return _print_findings(args, result, path, config, **extra)
+
+
+def cmd_depth_width(args: argparse.Namespace) -> int:
+    """Seed 001's transformer sweep; writes fit.json (for `advise --fit`) when it finds a fit."""
+    from blocklab import report_attention as ra
+    from blocklab import report_depth_width
+    from blocklab.experiments import depth_width
+
+    cfg, out, result = _run_trained(args, depth_width.DepthWidthConfig, depth_width.run)
+    fit_path = out / FIT_FILE
+    if result.fit is not None:
+        fit_path.write_text(json.dumps(result.fit.to_dict(), indent=2) + "\n")
+    elif fit_path.exists():
+        fit_path.unlink()  # a fit from an earlier, different run must not pass for this one's
+    config = ra.config_json(cfg)
+    path = report_depth_width.write_report(out, result, config, provenance())
+    fit = result.fit.to_dict() if result.fit else None
+    return _print_findings(args, result, path, config, fit=fit, fit_error=result.fit_error)
+
+
+FIT_FILE = "fit.json"
+
+
+def cmd_advise(args: argparse.Namespace) -> int:
+    """Depth and width for a budget from a transition fit (the paper's eq. 11 by default)."""
+    from blocklab.analysis import depth_width as dw
+
+    if args.params is None and args.depth is None:
+        raise UserError("give --params N (a budget) or --depth L (a transition size), or both")
+    fit = _load_fit(args.fit) if args.fit else dw.PAPER_FIT
+    payload: dict[str, Any] = {"fit": fit.to_dict()}
+    lines = [
+        f"fit: {fit.source}: a = {fit.a:.4g} +- {fit.sigma_a:.2g}, b = {fit.b:.4g} +- "
+        f"{fit.sigma_b:.2g} (depths {min(fit.depths):g}-{max(fit.depths):g})"
+    ]
+    if args.params is not None:
+        advice = dw.advise(_count(args.params), fit)
+        payload["advice"] = advice.to_dict()
+        lo, hi = advice.depth_range
+        near = f"depths {lo}-{hi} are" if lo < hi else "no other depth is"
+        lines += [
+            f"budget N = {advice.n_params:.4g} non-embedding parameters (N = 12 L dx^2)",
+            f"depth L = {advice.depth} (L* = {advice.depth_exact:.2f} +- "
+            f"{advice.depth_sigma:.2f}; {near} within the fit's 1-sigma)",
+            f"width dx = {advice.width:.0f} +- {advice.width_sigma:.0f} (sqrt(N / (12 L)))",
+        ]
+        if advice.extrapolated:
+            lines.append("extrapolated: L* lies outside the depths the fit was measured at")
+    if args.depth is not None:
+        if args.depth < 1:
+            raise UserError(f"--depth must be >= 1, got {args.depth}")
+        n, dn = dw.n_transition(args.depth, fit)
+        payload["transition"] = {"depth": args.depth, "n_params": n, "error": dn}
+        lines.append(
+            f"N_transition({args.depth}) = {n:.4g} +- {dn:.2g} ({100 * dn / n:.1f}%, eq. 10): "
+            f"the size at which depth {args.depth} is optimal"
+        )
+    print(json.dumps(payload, indent=2) if args.json else "\n".join(lines))
+    return 0
+
+
+def _load_fit(where: str):
+    from blocklab.analysis import depth_width as dw
+
+    path = Path(where)
+    if path.is_dir():
+        path = path / FIT_FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(
+            f"no fit at {path}: `blocklab depth-width --out DIR` writes DIR/{FIT_FILE} "
+            "when its runs give two or more transitions"
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read the fit {path}: {exc}") from None
+    return dw.Fit.from_dict(data)
+
+
+SUFFIXES = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+
+
+def _count(text: str) -> float:
+    """'1.3e9', '1_300_000_000', '1.3B', '175b', '1T', '760M', '30k' -> a number."""
+    s = text.strip().replace("_", "").replace(",", "")
+    scale = SUFFIXES.get(s[-1:].lower(), 1.0) if s else 1.0
+    try:
+        value = float(s[:-1] if scale != 1.0 else s) * scale
+    except ValueError:
+        raise UserError(
+            f"--params: {text!r} is not a number (e.g. 1.3e9, 1.3B, 175B, 1T)"
+        ) from None
+    if not (math.isfinite(value) and value > 0):
+        raise UserError(f"--params must be a positive number, got {text!r}")
+    return value
 
 
 def _print_findings(args, result, path: Path, config: dict[str, Any], **extra: Any) -> int:
@@ -480,6 +577,17 @@ def build_parser() -> Parser:
     what = "seed 003: rank collapse through depth (Dong et al.)"
     _experiment_parser(sub, "collapse", what, collapse.CollapseConfig, "runs/collapse")
 
+    from blocklab.experiments import depth_width
+
+    what = "seed 001: transformer LMs over depths and budgets, transitions and their fit"
+    _experiment_parser(sub, "depth-width", what, depth_width.DepthWidthConfig, "runs/depth-width")
+
+    adv = sub.add_parser("advise", help="optimal depth and width for a budget (seed 001's fit)")
+    adv.add_argument("--params", help="non-embedding budget N = 12 L dx^2 (1.3e9, 175B, 1T)")
+    adv.add_argument("--depth", type=int, help="print N_transition(L) with its error")
+    adv.add_argument("--fit", help="a depth-width run directory (its fit.json) or a fit file")
+    adv.add_argument("--json", action="store_true")
+
     th = sub.add_parser(
         "theory", help="h(d) and the degree proxy (seed 000), seed 001's bounds, seed 003's paths"
     )
@@ -513,6 +621,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_collapse(args)
         if args.command == "sanford":
             return cmd_sanford(args)
+        if args.command == "depth-width":
+            return cmd_depth_width(args)
+        if args.command == "advise":
+            return cmd_advise(args)
         if args.command == "runs":
             return cmd_runs(args)
         return cmd_theory(args)

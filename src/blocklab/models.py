@@ -213,7 +213,9 @@ class Net(nn.Module):
     layers alone. `seq_len` None: vector inputs (B, ...) flattened to (B, n_in); else sequences
     (B, T, n_in) embedded per position, read out per position or, with `pooled`, after a mean
     over positions. `flatten` feeds a sequence as one vector (B, T * n_in) and reads all T
-    outputs at once (unless pooled): the fully connected network that sees every position."""
+    outputs at once (unless pooled): the fully connected network that sees every position.
+    `vocab` takes token ids (B, T) instead of features: an embedding table and learned positions,
+    as in a language model (seed 001's common transformer with its input embedding)."""
 
     def __init__(
         self,
@@ -231,17 +233,26 @@ class Net(nn.Module):
         activation: str = "none",
         residual: bool = True,
         ff: str = "none",
+        vocab: int | None = None,
     ):
         super().__init__()
         if flatten and seq_len is None:
             raise UserError("flatten applies to sequence tasks only")
+        if vocab is not None and (seq_len is None or flatten):
+            raise UserError("token inputs need a sequence network (seq_len set, not flattened)")
         self.out_shape = (seq_len, n_out) if flatten and not pooled else None
         if flatten:
             n_in, n_out, seq_len, pooled = seq_len * n_in, seq_len * n_out, None, False
         if seq_len is None and arm.mixes_tokens:
             raise UserError(f"{arm.label} mixes positions and needs a sequence task")
         self.seq_len, self.pooled = seq_len, pooled
-        self.embed = nn.Linear(n_in, width)
+        self.pos = None
+        if vocab is None:
+            self.embed = nn.Linear(n_in, width)
+        else:
+            # token ids: a lookup table, plus learned positions (attention alone is blind to order)
+            self.embed = nn.Embedding(vocab, width)
+            self.pos = nn.Parameter(torch.randn(seq_len, width))  # (T, D)
         blocks = [
             make_block(name, width, width, **kw)
             for name, kw in arm.layer_blocks(depth, bias, seq_len)
@@ -254,6 +265,8 @@ class Net(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.embed(x if self.seq_len else x.flatten(1))  # (B, D) or (B, T, D)
+        if self.pos is not None:
+            h = h + self.pos[: h.shape[1]]  # (B, T, D)
         for layer in self.layers:
             h = layer(h)
         h = self.norm_out(h)
@@ -267,6 +280,7 @@ class Net(nn.Module):
             return sum(p.numel() for p in m.parameters())
 
         # "blocks" counts whole layers (blocks and feed-forward): the budgeted part
-        counts = {"embed": n(self.embed), "blocks": n(self.layers), "readout": n(self.readout)}
+        embed = n(self.embed) + (self.pos.numel() if self.pos is not None else 0)
+        counts = {"embed": embed, "blocks": n(self.layers), "readout": n(self.readout)}
         counts["total"] = n(self)
         return counts

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from blocklab import __version__
+from blocklab.errors import UserError
 from blocklab.models import Arm, Net
 from blocklab.store import Store
 from blocklab.tasks import TaskData, make_task
@@ -67,7 +68,8 @@ class TrialSpec:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def describe(self) -> str:
-        return f"{self.task} B={self.budget} {self.arm.label} lr={self.train.lr:g} seed={self.seed}"
+        shape = f"L={self.depth} w={self.width} lr={self.train.lr:g}"
+        return f"{self.task} B={self.budget} {self.arm.label} {shape} seed={self.seed}"
 
 
 class WorkerDied(RuntimeError):
@@ -118,6 +120,7 @@ def build_model(spec: TrialSpec, data: TaskData) -> Net:
         activation=spec.activation,
         residual=spec.residual,
         ff=spec.ff,
+        vocab=data.vocab,
     )
 
 
@@ -172,6 +175,8 @@ def take_measures(spec: TrialSpec, model: Net, data: TaskData) -> dict[str, dict
 
     if not spec.measures:
         return {}
+    if data.vocab is not None:
+        raise UserError("measures read float inputs; a token task feeds ids")
     x = data.test.x[:MEASURE_INPUTS]  # (B, T, F)
     if not data.sequence:  # a vector's coordinates are its variables
         x = x.reshape(x.shape[0], -1, 1)  # (B, F, 1)

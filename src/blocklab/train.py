@@ -65,13 +65,19 @@ def lr_factor(step: int, steps: int, warmup: float) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+EVAL_OUTPUTS = 1 << 22  # output numbers per evaluation batch: bounds memory for large vocabularies
+
+
 @torch.no_grad()
 def evaluate(
     model: nn.Module, split: Split, kind: str, tolerance: float | None = None, batch: int = 4096
 ) -> tuple[float, float]:
     """(mean loss, metric) over the split's units (see `tasks.base.score`): the metric is MSE
-    for regression, accuracy for classification and for regression scored within a tolerance."""
+    for regression, accuracy for classification and for regression scored within a tolerance.
+    Batches hold at most `batch` examples and about EVAL_OUTPUTS output numbers."""
     model.eval()
+    per_example = model(split.x[:1]).numel()
+    batch = max(1, min(batch, EVAL_OUTPUTS // per_example))
     total, hits, units = 0.0, 0.0, 0
     for i in range(0, len(split), batch):
         out = model(split.x[i : i + batch])  # (b, n_out) or (b, T, n_out)

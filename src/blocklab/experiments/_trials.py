@@ -136,6 +136,7 @@ def row(spec: sweep.TrialSpec, rec: dict[str, Any], **keys: Any) -> dict[str, An
         "status": rec["status"],
         "metric": m.get("metric"),
         "test_metric": m.get("test_metric"),
+        "test_loss": m.get("test_loss"),
         "params": params.get("total"),
         "layer_params": params.get("blocks"),
         "depth": spec.depth,
@@ -149,15 +150,17 @@ def row(spec: sweep.TrialSpec, rec: dict[str, Any], **keys: Any) -> dict[str, An
     }
 
 
-def summarize(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Per group of `keys`: mean, std and 95% t-interval of the test metric over seeds; diverged
-    trials are counted, not averaged."""
+def summarize(
+    rows: list[dict[str, Any]], keys: tuple[str, ...], value: str = "test_metric"
+) -> list[dict[str, Any]]:
+    """Per group of `keys`: mean, std and 95% t-interval of `value` (the test metric, or e.g.
+    the test loss) over seeds; diverged trials are counted, not averaged."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault(tuple(r[k] for k in keys), []).append(r)
     out = []
     for key, group in groups.items():
-        values = [r["test_metric"] for r in group if r["status"] == "done"]
+        values = [r[value] for r in group if r["status"] == "done"]
         mean, std, lo, hi, n = interval(values)
         out.append(
             {
@@ -170,7 +173,7 @@ def summarize(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[st
                 "diverged": sum(r["status"] == "diverged" for r in group),
                 "params": group[0]["params"],
                 "seeds": sorted(r["seed"] for r in group),
-                "values": {r["seed"]: r["test_metric"] for r in group if r["status"] == "done"},
+                "values": {r["seed"]: r[value] for r in group if r["status"] == "done"},
             }
         )
     return out

@@ -15,7 +15,8 @@ from blocklab import options
 
 @dataclass(frozen=True)
 class Split:
-    # x: (n, F) for vector tasks, (n, T, F) for sequence tasks; float32
+    # x: (n, F) for vector tasks, (n, T, F) for sequence tasks; float32. Token tasks
+    #    (TaskData.vocab set) hold token ids instead: (n, T) int64
     # y: (n, n_out) float32 for regression, (n,) int64 for classification; per-position targets
     #    carry the position axis too: (n, T, n_out) and (n, T)
     x: torch.Tensor
@@ -40,6 +41,8 @@ class TaskData:
     # maps inputs (n, ...) to outputs in the model's format (logits or values) that score
     # perfectly; the contract tests check it, so a task's labels and its definition agree
     oracle: Callable[[torch.Tensor], torch.Tensor] | None = None
+    # token tasks: x holds ids in [0, vocab) that the network embeds, not features
+    vocab: int | None = None
 
     @property
     def input_shape(self) -> tuple[int, ...]:

@@ -1,0 +1,193 @@
+"""The depth-to-width report: loss per depth and size, transitions, the fit and its projection,
+drawn in the manner of seed 001's figures 2, 3 and 4 from the run's own trials."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from blocklab.analysis import depth_width as dw  # noqa: E402
+from blocklab.report_attention import number, save_figure, write  # noqa: E402
+
+QUESTION = (
+    "Seed 001 (Levine et al. 2020): at a fixed non-embedding size N = 12 L dx^2, is a deeper "
+    "transformer better than a shallower and wider one? The theory predicts depth pays only once "
+    "the width exceeds a threshold exponential in depth (L_th ~ log dx): the transition width "
+    "between adjacent depths follows log dx = a + b L with b > 0. The paper fits a = 5.039, "
+    "b = 0.0555 on language models of depth 6-48; this run measures its own transitions."
+)
+
+
+def write_report(out_dir, result, config: dict[str, Any], provenance: dict[str, Any]) -> Path:
+    out = Path(out_dir)
+    figs = [_loss_plot(result, out / "depth_width_loss.png")]
+    figs.append(_fit_plot(result, out / "depth_width_fit.png"))
+    figs.append(_projection_plot(result, out / "depth_width_projection.png"))
+    header = ["L", "dx", "N = 12 L dx^2", "all parameters", "test loss (nats/token)", "std"]
+    header += ["accuracy", "seeds"]
+    rows = [
+        [
+            str(s["depth"]),
+            str(s["width"]),
+            f"{s['budget']:,}",
+            f"{s['params']:,}" if s["params"] else "-",
+            number(s["mean"], 4),
+            number(s["std"], 2),
+            number(s["accuracy"], 3),
+            f"{s['n']}" + (f" (+{s['diverged']} diverged)" if s["diverged"] else ""),
+        ]
+        for s in result.summaries
+    ]
+    return write(
+        out,
+        title="Depth-to-width transitions (seed 001, section 5.2)",
+        question=QUESTION,
+        findings=_findings(result),
+        results=(header, rows),
+        figures=figs,
+        notes=_notes(result),
+        config=config,
+        provenance=provenance,
+    )
+
+
+def _findings(result):
+    header = ["part", "setting", "predicted", "measured", "verdict"]
+    body = [
+        [f["part"], f["setting"], f["predicted"], f["measured"], f.get("verdict", "-")]
+        for f in result.findings
+    ]
+    return header, body
+
+
+def _notes(result) -> list[str]:
+    corpus = result.corpus
+    notes = [
+        "Transition (section 5.2.2): scanning the shallower depth's sizes upward, the first size "
+        "where it is worse than the deeper depth (one-sided Welch t-test across seeds; the "
+        "deeper loss interpolated in log N at the shallower net's size) and the size before it; "
+        "the transition width is their mean, the error half their spacing (as Table 4(a)).",
+        "Fit (appendix D.1): weighted least squares of log dx on L with sigma = delta dx / dx; "
+        "the covariance is (X^T W X)^-1, chi2_red per eq. 58, R^2 per eq. 59 with the weighted "
+        "mean of log dx.",
+        f"Corpus: {_corpus(corpus)}.",
+    ]
+    share = [s["budget"] / s["params"] for s in result.summaries if s["params"]]
+    if share and min(share) < 0.8:
+        notes.append(
+            "N counts the layers only, as in the paper, where a 2000-token vocabulary at widths "
+            "of 128 and more made the embedding a small share. Here the token and position "
+            "embeddings and the readout, (2 V + T) dx, are a large share of all parameters "
+            f"(N is {min(share):.0%}-{max(share):.0%} of them) and grow with the width, so at "
+            "equal N the shallower, wider network has more parameters in all."
+        )
+    for s in result.searches:
+        lines = [
+            f"N={c.n_params:.3g}: {c.shallow_mean:.4f} vs {c.deep_mean:.4f} (p={c.p_value:.3g})"
+            for c in s.comparisons
+        ]
+        if lines:
+            notes.append(f"L = {s.depth_shallow} vs {s.depth_deep}: " + "; ".join(lines))
+    if result.fit_error:
+        notes.append(f"No fit: {result.fit_error}.")
+    return notes
+
+
+def _corpus(info: dict[str, Any]) -> str:
+    keys = [k for k in sorted(info) if isinstance(info[k], (int, float, str))]
+    return ", ".join(f"{k} {info[k]}" for k in keys)
+
+
+def _loss_plot(result, path: Path) -> str:
+    """Figure 2: test loss against size per depth, one panel per adjacent pair, transitions
+    marked at the size of the shallower net."""
+    depths = sorted({s["depth"] for s in result.summaries})
+    pairs = list(zip(depths, depths[1:], strict=False)) or [(depths[0], depths[0])]
+    fig, axes = plt.subplots(1, len(pairs), figsize=(4.2 * len(pairs), 3.6), squeeze=False)
+    found = {(s.depth_shallow, s.depth_deep): s.transition for s in result.searches}
+    for ax, (lo, hi) in zip(axes[0], pairs, strict=True):
+        for depth, colour in ((lo, "tab:blue"), (hi, "tab:red")):
+            group = [s for s in result.summaries if s["depth"] == depth and s["n"] >= 1]
+            xs = [s["budget"] for s in group]
+            ax.errorbar(
+                xs,
+                [s["mean"] for s in group],
+                yerr=[0 if math.isnan(s["std"]) else s["std"] for s in group],
+                marker="o",
+                ms=3,
+                capsize=2,
+                color=colour,
+                label=f"L = {depth}",
+            )
+        t = found.get((lo, hi))
+        if t is not None:
+            ax.axvline(t.n_params, color="grey", ls="--", lw=1, label=f"transition dx={t.width:g}")
+        ax.set_xscale("log")
+        ax.set_xlabel("non-embedding parameters N")
+        ax.set_ylabel("test loss (nats/token)")
+        ax.set_title(f"L = {lo} vs {hi}")
+        ax.legend(fontsize=7)
+    return save_figure(fig, path)
+
+
+def _fit_plot(result, path: Path) -> str:
+    """Figure 3(a, b): log transition width against depth with the fit, and N_transition(L)
+    with its 1-sigma band."""
+    fig, (ax_a, ax_b) = plt.subplots(1, 2, figsize=(9, 3.6))
+    # the paper's fit over this run's depths, and the sizes the run measured, for reference
+    depths = sorted({s["depth"] for s in result.summaries})
+    sizes = [s["budget"] for s in result.summaries]
+    ref = np.linspace(min(depths), max(depths), 50)
+    paper_n, _ = dw.n_transition(ref)
+    ax_a.plot(ref, dw.PAPER_FIT.a + dw.PAPER_FIT.b * ref, "--", color="grey", label="paper")
+    ax_b.plot(ref, paper_n, "--", color="grey", label="paper (eq. 10-11)")
+    ax_b.axhspan(min(sizes), max(sizes), color="orange", alpha=0.2, label="sizes measured")
+    found = [s.transition for s in result.searches if s.transition is not None]
+    if found:
+        ls = np.array([t.depth_shallow for t in found], dtype=float)
+        ws = np.array([t.width for t in found])
+        errs = np.array([t.error for t in found])
+        ax_a.errorbar(ls, np.log(ws), yerr=errs / ws, fmt="kx", ecolor="red", capsize=3)
+        ax_b.plot(ls, 12 * ls * ws**2, "kx", label="measured transitions")
+    if result.fit is not None:
+        fit = result.fit
+        grid = np.linspace(min(fit.depths) - 0.5, max(fit.depths) + 0.5, 100)
+        ax_a.plot(grid, fit.a + fit.b * grid, "b-", label=f"a={fit.a:.2f}, b={fit.b:.3f}")
+        n, dn = dw.n_transition(grid, fit)
+        ax_b.plot(grid, n, "b-", label="fit (eq. 10)")
+        ax_b.fill_between(grid, n - dn, n + dn, color="green", alpha=0.3, label="+- delta N")
+    else:
+        ax_a.set_title(f"no fit: {result.fit_error}", fontsize=7, wrap=True)
+    ax_a.legend(fontsize=7)
+    ax_a.set_xlabel("depth L")
+    ax_a.set_ylabel("log dx at the transition")
+    ax_b.set_yscale("log")
+    ax_b.set_xlabel("depth L")
+    ax_b.set_ylabel("N_transition")
+    ax_b.legend(fontsize=7)
+    return save_figure(fig, path)
+
+
+def _projection_plot(result, path: Path, depth_max: int = 100) -> str:
+    """Figure 4: N_transition(L) extrapolated to depth 100, the paper's fit beside this run's."""
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    grid = np.linspace(1, depth_max, 200)
+    fits = [(dw.PAPER_FIT, "paper (eq. 11)", "tab:green")]
+    if result.fit is not None and result.fit.b > 0:
+        fits.append((result.fit, "this run", "tab:blue"))
+    for fit, label, colour in fits:
+        n, dn = dw.n_transition(grid, fit)
+        ax.plot(grid, n, color=colour, label=label)
+        ax.fill_between(grid, np.maximum(n - dn, 1), n + dn, color=colour, alpha=0.25)
+    ax.set_yscale("log")
+    ax.set_xlabel("depth L")
+    ax.set_ylabel("N_transition (optimal size at depth L)")
+    ax.legend(fontsize=7)
+    return save_figure(fig, path)
