@@ -109,3 +109,17 @@ def test_an_empty_flag_list_means_none():
     flags = config.overrides(args, DegreeSweepConfig, skip=("lr",))
     cfg = config.resolve(DegreeSweepConfig, DegreeSweepConfig(), None, flags)
     assert cfg.baselines == () and cfg.degrees == ("3",)
+
+
+def test_help_shows_the_defaults_a_parent_config_sets():
+    import argparse
+
+    from blocklab.experiments.depth_width import DepthWidthConfig
+
+    parser = argparse.ArgumentParser()
+    config.add_flags(parser, DepthWidthConfig)
+    text = " ".join(parser.format_help().split())
+    quick = DepthWidthConfig().train
+    assert quick.batch_size != TrainConfig().batch_size  # the experiment sets its own
+    assert f"examples per step (default: {quick.batch_size})" in text
+    assert f"peak learning rate (default: {quick.lr:g})" in text

@@ -37,17 +37,26 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def add_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
-    """One flag per field (nested dataclass fields flattened); defaults are None = 'not given'."""
+def add_flags(
+    parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = (), defaults: Any = None
+) -> None:
+    """One flag per field (nested dataclass fields flattened); defaults are None = 'not given'.
+    The help shows the values of `defaults` (an instance), else the fields' own defaults, so a
+    nested config shows what its parent sets, not its class defaults."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
         if f.name in skip or typing.get_origin(tp) is dict or tp is dict:
             continue
+        if defaults is not None:
+            default = getattr(defaults, f.name)
+        elif f.default is not dataclasses.MISSING:
+            default = f.default
+        else:
+            default = f.default_factory()
         if dataclasses.is_dataclass(tp):
-            add_flags(parser, tp, skip)
+            add_flags(parser, tp, skip, default)
             continue
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         shown = " ".join(map(str, default)) if isinstance(default, tuple) else default
         help_text = f"{f.metadata.get('help', f.name)} (default: {shown})".replace("%", "%%")
         kw: dict[str, Any] = {"default": None, "help": help_text}

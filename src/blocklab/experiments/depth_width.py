@@ -95,7 +95,8 @@ def width_for(budget: float, depth: int, heads: int) -> int:
     return max(heads, heads * round(math.sqrt(budget / (12 * depth)) / heads))
 
 
-def shape(cfg: DepthWidthConfig, depth: int, width: int) -> _trials.NetShape:
+def shape(depth: int, width: int) -> _trials.NetShape:
+    """Seed 001's common transformer layer: pre-norm, residual, a ReLU feed-forward of 4 dx."""
     return _trials.NetShape(depth=depth, width=width, norm="layer", residual=True, ff="relu4x")
 
 
@@ -110,7 +111,7 @@ def plan(cfg: DepthWidthConfig) -> list[tuple[dict[str, Any], sweep.TrialSpec]]:
             widths.setdefault(width_for(n, depth, cfg.heads), n)
         for width, nominal in widths.items():
             for seed in range(cfg.seeds):
-                s = _trials.spec("text", opts, arm, shape(cfg, depth, width), cfg.train, seed)
+                s = _trials.spec("text", opts, arm, shape(depth, width), cfg.train, seed)
                 out.append(({"budget": 12 * depth * width * width, "nominal": nominal}, s))
     return out
 
