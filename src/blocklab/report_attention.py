@@ -59,6 +59,14 @@ def write(
     return path
 
 
+FINDING_HEADER = ["part", "setting", "predicted", "measured", "verdict"]
+
+
+def findings_table(findings: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The findings of an experiment whose findings carry FINDING_HEADER's keys, one row each."""
+    return FINDING_HEADER, [[str(f.get(k, "-")) for k in FINDING_HEADER] for f in findings]
+
+
 def results_table(summaries: list[dict[str, Any]], keys: dict[str, str]):
     """(header, rows): one row per configuration, sorted by `keys` (summary key -> column)."""
     header = [*keys.values(), "parameters", "test accuracy (mean ± std [95% CI])", "seeds"]

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from blocklab.analysis import depth_width as dw  # noqa: E402
-from blocklab.report_attention import number, save_figure, write  # noqa: E402
+from blocklab.report_attention import findings_table, number, save_figure, write  # noqa: E402
 
 QUESTION = (
     "Seed 001 (Levine et al. 2020): at a fixed non-embedding size N = 12 L dx^2, is a deeper "
@@ -49,22 +49,13 @@ def write_report(out_dir, result, config: dict[str, Any], provenance: dict[str, 
         out,
         title="Depth-to-width transitions (seed 001, section 5.2)",
         question=QUESTION,
-        findings=_findings(result),
+        findings=findings_table(result.findings),
         results=(header, rows),
         figures=figs,
         notes=_notes(result),
         config=config,
         provenance=provenance,
     )
-
-
-def _findings(result):
-    header = ["part", "setting", "predicted", "measured", "verdict"]
-    body = [
-        [f["part"], f["setting"], f["predicted"], f["measured"], f.get("verdict", "-")]
-        for f in result.findings
-    ]
-    return header, body
 
 
 def _notes(result) -> list[str]:

@@ -13,16 +13,11 @@ import matplotlib
 import matplotlib.pyplot as plt
 
 from blocklab.experiments.seprank import log3
-from blocklab.report_attention import number, save_figure, write
+from blocklab.report_attention import findings_table, number, save_figure, write
 
 matplotlib.use("Agg")
 
-FINDING_HEADER = ["part", "setting", "predicted", "measured", "verdict"]
 FLOOR = 0.1  # log3 rank axis floor: a lower bound <= 0 is trivial (sep >= 1), drawn from here
-
-
-def _findings(result) -> tuple[list[str], list[list[str]]]:
-    return FINDING_HEADER, [[str(f[k]) for k in FINDING_HEADER] for f in result.findings]
 
 
 def _ranks(spread: dict[str, Any], saturated: bool) -> str:
@@ -75,7 +70,7 @@ def depth_width(out_dir, result, config: dict[str, Any], provenance: dict[str, A
         out,
         title="Separation rank vs depth and width (seed 001, Theorems 1-2)",
         question=DEPTH_WIDTH_QUESTION,
-        findings=_findings(result),
+        findings=findings_table(result.findings),
         results=(header, rows),
         figures=figs,
         notes=_depth_width_notes(result, config),
@@ -259,7 +254,7 @@ def degree(out_dir, result, config: dict[str, Any], provenance: dict[str, Any]) 
         out,
         title="Separation rank of degree-d polynomial networks (seed 000)",
         question=DEGREE_QUESTION,
-        findings=_findings(result),
+        findings=findings_table(result.findings),
         results=(header, rows),
         figures=figs,
         notes=notes,

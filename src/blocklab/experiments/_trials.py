@@ -31,6 +31,13 @@ class NetShape:
     flatten: bool = False
 
 
+def check_positive(cfg: Any, names: tuple[str, ...]) -> None:
+    """Integer fields of a config that must be >= 1; a ValueError becomes one line for the user."""
+    for name in names:
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)}")
+
+
 def spec(
     task: str,
     task_options: dict[str, Any],
@@ -99,9 +106,10 @@ def run_planned(
     workers: int,
     device: str,
     progress: bool,
+    value: str = "test_metric",
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """Run (keys, spec) pairs: the finished rows (tagged with their keys), their summaries over
-    seeds grouped by `keys`, and the trials that raised."""
+    """Run (keys, spec) pairs: the finished rows (tagged with their keys), their summaries of
+    `value` over seeds grouped by `keys`, and the trials that raised."""
     specs = [s for _, s in planned]
     records = sweep.run(
         specs,
@@ -122,7 +130,7 @@ def run_planned(
         for k, s in planned
         if records.get(s.id, {}).get("status") in ("done", "diverged")
     ]
-    return rows, summarize(rows, keys), failed
+    return rows, summarize(rows, keys, value), failed
 
 
 def row(spec: sweep.TrialSpec, rec: dict[str, Any], **keys: Any) -> dict[str, Any]:

@@ -97,9 +97,7 @@ class CollapseConfig:
     train: TrainConfig = field(default_factory=lambda: _train(300))
 
     def __post_init__(self):
-        for name in ("depth", "width", "heads", "seq_len", "n_train", "seeds"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        _trials.check_positive(self, ("depth", "width", "heads", "seq_len", "n_train", "seeds"))
         if not 0 < self.alpha < 1:
             raise ValueError(f"alpha must be in (0, 1), got {self.alpha}")
         if not BLOCKS.get(self.block).mixes_tokens:  # unknown names fail with "did you mean"

@@ -55,9 +55,7 @@ class DepthWidthConfig:
     train: TrainConfig = field(default_factory=lambda: _train(1000))
 
     def __post_init__(self):
-        for name in ("heads", "seeds", "vocab", "seq_len", "n_train"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        _trials.check_positive(self, ("heads", "seeds", "vocab", "seq_len", "n_train"))
         if len(set(self.depths)) < 2 or any(d < 1 for d in self.depths):
             raise ValueError(f"give at least two distinct depths >= 1, got {self.depths}")
         if not self.budgets or any(b < 1 for b in self.budgets):
@@ -133,16 +131,17 @@ def run(cfg: DepthWidthConfig, store: Store, *, workers=1, device="auto", progre
     opts = cfg.task_options()
     # the tokenizer is trained (and cached) here once, not by every worker at the same time
     corpus = sweep.task_data("text", json.dumps(opts, sort_keys=True), 0).info
-    rows, _, failed = _trials.run_planned(
+    rows, summaries, failed = _trials.run_planned(
         plan(cfg),
         store,
         "depth-width",
-        ("depth", "width"),
+        ("depth", "width", "nominal"),
         workers=workers,
         device=device,
         progress=progress,
+        value="test_loss",
     )
-    summaries = summarize(rows)
+    summaries = with_sizes(summaries, rows)
     points = {
         depth: [dw.Point(s["budget"], s["width"], s["mean"], s["std"], s["n"]) for s in group]
         for depth, group in _by_depth(summaries).items()
@@ -163,10 +162,9 @@ def run(cfg: DepthWidthConfig, store: Store, *, workers=1, device="auto", progre
     )
 
 
-def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (depth, width): mean, std and 95% interval of the test loss (nats per token) over
-    seeds, with the mean accuracy beside it."""
-    out = _trials.summarize(rows, ("depth", "width", "nominal"), value="test_loss")
+def with_sizes(summaries: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The test-loss summaries per (depth, width), with the size 12 L dx^2 and mean accuracy."""
+    out = [dict(s) for s in summaries]
     for s in out:
         s["budget"] = 12 * s["depth"] * s["width"] ** 2
         shape = (s["depth"], s["width"])

@@ -98,9 +98,7 @@ class NeedleConfig:
     )
 
     def __post_init__(self):
-        for name in ("dim", "hidden", "draws", "samples", "width", "seeds"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        _trials.check_positive(self, ("dim", "hidden", "draws", "samples", "width", "seeds"))
         if any(t < 1 for t in (*self.seq_lens, *self.trained_seq_lens)):
             raise ValueError("sequence lengths must be >= 1")
         if any(t1 <= self.tau0 for t1 in self.tau1s):

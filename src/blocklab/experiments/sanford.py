@@ -51,7 +51,7 @@ class QsaConfig:
     train: TrainConfig = field(default_factory=lambda: _train(2000))
 
     def __post_init__(self):
-        _check_positive(self, ("seeds", "seq_len", "dim", "width", "n_train"))
+        _trials.check_positive(self, ("seeds", "seq_len", "dim", "width", "n_train"))
         if not self.qs or not self.dims:
             raise ValueError("give at least one q and one m")
         if any(not 1 <= q < self.seq_len for q in self.qs):
@@ -89,7 +89,7 @@ class MatchConfig:
     train: TrainConfig = field(default_factory=lambda: _train(2000))
 
     def __post_init__(self):
-        _check_positive(self, ("seeds", "seq_len", "n_train"))
+        _trials.check_positive(self, ("seeds", "seq_len", "n_train"))
         if not self.tasks or any(t not in ("match2", "match3") for t in self.tasks):
             raise ValueError(f"tasks must be among match2, match3, got {self.tasks}")
         if not self.widths or any(w < 3 or w % 3 for w in self.widths):
@@ -100,12 +100,6 @@ class MatchConfig:
     @classmethod
     def full(cls) -> MatchConfig:
         return cls(widths=(6, 12, 24, 48), seq_len=8, seeds=5, n_train=65536, train=_train(6000))
-
-
-def _check_positive(cfg, names):
-    for name in names:
-        if getattr(cfg, name) < 1:
-            raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)}")
 
 
 @dataclass
