@@ -148,7 +148,7 @@ def test_bound_check_can_fail():
 def test_tiny_run_is_stored_reported_and_resumes(tmp_path):
     cfg = CollapseConfig(variants=("pure", "skip", "norm"), **TINY)
     store = Store(tmp_path)
-    result = collapse.run(cfg, store, workers=1, device="cpu", progress=False)
+    result = collapse.run(cfg, store, resources=sweep.Resources(device="cpu"), progress=False)
     assert not result.failed and len(result.rows) == 3 * 2
     stamps = {r["id"]: r["finished_at"] for r in store.records(experiment="collapse")}
     assert len(stamps) == 6
@@ -171,7 +171,7 @@ def test_tiny_run_is_stored_reported_and_resumes(tmp_path):
     for name in ("collapse_ratio_vs_layer.png", "collapse_path_shares.png"):
         assert (tmp_path / name).stat().st_size > 0
 
-    again = collapse.run(cfg, store, workers=1, device="cpu", progress=False)
+    again = collapse.run(cfg, store, resources=sweep.Resources(device="cpu"), progress=False)
     assert {r["id"]: r["finished_at"] for r in store.records(experiment="collapse")} == stamps
     assert again.summaries == result.summaries
 
@@ -181,7 +181,9 @@ def test_pure_attention_collapses_at_init_and_skip_keeps_it_up(tmp_path):
     attention's ratio falls far below 1 with depth at random init; with skips it stays near 1.
     Ignoring the residual connection would make both collapse."""
     cfg = CollapseConfig(variants=("pure", "skip"), n_train=256, seeds=3, train=SHORT)
-    result = collapse.run(cfg, Store(tmp_path), workers=1, device="cpu", progress=False)
+    result = collapse.run(
+        cfg, Store(tmp_path), resources=sweep.Resources(device="cpu"), progress=False
+    )
     last = {
         (r["variant"], r["seed"]): r["measures"]["collapse"]["init"]["composite"]["median"][-1]
         for r in result.rows

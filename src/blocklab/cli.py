@@ -12,13 +12,15 @@ from typing import Any
 
 import torch
 
+from blocklab import cli_bench
 from blocklab import config as cfgmod
 from blocklab.errors import UserError
+from blocklab.executors import EXECUTORS
 from blocklab.experiments import degree_sweep
 from blocklab.models import parse_degree
 from blocklab.options import parse_pairs, split_list
 from blocklab.store import DB_NAME, Store
-from blocklab.sweep import Interrupted, WorkerDied, default_workers, provenance
+from blocklab.sweep import ENSEMBLE, Interrupted, Resources, WorkerDied, default_workers, provenance
 
 
 class Parser(argparse.ArgumentParser):
@@ -29,7 +31,7 @@ class Parser(argparse.ArgumentParser):
 def _common_run_flags(
     p: argparse.ArgumentParser, out: str, task_options: bool = True, pool: bool = True
 ) -> None:
-    """The flags of every experiment; `pool` adds --workers and --device for trained trials."""
+    """The flags of every experiment; `pool` adds where trained trials run (`sweep.Resources`)."""
     p.add_argument("--config", help="TOML file with config keys (flags override it)")
     if task_options:  # the attention experiments set their tasks' options themselves
         p.add_argument(
@@ -42,8 +44,35 @@ def _common_run_flags(
     if pool:
         p.add_argument("--workers", type=int, default=default_workers(), help="processes")
         p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+        p.add_argument(
+            "--ensemble",
+            type=int,
+            default=ENSEMBLE,
+            help=f"most trials of one architecture trained together ({ENSEMBLE}; 1: each alone)",
+        )
+        p.add_argument(
+            "--executor",
+            default="local",
+            help=f"where the trials run: {', '.join(EXECUTORS)} (local: a process pool)",
+        )
+        p.add_argument(
+            "--executor-option",
+            action="append",
+            metavar="KEY=VALUE",
+            help="executor option, repeatable (ray: address=HOST:PORT; slurm: partition=P, "
+            "time=MINUTES, folder=DIR, ...)",
+        )
     p.add_argument("--json", action="store_true", help="print results as JSON on stdout")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def _resources(args: argparse.Namespace) -> Resources:
+    """Where the trials run, from the pool flags; the slurm executor keeps its job files in the
+    run directory unless told otherwise."""
+    options = parse_pairs(args.executor_option or [], "executor")
+    if args.executor == "slurm":
+        options.setdefault("folder", str(Path(args.out) / "slurm"))
+    return Resources(args.workers, args.device, args.ensemble, args.executor, options)
 
 
 def _experiment_parser(sub, name: str, what: str, cls: type, out: str, pool: bool = True) -> None:
@@ -66,9 +95,7 @@ def cmd_degree_sweep(args: argparse.Namespace) -> int:
         degree_sweep.DegreeSweepConfig, degree_sweep.DegreeSweepConfig(), args.config, flags
     )
     out, store = _open_run(args)
-    result = degree_sweep.run(
-        cfg, store, workers=args.workers, device=args.device, progress=not args.quiet
-    )
+    result = degree_sweep.run(cfg, store, resources=_resources(args), progress=not args.quiet)
     if not result.rows:
         raise UserError("no trial finished; see `blocklab runs --out DIR list --status failed`")
     config_dict = _jsonable(cfg)
@@ -100,8 +127,6 @@ def cmd_degree_sweep(args: argparse.Namespace) -> int:
 
 def _open_run(args: argparse.Namespace) -> tuple[Path, Store]:
     """Check the run flags, open the store and make sure the report can be written."""
-    if getattr(args, "workers", 1) < 1:
-        raise UserError(f"--workers must be >= 1, got {args.workers}")
     device = getattr(args, "device", "cpu")
     if device not in ("auto", "cpu", "cuda"):
         raise UserError(f"--device must be auto, cpu or cuda, got {device!r}")
@@ -124,7 +149,7 @@ def _run_trained(args: argparse.Namespace, cls: type, run: Any) -> tuple[Any, Pa
     error that points at the failures."""
     cfg = _experiment_config(args, cls)
     out, store = _open_run(args)
-    result = run(cfg, store, workers=args.workers, device=args.device, progress=not args.quiet)
+    result = run(cfg, store, resources=_resources(args), progress=not args.quiet)
     if not result.rows:
         raise UserError("no trial finished; see `blocklab runs --out DIR list --status failed`")
     return cfg, out, result
@@ -156,9 +181,7 @@ def cmd_needle(args: argparse.Namespace) -> int:
 
     cfg = _experiment_config(args, needle.NeedleConfig)
     out, store = _open_run(args)
-    result = needle.run(
-        cfg, store, workers=args.workers, device=args.device, progress=not args.quiet
-    )
+    result = needle.run(cfg, store, resources=_resources(args), progress=not args.quiet)
     config = ra.config_json(cfg)
     path = ra.needle(out, result, config, provenance())
     return _print_findings(args, result, path, config)
@@ -588,6 +611,8 @@ def build_parser() -> Parser:
     adv.add_argument("--fit", help="a depth-width run directory (its fit.json) or a fit file")
     adv.add_argument("--json", action="store_true")
 
+    cli_bench.add_parser(sub)
+
     th = sub.add_parser(
         "theory", help="h(d) and the degree proxy (seed 000), seed 001's bounds, seed 003's paths"
     )
@@ -627,6 +652,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_advise(args)
         if args.command == "runs":
             return cmd_runs(args)
+        if args.command == "bench":
+            return cli_bench.cmd_bench(args)
         return cmd_theory(args)
     except UserError as exc:
         print(f"blocklab: error: {exc}", file=sys.stderr)

@@ -263,17 +263,19 @@ class Net(nn.Module):
         self.norm_out = make_norm(norm, width)
         self.readout = nn.Linear(width, n_out)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.embed(x if self.seq_len else x.flatten(1))  # (B, D) or (B, T, D)
+    def forward(self, x: torch.Tensor, lead: int = 1) -> torch.Tensor:
+        """`lead` counts the batch dimensions in front: 1 for (B, ...), 2 for an ensemble's
+        (E, B, ...) run on stacked weights (`blocklab.ensemble`)."""
+        h = self.embed(x if self.seq_len else x.flatten(lead))  # (B, D) or (B, T, D)
         if self.pos is not None:
-            h = h + self.pos[: h.shape[1]]  # (B, T, D)
+            h = h + self.pos[: h.shape[-2]]  # (B, T, D)
         for layer in self.layers:
             h = layer(h)
         h = self.norm_out(h)
         if self.pooled:
-            h = h.mean(1)  # (B, D)
+            h = h.mean(-2)  # (B, D)
         out = self.readout(h)  # (B, n_out) or (B, T, n_out)
-        return out if self.out_shape is None else out.unflatten(1, self.out_shape)
+        return out if self.out_shape is None else out.unflatten(-1, self.out_shape)
 
     def param_counts(self) -> dict[str, int]:
         def n(m: nn.Module) -> int:

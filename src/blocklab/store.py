@@ -36,6 +36,17 @@ CREATE TABLE IF NOT EXISTS trials (
 );
 CREATE INDEX IF NOT EXISTS trials_experiment ON trials (experiment);
 """
+_FINISHED_SQL = ", ".join(f"'{status}'" for status in FINISHED)
+# a failed trial never replaces a finished one: two processes may run the same trial, and whichever
+# order they finish in, the finished result wins
+PUT = f"""
+INSERT INTO trials VALUES (?,?,?,?,?,?,?,?,?,?)
+ON CONFLICT (id) DO UPDATE SET
+    experiment = excluded.experiment, status = excluded.status, seed = excluded.seed,
+    config = excluded.config, metrics = excluded.metrics, curves = excluded.curves,
+    provenance = excluded.provenance, error = excluded.error, finished_at = excluded.finished_at
+WHERE excluded.status IN ({_FINISHED_SQL}) OR trials.status NOT IN ({_FINISHED_SQL})
+"""
 
 
 def _json(obj: Any) -> str:
@@ -60,7 +71,11 @@ class Store:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self.conn = sqlite3.connect(path, timeout=60, isolation_level=None)
+            # other processes may hold the write lock: wait for it rather than fail
+            self.conn.execute("PRAGMA busy_timeout=60000")
             self.conn.execute("PRAGMA journal_mode=WAL")
+            # with WAL, a killed process loses no commit; a power cut may lose the last few
+            self.conn.execute("PRAGMA synchronous=NORMAL")
             self.conn.executescript(SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise UserError(f"cannot open the store at {path}: {exc}") from None
@@ -74,7 +89,7 @@ class Store:
 
     def put(self, record: dict[str, Any]) -> None:
         self.conn.execute(
-            "INSERT OR REPLACE INTO trials VALUES (?,?,?,?,?,?,?,?,?,?)",
+            PUT,
             (
                 record["id"],
                 record["experiment"],

@@ -1,7 +1,9 @@
-"""Running trials: a trial is a frozen spec; a sweep runs the unfinished ones in a process pool.
+"""Running trials: a trial is a frozen spec; a sweep runs the unfinished ones.
 
-Workers use one torch thread each: for small models two single-threaded processes beat one
-process with two threads. Only the parent writes to the store, one commit per finished trial.
+Trials that share an architecture train together as one ensemble (`blocklab.ensemble`), and the
+units of work run on an executor (`blocklab.executors`: a local process pool by default, Ray or
+Slurm). Workers use one torch thread each: for small models two single-threaded processes beat
+one process with two threads. Only the parent writes to the store, one commit per finished trial.
 """
 
 from __future__ import annotations
@@ -13,27 +15,25 @@ import json
 import math
 import os
 import platform
-import signal
 import subprocess
 import sys
 import time
 import traceback
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
-from multiprocessing import get_context
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from blocklab import __version__
+from blocklab.ensemble import train_ensemble
 from blocklab.errors import UserError
+from blocklab.executors import WorkerLost, make_executor
 from blocklab.models import Arm, Net
 from blocklab.store import Store
 from blocklab.tasks import TaskData, make_task
-from blocklab.train import TrainConfig, as_record, train
+from blocklab.train import TrainConfig, as_record, precision, train
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,9 @@ class Interrupted(Exception):
         self.finished = finished
 
 
+ENSEMBLE = 16  # most members per ensemble: past this, batching gains little and holds memory
+
+
 @functools.lru_cache(maxsize=4)
 def task_data(task: str, options_json: str, seed: int) -> TaskData:
     """A task's data, cached: trials and shape checks that share a task make it once."""
@@ -124,46 +127,130 @@ def build_model(spec: TrialSpec, data: TaskData) -> Net:
     )
 
 
-def run_trial(spec: TrialSpec, device: str = "cpu") -> dict[str, Any]:
-    """Build data and model from the spec and train; exceptions become a 'failed' record."""
-    base = {"id": spec.id, "seed": spec.seed, "config": spec.config()}
-    try:
-        task = make_task(spec.task, **spec.task_options)
-        data_seed = spec.seed if spec.data_seed is None else spec.data_seed
+@dataclass
+class _Prepared:
+    """A trial's task, data on the device, freshly initialized network and threshold."""
+
+    task: Any
+    data: TaskData
+    model: Net
+    threshold: float
+
+
+def _prepare(spec: TrialSpec, device: str, cache: dict | None = None) -> _Prepared:
+    task = make_task(spec.task, **spec.task_options)
+    data_seed = spec.seed if spec.data_seed is None else spec.data_seed
+    cache = {} if cache is None else cache
+    if data_seed not in cache:  # members of one ensemble reading the same data share it
         data = task_data(spec.task, json.dumps(spec.task_options, sort_keys=True), data_seed)
-        data = dataclasses.replace(
+        cache[data_seed] = dataclasses.replace(
             data,
             train=_to(data.train, device),
             val=_to(data.val, device),
             test=_to(data.test, device),
         )
-        torch.manual_seed(spec.seed)  # the initialization follows the trial seed
-        model = build_model(spec, data).to(device)
-        at_init = take_measures(spec, model, data)
-        threshold = spec.train.threshold if spec.train.threshold is not None else task.threshold
-        result = train(model, data, spec.train, spec.seed, threshold)
-        record = {**base, **as_record(result)}
-        record["metrics"].update(
-            metric=task.metric,
-            higher_is_better=task.higher_is_better,
-            params=model.param_counts(),
-            device=device,
-        )
+    data = cache[data_seed]
+    torch.manual_seed(spec.seed)  # the initialization follows the trial seed
+    model = build_model(spec, data).to(device)
+    threshold = spec.train.threshold if spec.train.threshold is not None else task.threshold
+    return _Prepared(task, data, model, threshold)
+
+
+def _record(spec: TrialSpec, p: _Prepared, result, device: str) -> dict[str, Any]:
+    record = {"id": spec.id, "seed": spec.seed, "config": spec.config(), **as_record(result)}
+    record["metrics"].update(
+        metric=p.task.metric,
+        higher_is_better=p.task.higher_is_better,
+        params=p.model.param_counts(),
+        device=device,
+        precision=precision(device),
+    )
+    return record
+
+
+def _failed(spec: TrialSpec) -> dict[str, Any]:
+    tail = traceback.format_exc(limit=-3)
+    exc = sys.exc_info()[1]
+    return {
+        "id": spec.id,
+        "seed": spec.seed,
+        "config": spec.config(),
+        "status": "failed",
+        "metrics": {},
+        "curves": {},
+        "error": f"{type(exc).__name__}: {exc}\n{tail}",
+    }
+
+
+def run_trial(spec: TrialSpec, device: str = "cpu") -> dict[str, Any]:
+    """Build data and model from the spec and train; exceptions become a 'failed' record."""
+    try:
+        p = _prepare(spec, device)
+        at_init = take_measures(spec, p.model, p.data)
+        result = train(p.model, p.data, spec.train, spec.seed, p.threshold)
+        record = _record(spec, p, result, device)
         if spec.measures:
-            trained = take_measures(spec, model, data)
+            trained = take_measures(spec, p.model, p.data)
             record["metrics"]["measures"] = {
                 name: {"init": at_init[name], "trained": trained[name]} for name in spec.measures
             }
         return record
-    except Exception as exc:  # a broken trial must not stop the sweep; it is retried next run
-        tail = traceback.format_exc(limit=-3)
-        return {
-            **base,
-            "status": "failed",
-            "metrics": {},
-            "curves": {},
-            "error": f"{type(exc).__name__}: {exc}\n{tail}",
-        }
+    except Exception:  # a broken trial must not stop the sweep; it is retried next run
+        return _failed(spec)
+
+
+def train_group(specs: list[TrialSpec], device: str = "cpu", path: str = "auto"):
+    """Build the trials of one architecture and train them as one ensemble; returns what was
+    built, the results and the forward path used (`ensemble.train_ensemble`)."""
+    cache: dict = {}  # members reading the same data share one copy
+    prepared = [_prepare(s, device, cache) for s in specs]
+    results, path = train_ensemble(
+        [p.model for p in prepared],
+        [p.data for p in prepared],
+        [s.train for s in specs],
+        [s.seed for s in specs],
+        [p.threshold for p in prepared],
+        path=path,
+    )
+    return prepared, results, path
+
+
+def run_group(specs: list[TrialSpec], device: str = "cpu") -> list[dict[str, Any]]:
+    """One unit of work: a lone trial, or trials sharing an architecture trained as one
+    ensemble (`blocklab.ensemble`); each gets its own record, as if trained alone."""
+    if len(specs) == 1:
+        return [run_trial(specs[0], device)]
+    try:
+        prepared, results, path = train_group(specs, device)
+    except Exception:  # the whole ensemble failed; its trials are retried next run
+        return [_failed(s) for s in specs]
+    records = []
+    for spec, p, result in zip(specs, prepared, results, strict=True):
+        record = _record(spec, p, result, device)
+        record["metrics"]["ensemble"] = {"members": len(specs), "path": path}
+        records.append(record)
+    return records
+
+
+def ensemble_key(spec: TrialSpec) -> str | None:
+    """Trials with equal keys can train as one ensemble: they differ only in seeds and learning
+    rate. None for trials that train alone (those taking measures of the network)."""
+    if spec.measures:
+        return None
+    config = spec.config()
+    del config["seed"], config["data_seed"]
+    config["train"] = {**config["train"], "lr": None}
+    return json.dumps(config, sort_keys=True, default=str)
+
+
+def plan_units(todo: list[TrialSpec], ensemble: int, workers: int) -> list[list[TrialSpec]]:
+    """Units of work: trials sharing an architecture in ensembles of at most `ensemble` members,
+    made smaller when that leaves some of the `workers` idle."""
+    size = max(1, min(ensemble, math.ceil(len(todo) / max(1, workers))))
+    groups: dict[str, list[TrialSpec]] = {}
+    for spec in todo:
+        groups.setdefault(ensemble_key(spec) or spec.id, []).append(spec)
+    return [g[i : i + size] for g in groups.values() for i in range(0, len(g), size)]
 
 
 MEASURE_INPUTS = 64  # test sequences a trial's measures read
@@ -190,11 +277,6 @@ def take_measures(spec: TrialSpec, model: Net, data: TaskData) -> dict[str, dict
         }
     finally:
         model.train(was_training)
-
-
-def _init_worker() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops the pool
-    torch.set_num_threads(1)
 
 
 def _git_commit() -> str:
@@ -258,74 +340,68 @@ class Progress:
             self.bar.close()
 
 
+@dataclass(frozen=True)
+class Resources:
+    """Where and how a sweep's trials run; none of it is part of a trial, so results and ids do
+    not depend on it. Trials sharing an architecture train as ensembles of up to `ensemble`
+    members (1: each alone); the units of work run on `executor` (`blocklab.executors`) with
+    `workers` processes or tasks."""
+
+    workers: int = 1
+    device: str = "auto"
+    ensemble: int = ENSEMBLE
+    executor: str = "local"
+    executor_options: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        for name in ("workers", "ensemble"):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        make_executor(self.executor, self.workers, self.executor_options)  # checks name, options
+
+
 def run(
     specs: Iterable[TrialSpec],
     store: Store,
     experiment: str,
     *,
-    workers: int = 1,
-    device: str = "auto",
+    resources: Resources | None = None,
     label: str = "trials",
     progress: bool = True,
     on_record: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Run every spec not finished in the store; return {id: stored record} for all specs."""
+    """Run every spec not finished in the store; return {id: stored record} for all specs.
+    Only this process writes to the store, one commit per finished trial, so an interrupted
+    sweep keeps everything that finished."""
+    res = resources or Resources()
     specs = list({s.id: s for s in specs}.values())  # identical trials run once
     done = store.finished(s.id for s in specs)
     todo = [s for s in specs if s.id not in done]
-    device = device_name(device)
+    device = device_name(res.device)
     prov = provenance(device)
     bar = Progress(len(todo), label, enabled=progress)
     finished = 0
-
-    def save(spec: TrialSpec, record: dict[str, Any]) -> None:
-        nonlocal finished
-        record.update(experiment=experiment, provenance=prov, finished_at=time.time())
-        store.put(record)
-        finished += 1
-        bar.update(spec, record)
-        if on_record:
-            on_record(record)
-
+    workers = 1 if device == "cuda" and res.executor == "local" else res.workers  # one owns the GPU
+    units = plan_units(todo, res.ensemble, workers)
+    runner = make_executor(res.executor, workers, res.executor_options) if units else None
+    results = runner.imap_unordered(run_group, units, device) if runner else (r for r in ())
     try:
-        if workers <= 1 or len(todo) <= 1 or device == "cuda":
-            threads = torch.get_num_threads()
-            torch.set_num_threads(1)
-            try:
-                for spec in todo:
-                    save(spec, run_trial(spec, device))
-            finally:
-                torch.set_num_threads(threads)
-        else:
-            _run_pool(todo, workers, device, save)
+        for index, records in results:
+            for spec, record in zip(units[index], records, strict=True):
+                record.update(experiment=experiment, provenance=prov, finished_at=time.time())
+                store.put(record)
+                finished += 1
+                bar.update(spec, record)
+                if on_record:
+                    on_record(record)
     except KeyboardInterrupt:
         raise Interrupted(finished) from None
-    except BrokenProcessPool:
+    except WorkerLost:
         raise WorkerDied(finished) from None
     finally:
+        results.close()  # stops running work at once when the loop above raised
         bar.close()
     return {r["id"]: r for r in store.records(ids=[s.id for s in specs])}
-
-
-def _run_pool(todo, workers, device, save) -> None:
-    pool = ProcessPoolExecutor(
-        max_workers=min(workers, len(todo)),
-        mp_context=get_context("spawn"),
-        initializer=_init_worker,
-    )
-    try:
-        pending = {pool.submit(run_trial, spec, device): spec for spec in todo}
-        while pending:
-            ready, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in ready:
-                save(pending.pop(fut), fut.result())
-    except BaseException:
-        # stop at once: running trials are lost (they are not finished), finished ones are stored
-        for proc in list(getattr(pool, "_processes", {}).values()):
-            proc.terminate()
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown()
 
 
 def default_workers() -> int:

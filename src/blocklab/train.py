@@ -6,6 +6,7 @@ is reported as diverged with its step; the caller records it and goes on.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -65,6 +66,23 @@ def lr_factor(step: int, steps: int, warmup: float) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def precision(device: torch.device | str) -> str:
+    """The training-step precision on a device: bf16 autocast on a CUDA device that supports it
+    (the matmuls in bf16, reductions and the loss in float32), else float32. Evaluation is
+    always float32, so reported scores do not depend on it."""
+    device = torch.device(device)
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return "bf16"
+    return "float32"
+
+
+def autocast(device: torch.device | str):
+    """The context a training step's forward pass runs in (see `precision`)."""
+    if precision(device) == "bf16":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 EVAL_OUTPUTS = 1 << 22  # output numbers per evaluation batch: bounds memory for large vocabularies
 
 
@@ -92,85 +110,110 @@ def eval_steps(steps: int, points: int) -> list[int]:
     return sorted({0, steps, *(round(steps * i / points) for i in range(1, points + 1))})
 
 
+class Tracker:
+    """One run's bookkeeping, shared by `train` and the ensemble engine: the learning curves, the
+    divergence rule, and the step at which the validation loss first reached the threshold."""
+
+    def __init__(self, cfg: TrainConfig, threshold: float):
+        self.cfg, self.threshold = cfg, threshold
+        self.curves: dict[str, list[float]] = {"step": [], "train_loss": [], "val_loss": []}
+        self.window: list[float] = []  # training losses since the last checkpoint
+        self.reached: int | None = None
+        self.diverged_at: int | None = None
+        self.start_loss: float | None = None
+
+    def step_loss(self, step: int, value: float) -> bool:
+        """Take a training loss before the update; False (and diverged) when it blew up."""
+        self.start_loss = value if self.start_loss is None else self.start_loss
+        if not math.isfinite(value) or value > self.cfg.blowup * max(self.start_loss, 1e-3):
+            self.diverged_at = step
+            return False
+        return True
+
+    def checkpoint(self, step: int, val_loss: float) -> None:
+        w = self.window
+        self.curves["step"].append(step)
+        self.curves["val_loss"].append(val_loss)
+        self.curves["train_loss"].append(sum(w) / len(w) if w else float("nan"))
+        w.clear()
+        if self.reached is None and val_loss <= self.threshold:
+            self.reached = step
+
+    def result(
+        self, val_metric: float | None, test: tuple[float, float] | None, seconds: float
+    ) -> TrainResult:
+        """The outcome: diverged if it blew up in training or its final scores are not finite."""
+        done = self.diverged_at is None and test is not None
+        ok = done and all(math.isfinite(v) for v in (val_metric, test[1]))
+        if done and not ok:
+            self.diverged_at = self.cfg.steps
+        return TrainResult(
+            "done" if ok else "diverged",
+            self.diverged_at,
+            val_metric if ok else None,
+            test[1] if ok else None,
+            test[0] if ok else None,
+            self.reached,
+            self.threshold,
+            self.curves,
+            seconds,
+        )
+
+
+def batches(n: int, batch_size: int, seed: int):
+    """Endless example indices: reshuffled every epoch by a generator seeded by `seed`."""
+    gen = torch.Generator().manual_seed(seed)
+    bs = min(batch_size, n)
+    perm, pos = torch.randperm(n, generator=gen), 0
+    while True:
+        if pos + bs > n:
+            perm, pos = torch.randperm(n, generator=gen), 0
+        yield perm[pos : pos + bs]
+        pos += bs
+
+
 def train(
     model: nn.Module, data: TaskData, cfg: TrainConfig, seed: int, threshold: float
 ) -> TrainResult:
-    """Train in place. Batches come from a generator seeded by `seed`, so trials are repeatable."""
+    """Train in place. Batches come from a generator seeded by `seed`, so trials are repeatable.
+    The plain reference for one network; `blocklab.ensemble` trains many at once and is tested
+    against it."""
     start = time.perf_counter()
     kind, tol = data.kind, data.tolerance
     train_split = data.train
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg.steps, cfg.warmup))
-    gen = torch.Generator().manual_seed(seed)
-    n, bs = len(train_split), min(cfg.batch_size, len(train_split))
-    perm, pos = torch.randperm(n, generator=gen), 0
-
+    draw = batches(len(train_split), cfg.batch_size, seed)
     checkpoints = set(eval_steps(cfg.steps, cfg.eval_points))  # looked up every step
-    curves: dict[str, list[float]] = {"step": [], "train_loss": [], "val_loss": []}
-    window: list[float] = []  # training losses since the last checkpoint
-    reached, diverged_at, start_loss = None, None, None
+    run = Tracker(cfg, threshold)
 
-    def checkpoint(step: int) -> None:
-        nonlocal reached
-        val_loss, _ = evaluate(model, data.val, kind, tol)
-        curves["step"].append(step)
-        curves["val_loss"].append(val_loss)
-        curves["train_loss"].append(sum(window) / len(window) if window else float("nan"))
-        window.clear()
-        if reached is None and val_loss <= threshold:
-            reached = step
-
-    checkpoint(0)
+    run.checkpoint(0, evaluate(model, data.val, kind, tol)[0])
     model.train()
     for step in range(1, cfg.steps + 1):
-        if pos + bs > n:
-            perm, pos = torch.randperm(n, generator=gen), 0
-        idx = perm[pos : pos + bs]
-        pos += bs
-        batch_loss = loss(model(train_split.x[idx]), train_split.y[idx], kind)
+        idx = next(draw)
+        with autocast(train_split.x.device):
+            out = model(train_split.x[idx])
+        batch_loss = loss(out.float(), train_split.y[idx], kind)
         value = batch_loss.item()
-        start_loss = value if start_loss is None else start_loss
-        if not math.isfinite(value) or value > cfg.blowup * max(start_loss, 1e-3):
-            diverged_at = step
+        if not run.step_loss(step, value):
             break
         opt.zero_grad(set_to_none=True)
         batch_loss.backward()
         grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
         if not torch.isfinite(grad_norm):
-            diverged_at = step
+            run.diverged_at = step
             break
         opt.step()
         sched.step()
-        window.append(value)
+        run.window.append(value)
         if step in checkpoints:
-            checkpoint(step)
+            run.checkpoint(step, evaluate(model, data.val, kind, tol)[0])
 
-    if diverged_at is not None:
-        return TrainResult(
-            "diverged",
-            diverged_at,
-            None,
-            None,
-            None,
-            reached,
-            threshold,
-            curves,
-            time.perf_counter() - start,
-        )
+    if run.diverged_at is not None:
+        return run.result(None, None, time.perf_counter() - start)
     _, val_metric = evaluate(model, data.val, kind, tol)
-    test_loss, test_metric = evaluate(model, data.test, kind, tol)
-    ok = all(math.isfinite(v) for v in (val_metric, test_metric))
-    return TrainResult(
-        "done" if ok else "diverged",
-        None if ok else cfg.steps,
-        val_metric if ok else None,
-        test_metric if ok else None,
-        test_loss if ok else None,
-        reached,
-        threshold,
-        curves,
-        time.perf_counter() - start,
-    )
+    test = evaluate(model, data.test, kind, tol)
+    return run.result(val_metric, test, time.perf_counter() - start)
 
 
 def as_record(result: TrainResult) -> dict[str, Any]:

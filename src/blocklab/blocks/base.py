@@ -22,6 +22,10 @@ class Block(nn.Module):
     mixes_tokens: ClassVar[bool] = False
     # blocks whose weights depend on the sequence length take it as the keyword `seq_len`
     needs_seq_len: ClassVar[bool] = False
+    # per-token blocks whose weights all sit in nn.Linear modules and whose other operations act on
+    # the last dimension: an ensemble runs them on stacked weights with one batched matmul per
+    # Linear (`blocklab.ensemble`); any other block is run under torch.func.vmap
+    stackable: ClassVar[bool] = False
 
     def __init__(self, d_in: int, d_out: int):
         super().__init__()

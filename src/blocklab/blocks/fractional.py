@@ -38,6 +38,7 @@ def split_degree(degree: float) -> tuple[int, float]:
 
 @BLOCKS.register
 class Fractional(Block):
+    stackable = True
     examples = [{"degree": math.e}, {"degree": 1.5}, {"degree": 2.0}, {"degree": 3.25, "eps": 1e-4}]
 
     def __init__(self, d_in: int, d_out: int, degree: float = math.e, eps: float = 1e-3):

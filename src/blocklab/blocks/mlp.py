@@ -14,6 +14,7 @@ ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh}
 
 @BLOCKS.register
 class Mlp(Block):
+    stackable = True
     examples = [{}, {"bias": False}, {"activation": "gelu"}, {"activation": "tanh", "bias": False}]
 
     def __init__(self, d_in: int, d_out: int, bias: bool = True, activation: str = "relu"):

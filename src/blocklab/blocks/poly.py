@@ -14,10 +14,11 @@ from blocklab.errors import UserError
 
 def product_of_factors(z: torch.Tensor, degree: int, d_out: int) -> torch.Tensor:
     """Multiply the `degree` slices of width d_out that a fused projection produced."""
-    z = z.unflatten(-1, (degree, d_out))  # (..., d, D_out)
-    out = z[..., 0, :]
-    for k in range(1, degree):  # a loop beats torch.prod: its backward has a slow zero-safe path
-        out = out * z[..., k, :]
+    # unbind, not indexing: indexing's backward zero-fills a full-size buffer per factor
+    first, *rest = z.unflatten(-1, (degree, d_out)).unbind(-2)  # d x (..., D_out)
+    out = first
+    for factor in rest:  # a loop beats torch.prod: its backward has a slow zero-safe path
+        out = out * factor
     return out  # (..., D_out)
 
 
@@ -31,6 +32,8 @@ def init_unit_factors(linear: nn.Linear) -> None:
 @BLOCKS.register
 class Poly(Block):
     """Elementwise product of d affine maps; homogeneous of degree d without bias (seed 000 3.1)."""
+
+    stackable = True
 
     examples = [
         {"degree": 1},

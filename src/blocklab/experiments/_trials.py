@@ -103,8 +103,7 @@ def run_planned(
     experiment: str,
     keys: tuple[str, ...],
     *,
-    workers: int,
-    device: str,
+    resources: sweep.Resources | None,
     progress: bool,
     value: str = "test_metric",
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
@@ -115,8 +114,7 @@ def run_planned(
         specs,
         store,
         experiment,
-        workers=workers,
-        device=device,
+        resources=resources,
         label=experiment,
         progress=progress,
     )

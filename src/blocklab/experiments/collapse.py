@@ -163,14 +163,13 @@ class Result:
     failed: list[dict[str, Any]]
 
 
-def run(cfg: CollapseConfig, store: Store, *, workers=1, device="auto", progress=True) -> Result:
+def run(cfg: CollapseConfig, store: Store, *, resources=None, progress=True) -> Result:
     rows, accuracy, failed = _trials.run_planned(
         plan(cfg),
         store,
         "collapse",
         ("variant",),
-        workers=workers,
-        device=device,
+        resources=resources,
         progress=progress,
     )
     logs = curves(rows)

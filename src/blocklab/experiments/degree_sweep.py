@@ -166,8 +166,7 @@ def run(
     cfg: DegreeSweepConfig,
     store: Store,
     *,
-    workers: int = 1,
-    device: str = "auto",
+    resources: sweep.Resources | None = None,
     progress: bool = True,
 ) -> SweepResult:
     task = make_task(
@@ -187,8 +186,7 @@ def run(
             [s for specs in search.values() for s in specs],
             store,
             EXPERIMENT,
-            workers=workers,
-            device=device,
+            resources=resources,
             label="lr search",
             progress=progress,
         )
@@ -212,7 +210,7 @@ def run(
         for i in range(cfg.seeds)
     ]
     records = sweep.run(
-        finals, store, EXPERIMENT, workers=workers, device=device, label="seeds", progress=progress
+        finals, store, EXPERIMENT, resources=resources, label="seeds", progress=progress
     )
     rows, failed = [], []
     for spec in finals:

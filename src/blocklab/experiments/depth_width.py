@@ -127,7 +127,7 @@ class Result:
     corpus: dict[str, Any]  # the text task's facts (files, tokens, vocabulary)
 
 
-def run(cfg: DepthWidthConfig, store: Store, *, workers=1, device="auto", progress=True) -> Result:
+def run(cfg: DepthWidthConfig, store: Store, *, resources=None, progress=True) -> Result:
     opts = cfg.task_options()
     # the tokenizer is trained (and cached) here once, not by every worker at the same time
     corpus = sweep.task_data("text", json.dumps(opts, sort_keys=True), 0).info
@@ -136,8 +136,7 @@ def run(cfg: DepthWidthConfig, store: Store, *, workers=1, device="auto", progre
         store,
         "depth-width",
         ("depth", "width", "nominal"),
-        workers=workers,
-        device=device,
+        resources=resources,
         progress=progress,
         value="test_loss",
     )

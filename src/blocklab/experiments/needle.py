@@ -195,7 +195,7 @@ def _random_id(cfg: NeedleConfig, seq_len: int, tau1: float) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16], config
 
 
-def run(cfg: NeedleConfig, store: Store, *, workers=1, device="auto", progress=True) -> Result:
+def run(cfg: NeedleConfig, store: Store, *, resources=None, progress=True) -> Result:
     from blocklab.sweep import provenance
 
     random_rows = []
@@ -231,8 +231,7 @@ def run(cfg: NeedleConfig, store: Store, *, workers=1, device="auto", progress=T
         store,
         "needle-trained",
         ("seq_len", "tau1", "model"),
-        workers=workers,
-        device=device,
+        resources=resources,
         progress=progress,
     )
     return Result(random_rows, rows, summaries, findings(cfg, random_rows, summaries), failed)

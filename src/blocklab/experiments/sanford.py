@@ -137,14 +137,13 @@ def plan_qsa(cfg: QsaConfig) -> list[tuple[dict[str, Any], Any]]:
     return out
 
 
-def run_qsa(cfg: QsaConfig, store: Store, *, workers=1, device="auto", progress=True) -> Result:
+def run_qsa(cfg: QsaConfig, store: Store, *, resources=None, progress=True) -> Result:
     rows, summaries, failed = _trials.run_planned(
         plan_qsa(cfg),
         store,
         "sanford-qsa",
         ("q", "m", "model"),
-        workers=workers,
-        device=device,
+        resources=resources,
         progress=progress,
     )
     return Result(rows, summaries, qsa_findings(cfg, summaries), failed)
@@ -231,14 +230,13 @@ def plan_match(cfg: MatchConfig) -> list[tuple[dict[str, Any], Any]]:
     return out
 
 
-def run_match(cfg: MatchConfig, store: Store, *, workers=1, device="auto", progress=True) -> Result:
+def run_match(cfg: MatchConfig, store: Store, *, resources=None, progress=True) -> Result:
     rows, summaries, failed = _trials.run_planned(
         plan_match(cfg),
         store,
         "sanford-match",
         ("task", "width", "model"),
-        workers=workers,
-        device=device,
+        resources=resources,
         progress=progress,
     )
     return Result(rows, summaries, match_findings(cfg, summaries), failed)

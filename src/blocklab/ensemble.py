@@ -1,0 +1,322 @@
+"""Many networks of one architecture trained as one batched computation.
+
+A sweep trains one architecture many times (seeds, learning rates). On a CPU a small training step
+is mostly framework overhead, so E members with their weights stacked along a leading axis
+[E, ...] train in about the time of a few: one batched matmul per layer instead of E small ones,
+one fused AdamW pass per learning rate instead of E optimizers.
+
+Members differ in initialization, batches and data (their seeds) and in learning rate; all else is
+shared. Each member follows `train.train` step for step: the same batches, schedule, gradient
+clipping (per member) and divergence rule, so its result equals training it alone to float
+tolerance (tests/test_ensemble.py). A member that diverges stops where it would alone and is left
+out of every later update, so its NaN reaches no other member.
+
+Two forward paths; results record which one ran:
+- "stacked": a `Net` whose blocks are `stackable`; each nn.Linear becomes a batched matmul over
+  stacked weights and the rest of the network runs unchanged on (E, B, ...) tensors.
+- "vmap": any other module, through torch.func.functional_call under torch.func.vmap.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import time
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, vmap
+
+from blocklab.models import Net
+from blocklab.tasks.base import Split, TaskData, loss_per_member, score
+from blocklab.train import (
+    EVAL_OUTPUTS,
+    Tracker,
+    TrainConfig,
+    TrainResult,
+    autocast,
+    eval_steps,
+    lr_factor,
+)
+
+PATHS = ("auto", "stacked", "vmap")
+
+
+class _StackedMatmul(torch.autograd.Function):
+    """x W^T + b for E members. Written out so the weight gradient comes out contiguous in the
+    weight's own layout (E, out, in); autograd's transpose would cost a copy per weight."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        if bias is None:
+            return torch.bmm(x, weight.mT)  # (E, N, out)
+        return torch.baddbmm(bias.unsqueeze(1), x, weight.mT)  # (E, N, out)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # (E, N, out)
+        x, weight = ctx.saved_tensors
+        grad_x = torch.bmm(grad, weight) if ctx.needs_input_grad[0] else None  # (E, N, in)
+        grad_w = torch.bmm(grad.mT, x)  # (E, out, in)
+        return grad_x, grad_w, grad.sum(1) if ctx.has_bias else None
+
+
+class StackedLinear(nn.Module):
+    """E nn.Linear maps at once: (E, ..., in) -> (E, ..., out) by one batched matmul."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None):
+        super().__init__()
+        self.weight = nn.Parameter(weight)  # (E, out, in)
+        self.bias = None if bias is None else nn.Parameter(bias)  # (E, out)
+
+    def forward(self, x: Tensor) -> Tensor:
+        flat = x.reshape(x.shape[0], -1, x.shape[-1])  # (E, N, in)
+        y = _StackedMatmul.apply(flat, self.weight, self.bias)  # (E, N, out)
+        return y.view(*x.shape[:-1], y.shape[-1])
+
+
+def stackable(model: nn.Module) -> bool:
+    """Whether the "stacked" path can run the model: a `Net` of `stackable` blocks, fed features
+    (no embedding table or positions), whose weights all sit in nn.Linear modules."""
+    if not isinstance(model, Net) or model.pos is not None:
+        return False
+    holders = (m for m in model.modules() if any(True for _ in m.parameters(recurse=False)))
+    return all(getattr(layer.block, "stackable", False) for layer in model.layers) and all(
+        isinstance(m, nn.Linear) for m in holders
+    )
+
+
+def _parent(root: nn.Module, name: str) -> tuple[nn.Module, str]:
+    path, _, leaf = name.rpartition(".")
+    return (root.get_submodule(path) if path else root), leaf
+
+
+class Ensemble(nn.Module):
+    """E members of one architecture as one module: `forward` maps (E, B, ...) to (E, B, ...).
+
+    The members stay usable (evaluation, measures, parameter counts): their parameters become
+    views of the stacked ones, frozen, so they follow every update of the ensemble."""
+
+    def __init__(self, members: list[nn.Module], path: str = "auto"):
+        super().__init__()
+        if path not in PATHS:
+            raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+        names = [n for n, _ in members[0].named_parameters()]
+        for m in members[1:]:
+            shapes = [(n, p.shape) for n, p in m.named_parameters()]
+            if shapes != [(n, p.shape) for n, p in members[0].named_parameters()]:
+                raise ValueError("ensemble members must share one architecture")
+        stacked = {
+            n: torch.stack([m.get_parameter(n).detach() for m in members]) for n in names
+        }  # name -> (E, ...)
+        if path == "auto":
+            path = "stacked" if stackable(members[0]) else "vmap"
+        elif path == "stacked" and not stackable(members[0]):
+            raise ValueError("the stacked path needs a Net of stackable blocks")
+        self.path, self.size, self.members = path, len(members), members
+        self.net = copy.deepcopy(members[0])
+        if path == "stacked":
+            for name, mod in list(self.net.named_modules()):
+                if isinstance(mod, nn.Linear):
+                    parent, leaf = _parent(self.net, name)
+                    bias = stacked.get(f"{name}.bias")
+                    setattr(parent, leaf, StackedLinear(stacked[f"{name}.weight"], bias))
+            self.params = dict(self.net.named_parameters())
+        else:
+            # the structure only; the weights come from `params` through functional_call
+            self.net = self.net.to("meta")
+            self.params = {n: nn.Parameter(t) for n, t in stacked.items()}
+            for i, p in enumerate(self.params.values()):
+                self.register_parameter(f"stacked_{i}", p)
+            self.buffers_ = dict(members[0].named_buffers())
+        for e, m in enumerate(members):
+            for n in names:
+                parent, leaf = _parent(m, n)
+                view = self.params[n].detach()[e]
+                setattr(parent, leaf, nn.Parameter(view, requires_grad=False))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.path == "stacked":
+            return self.net(x, lead=2)  # (E, B, ...)
+
+        def one(params: dict[str, Tensor], xe: Tensor) -> Tensor:
+            return functional_call(self.net, (params, self.buffers_), (xe,))
+
+        return vmap(one, randomness="different")(self.params, x)  # (E, B, ...)
+
+
+class StackedAdamW:
+    """AdamW over stacked parameters [E, ...] with a learning rate per member: torch's fused AdamW
+    kernel, once for all members when they share a rate and are all training, else per member.
+    Gradients are clipped per member, by the norm over that member's parameters."""
+
+    def __init__(self, params: list[Tensor], weight_decay: float, betas=(0.9, 0.999), eps=1e-8):
+        self.params, self.weight_decay, self.betas, self.eps = params, weight_decay, betas, eps
+        self.exp_avg = [torch.zeros_like(p) for p in params]
+        self.exp_avg_sq = [torch.zeros_like(p) for p in params]
+        self.t = 0  # members step together until they stop, so one count serves all
+
+    @torch.no_grad()
+    def grad_norms(self) -> Tensor:
+        grads = [p.grad.reshape(p.shape[0], -1) for p in self.params]  # (E, n_i)
+        per_param = torch.stack([torch.linalg.vector_norm(g, dim=1) for g in grads])  # (k, E)
+        return torch.linalg.vector_norm(per_param, dim=0)  # (E,)
+
+    @torch.no_grad()
+    def step(self, members: list[int], lrs: list[float], norms: Tensor, clip: float) -> None:
+        coef = (clip / (norms + 1e-6)).clamp(max=1.0)  # (E,) as nn.utils.clip_grad_norm_
+        for p in self.params:
+            p.grad.mul_(coef.view(-1, *[1] * (p.dim() - 1)))
+        self.t += 1
+        size = self.params[0].shape[0]
+        if len(members) == size and len(set(lrs)) == 1:
+            groups = [(slice(None), lrs[0])]
+        else:
+            groups = list(zip(members, lrs, strict=True))
+        for index, lr in groups:
+            ps = [p.detach()[index] for p in self.params]
+            step = torch.tensor(float(self.t), device=ps[0].device)
+            steps = [step] * len(ps)  # read, not advanced, by the kernel
+            torch._fused_adamw_(
+                ps,
+                [p.grad[index] for p in self.params],
+                [m[index] for m in self.exp_avg],
+                [v[index] for v in self.exp_avg_sq],
+                [],
+                steps,
+                lr=lr,
+                beta1=self.betas[0],
+                beta2=self.betas[1],
+                weight_decay=self.weight_decay,
+                eps=self.eps,
+                amsgrad=False,
+                maximize=False,
+            )
+
+
+def stacked_batches(n: int, batch_size: int, seeds: list[int]):
+    """`train.batches` for every seed at once: (E, b) indices, one epoch's orders drawn together."""
+    gens = [torch.Generator().manual_seed(s) for s in seeds]
+    bs = min(batch_size, n)
+    while True:
+        perms = torch.stack([torch.randperm(n, generator=g) for g in gens])  # (E, n)
+        for pos in range(0, n - bs + 1, bs):
+            yield perms[:, pos : pos + bs]
+
+
+def _inputs(splits: list[Split], shared: bool) -> tuple[Tensor, Tensor]:
+    """(n, ...) tensors when every member reads the same data, else (E, n, ...)."""
+    if shared:
+        return splits[0].x, splits[0].y
+    return torch.stack([s.x for s in splits]), torch.stack([s.y for s in splits])
+
+
+def _pick(t: Tensor, idx: Tensor) -> Tensor:
+    """t[idx] for idx (E, b): index_select is much faster than advanced indexing on a CPU."""
+    return t.index_select(0, idx.flatten()).unflatten(0, idx.shape)  # (E, b, ...)
+
+
+@torch.no_grad()
+def evaluate_ensemble(
+    ens: Ensemble, splits: list[Split], kind: str, tolerance: float | None, batch: int = 4096
+) -> list[tuple[float, float]]:
+    """`train.evaluate` for every member at once: (mean loss, metric) per member."""
+    size, shared = ens.size, all(s is splits[0] for s in splits)
+    x, _ = _inputs(splits, shared)
+    per_example = ens.members[0](splits[0].x[:1]).numel()
+    batch = max(1, min(batch, EVAL_OUTPUTS // (per_example * size)))
+    sums = [[0.0, 0.0, 0] for _ in range(size)]
+    ens.train(False)
+    for i in range(0, len(splits[0]), batch):
+        xb = (
+            x[i : i + batch].expand(size, *x[i : i + batch].shape)
+            if shared
+            else x[:, i : i + batch]
+        )
+        out = ens(xb)  # (E, b, n_out) or (E, b, T, n_out)
+        for e, s in enumerate(splits):
+            part = score(out[e], s.y[i : i + batch], kind, tolerance)
+            sums[e] = [a + b for a, b in zip(sums[e], part, strict=True)]
+    ens.train(True)
+    return [(total / units, hits / units) for total, hits, units in sums]
+
+
+def train_ensemble(
+    members: list[nn.Module],
+    datas: list[TaskData],
+    cfgs: list[TrainConfig],
+    seeds: list[int],
+    thresholds: list[float],
+    path: str = "auto",
+) -> tuple[list[TrainResult], str]:
+    """Train the members in place as one ensemble; their configs may differ in `lr` alone.
+    Returns each member's result (seconds: its share of the time) and the forward path used."""
+    start = time.perf_counter()
+    cfg = cfgs[0]
+    if any(dataclasses.replace(c, lr=cfg.lr) != cfg for c in cfgs):
+        raise ValueError("ensemble members may differ in learning rate only")
+    size = len(members)
+    ens = Ensemble(members, path)
+    kind, tol = datas[0].kind, datas[0].tolerance
+    shared = all(d is datas[0] for d in datas)
+    train_x, train_y = _inputs([d.train for d in datas], shared)
+    draw = stacked_batches(len(datas[0].train), cfg.batch_size, seeds)
+    rows = torch.arange(size, device=train_x.device).unsqueeze(1)  # (E, 1): each its own data
+    opt = StackedAdamW(list(ens.params.values()), cfg.weight_decay)
+    checkpoints = set(eval_steps(cfg.steps, cfg.eval_points))
+    runs = [Tracker(cfg, t) for t in thresholds]
+    alive = list(range(size))
+
+    def checkpoint(step: int) -> None:
+        scores = evaluate_ensemble(ens, [d.val for d in datas], kind, tol)
+        for e in alive:
+            runs[e].checkpoint(step, scores[e][0])
+
+    checkpoint(0)
+    for step in range(1, cfg.steps + 1):
+        idx = next(draw).to(train_x.device)  # (E, b)
+        x, y = (
+            (_pick(train_x, idx), _pick(train_y, idx))
+            if shared
+            else (train_x[rows, idx], train_y[rows, idx])
+        )
+        with autocast(x.device):
+            out = ens(x)  # (E, b, ...)
+        losses = loss_per_member(out.float(), y, kind)  # (E,)
+        values = losses.tolist()
+        alive = [e for e in alive if runs[e].step_loss(step, values[e])]
+        if not alive:
+            break
+        for p in opt.params:
+            p.grad = None
+        if len(alive) < size:  # stopped members get no gradient
+            keep = torch.zeros(size, dtype=torch.bool, device=losses.device)
+            keep[alive] = True
+            losses = torch.where(keep, losses, 0.0)
+        losses.sum().backward()
+        norms = opt.grad_norms()
+        for e, norm in enumerate(norms.tolist()):
+            if e in alive and not math.isfinite(norm):
+                runs[e].diverged_at = step
+        alive = [e for e in alive if runs[e].diverged_at is None]
+        if not alive:
+            break
+        factor = lr_factor(step - 1, cfg.steps, cfg.warmup)
+        opt.step(alive, [cfgs[e].lr * factor for e in alive], norms, cfg.clip)
+        for e in alive:
+            runs[e].window.append(values[e])
+        if step in checkpoints:
+            checkpoint(step)
+
+    val = evaluate_ensemble(ens, [d.val for d in datas], kind, tol)
+    test = evaluate_ensemble(ens, [d.test for d in datas], kind, tol)
+    seconds = (time.perf_counter() - start) / size
+    results = [
+        run.result(None, None, seconds)
+        if run.diverged_at is not None
+        else run.result(val[e][1], test[e], seconds)
+        for e, run in enumerate(runs)
+    ]
+    return results, ens.path

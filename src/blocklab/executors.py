@@ -1,0 +1,262 @@
+"""Where a sweep's units of work run: in this process, on a Ray cluster, or as Slurm jobs.
+
+Every executor runs a picklable `fn(item, device)` on each item and yields `(index, result)` as
+items finish, in completion order. Executors only compute; the calling process is the one writer
+of the store, so a worker that dies loses at most the items it was running, and a rerun resumes
+from what was stored.
+
+- local: this process (one worker, or one item), or a pool of spawned processes.
+- ray: Ray core tasks, on the cluster at `address=...` or on a local Ray instance started (and
+  stopped) here with one CPU per worker.
+- slurm: a submitit job array; `cluster=local` runs the same jobs as processes on this machine.
+
+Each worker runs torch with one thread per CPU it holds (one, unless options say more): for small
+models two single-threaded processes beat one process with two threads. On any exception, here
+or in the loop that consumes the results (Ctrl-C included), running work stops at once and the
+exception is raised again; a worker that died raises WorkerLost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import functools
+import importlib
+import logging
+import multiprocessing
+import signal
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+import torch
+
+from blocklab.errors import UserError
+
+EXECUTORS = ("local", "ray", "slurm")
+
+# the options each executor takes, with their types: they arrive as strings from the command line
+OPTIONS: dict[str, dict[str, type]] = {
+    "local": {},
+    "ray": {"address": str, "num_cpus": float, "num_gpus": float, "max_retries": int},
+    "slurm": {
+        **dict.fromkeys(("folder", "cluster", "partition", "account", "qos", "constraint"), str),
+        **dict.fromkeys(("time", "cpus_per_task", "gpus_per_node", "array_parallelism"), int),
+        **dict.fromkeys(("mem_gb", "poll"), float),
+    },
+}
+SLURM_TIME = 24 * 60  # minutes; submitit's own default (5) would kill most trials
+
+
+class WorkerLost(RuntimeError):
+    """A worker process or job died (killed, out of memory, preempted) before returning."""
+
+
+class Executor:
+    name = ""
+
+    def __init__(self, workers: int, options: dict[str, Any]):
+        self.workers = max(1, workers)
+        self.options = options
+
+    def imap_unordered(self, fn: Callable, items: list, device: str) -> Iterator[tuple[int, Any]]:
+        """Yield (index into items, fn(items[index], device)) as each finishes.
+
+        Consume it in a for loop (or close it): leaving the loop early stops the running work.
+        """
+        raise NotImplementedError
+
+
+def _call(fn: Callable, item: Any, device: str, threads: int) -> Any:
+    torch.set_num_threads(threads)
+    return fn(item, device)
+
+
+def _init_worker() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops the pool
+    torch.set_num_threads(1)
+
+
+class LocalExecutor(Executor):
+    name = "local"
+
+    def imap_unordered(self, fn, items, device):
+        if self.workers <= 1 or len(items) <= 1:
+            threads = torch.get_num_threads()
+            for i, item in enumerate(items):
+                torch.set_num_threads(1)  # as in a pool worker: results do not depend on workers
+                try:
+                    result = fn(item, device)
+                finally:
+                    torch.set_num_threads(threads)
+                yield i, result
+            return
+        pool = ProcessPoolExecutor(
+            max_workers=min(self.workers, len(items)),
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_worker,
+        )
+        try:
+            pending = {pool.submit(fn, item, device): i for i, item in enumerate(items)}
+            while pending:
+                ready, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in ready:
+                    yield pending.pop(future), future.result()
+        except BrokenProcessPool as exc:
+            _stop(pool)
+            raise WorkerLost("a worker process died (killed or out of memory?)") from exc
+        except BaseException:
+            _stop(pool)
+            raise
+        pool.shutdown()
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    # terminate rather than wait: what is running is lost anyway, what finished was handed back
+    for process in list((pool._processes or {}).values()):
+        process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+class RayExecutor(Executor):
+    name = "ray"
+
+    def connect(self) -> bool:
+        """Connect to Ray unless connected; True when this call did (and so should disconnect)."""
+        ray = _import("ray", "ray")
+        if ray.is_initialized():
+            return False
+        address = self.options.get("address")
+        # no address: Ray starts a local instance, which must not take more CPUs than workers
+        start = {} if address else {"num_cpus": self.workers, "include_dashboard": False}
+        try:
+            ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR, **start)
+        except ConnectionError as exc:
+            raise UserError(f"cannot connect to the Ray cluster at {address}: {exc}") from None
+        return True
+
+    def imap_unordered(self, fn, items, device):
+        if not items:
+            return
+        ray = _import("ray", "ray")
+        lost = (
+            ray.exceptions.WorkerCrashedError,
+            ray.exceptions.NodeDiedError,
+            ray.exceptions.OutOfMemoryError,
+            ray.exceptions.ObjectLostError,
+            ray.exceptions.LocalRayletDiedError,
+        )
+        cpus = self.options.get("num_cpus", 1)
+        task = ray.remote(_call).options(
+            num_cpus=cpus,
+            # Ray hides every GPU from a task that asks for none
+            num_gpus=self.options.get("num_gpus", 1 if device.startswith("cuda") else 0),
+            # a dead worker stops the sweep, as with the other executors; a rerun resumes
+            max_retries=self.options.get("max_retries", 0),
+        )
+        connected = self.connect()
+        pending = {}
+        try:
+            for i, item in enumerate(items):
+                pending[task.remote(fn, item, device, max(1, int(cpus)))] = i
+            while pending:
+                (ref,), _ = ray.wait(list(pending), num_returns=1)
+                index = pending.pop(ref)
+                try:
+                    result = ray.get(ref)
+                except lost as exc:
+                    raise WorkerLost(f"the Ray worker running item {index} died: {exc}") from exc
+                yield index, result
+        except BaseException:
+            with contextlib.suppress(Exception):
+                for ref in pending:
+                    ray.cancel(ref, force=True)
+            raise
+        finally:
+            if connected:  # stops a local instance this started; only disconnects from a cluster
+                ray.shutdown()
+
+
+class SlurmExecutor(Executor):
+    name = "slurm"
+
+    def imap_unordered(self, fn, items, device):
+        if not items:
+            return
+        submitit = _import("submitit", "slurm")
+        from submitit.core.utils import FailedJobError, UncompletedJobError
+
+        options = self.options
+        cluster = options.get("cluster", "slurm")
+        try:
+            executor = submitit.AutoExecutor(options.get("folder", "submitit"), cluster=cluster)
+        except (ValueError, RuntimeError) as exc:  # an unknown cluster, or no Slurm here
+            raise UserError(f"slurm executor: {exc} (cluster=local runs jobs here)") from None
+        cpus = options.get("cpus_per_task", 1)
+        parallel = options.get("array_parallelism", self.workers)
+        executor.update_parameters(  # None leaves a parameter to the cluster's default
+            timeout_min=options.get("time", SLURM_TIME),
+            cpus_per_task=cpus,
+            mem_gb=options.get("mem_gb"),
+            gpus_per_node=options.get("gpus_per_node", 1 if device.startswith("cuda") else None),
+            slurm_array_parallelism=parallel,
+            **{f"slurm_{k}": options.get(k) for k in ("partition", "account", "qos", "constraint")},
+        )
+        run = functools.partial(_call, fn, device=device, threads=cpus)
+        # Slurm throttles an array itself; submitit's local executor would start every job at once
+        limit = len(items) if cluster == "slurm" else parallel
+        todo, running = list(range(len(items))), []
+        try:
+            while todo or running:
+                batch, todo = todo[: limit - len(running)], todo[limit - len(running) :]
+                if batch:
+                    jobs = executor.map_array(run, [items[i] for i in batch])
+                    running += zip(jobs, batch, strict=True)
+                finished = [(job, i) for job, i in running if job.done()]
+                if not finished:
+                    time.sleep(options.get("poll", 0.5))
+                for job, index in finished:
+                    running.remove((job, index))
+                    try:
+                        result = job.result()
+                    except UncompletedJobError as exc:
+                        how = "raised" if isinstance(exc, FailedJobError) else "died"
+                        raise WorkerLost(
+                            f"job {job.job_id} (item {index}) {how}; its log: {job.paths.stderr}"
+                        ) from exc
+                    yield index, result
+        except BaseException:
+            with contextlib.suppress(Exception):
+                for job, _ in running:
+                    job.cancel(check=False)
+            raise
+
+
+def _import(module: str, extra: str):
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise UserError(
+            f"the {extra} executor needs the extra: pip install 'blocklab[{extra}]'"
+        ) from None
+
+
+def make_executor(name: str, workers: int, options: dict[str, str] | None = None) -> Executor:
+    if name not in EXECUTORS:
+        close = difflib.get_close_matches(name, EXECUTORS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise UserError(f"unknown executor {name!r}{hint} (known: {', '.join(EXECUTORS)})")
+    known, typed = OPTIONS[name], {}
+    for key, value in (options or {}).items():
+        if key not in known:
+            names = ", ".join(sorted(known)) or "none"
+            raise UserError(f"unknown option {key!r} for the {name} executor (known: {names})")
+        try:
+            typed[key] = known[key](value)
+        except (TypeError, ValueError):
+            kind = {str: "text", int: "an integer", float: "a number"}[known[key]]
+            raise UserError(f"executor option {key}={value!r} must be {kind}") from None
+    classes = {"local": LocalExecutor, "ray": RayExecutor, "slurm": SlurmExecutor}
+    return classes[name](workers, typed)

@@ -1,0 +1,33 @@
+"""Work for the executor tests, importable by name in spawned, Ray and submitit workers."""
+
+import os
+import signal
+import time
+
+import torch
+
+
+def compute(item: int, device: str) -> dict:
+    """Deterministic in the item; also reports what the worker saw."""
+    generator = torch.Generator().manual_seed(item)
+    x = torch.randn(16, 16, generator=generator, device=device)
+    return {"value": float((x @ x.T).trace()), "threads": torch.get_num_threads()}
+
+
+def die_on_one(item: int, device: str) -> dict:
+    if item == 1:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's out-of-memory killer would
+    return compute(item, device)
+
+
+def fail_on_one(item: int, device: str) -> dict:
+    if item == 1:
+        raise ValueError("item 1 is bad")
+    return compute(item, device)
+
+
+def slow_after_zero(item: int, device: str) -> dict:
+    """Item 0 returns at once, the others would hold their worker for a minute."""
+    if item != 0:
+        time.sleep(60)
+    return compute(item, device)

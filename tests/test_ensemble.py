@@ -1,0 +1,191 @@
+"""The ensemble engine against its reference: each member trained alone with `train.train`."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from blocklab import sweep
+from blocklab.blocks import BLOCKS
+from blocklab.ensemble import Ensemble, stackable, train_ensemble
+from blocklab.models import Arm, Net, parse_arm
+from blocklab.train import TrainConfig, train
+
+TRAIN = TrainConfig(steps=40, batch_size=16, lr=3e-3, eval_points=4)
+
+
+def _spec(task, arm, seed, lr=3e-3, data_seed=None, depth=2, width=8, options=None, **kw):
+    cfg = dataclasses.replace(TRAIN, lr=lr, **kw)
+    return sweep.TrialSpec(
+        task, options or {}, parse_arm(arm), 0, depth, width, False, "layer", "none", True, cfg,
+        seed, data_seed,
+    )  # fmt: skip
+
+
+def _close(alone: dict, together: dict, rtol: float = 1e-4) -> None:
+    assert together["status"] == alone["status"]
+    a, b = alone["metrics"], together["metrics"]
+    assert b["diverged_step"] == a["diverged_step"]
+    assert b["steps_to_threshold"] == a["steps_to_threshold"]
+    for key in ("test_metric", "test_loss", "val_metric"):
+        if a[key] is None:
+            assert b[key] is None
+        else:
+            assert b[key] == pytest.approx(a[key], rel=rtol, abs=1e-6), key
+    for key in ("step", "train_loss", "val_loss"):  # the first training loss is NaN (none yet)
+        assert together["curves"][key] == pytest.approx(
+            alone["curves"][key], rel=rtol, abs=1e-6, nan_ok=True
+        ), key
+    assert b["params"] == a["params"]
+
+
+@pytest.mark.parametrize(
+    ("task", "arm", "path"),
+    [
+        ("teacher", "3", "stacked"),
+        ("teacher", "[3,2]", "stacked"),
+        ("teacher", "e", "stacked"),
+        ("mnist1d", "mlp", "stacked"),
+        ("qsa", "softmax_attention", "vmap"),
+        ("match2", "linear_attention", "vmap"),
+    ],
+)
+def test_members_equal_training_alone(task, arm, path):
+    """Seeds, data and learning rates differ per member; each member's record equals the trial
+    trained alone, on both forward paths."""
+    specs = [_spec(task, arm, seed, lr) for seed, lr in ((0, 3e-3), (1, 1e-2), (2, 3e-3))]
+    together = sweep.run_group(specs, "cpu")
+    for spec, record in zip(specs, together, strict=True):
+        assert record["metrics"]["ensemble"] == {"members": 3, "path": path}
+        _close(sweep.run_trial(spec, "cpu"), record)
+
+
+def test_shared_data_and_the_vmap_fallback_agree():
+    """Members reading one dataset (data_seed fixed) share it; the vmap path forced on a
+    stackable network gives the stacked path's results."""
+    specs = [_spec("teacher", "3", seed, data_seed=7) for seed in range(3)]
+    cache: dict = {}
+    prepared = [sweep._prepare(s, "cpu", cache) for s in specs]
+    assert all(p.data is prepared[0].data for p in prepared)
+    runs = {}
+    for path in ("stacked", "vmap"):
+        _, results, used = sweep.train_group(specs, "cpu", path=path)
+        assert used == path
+        runs[path] = results
+    for a, b in zip(runs["stacked"], runs["vmap"], strict=True):
+        assert b.test_metric == pytest.approx(a.test_metric, rel=1e-4)
+        assert b.curves["val_loss"] == pytest.approx(a.curves["val_loss"], rel=1e-4)
+
+
+def test_one_member_diverging_leaves_the_others_untouched():
+    """A learning rate that blows up stops that member at the step it would stop alone; the
+    others match their lone runs exactly as if it were not there."""
+    specs = [_spec("teacher", "3", 0), _spec("teacher", "3", 1, lr=1e4), _spec("teacher", "3", 2)]
+    together = sweep.run_group(specs, "cpu")
+    alone = [sweep.run_trial(s, "cpu") for s in specs]
+    assert alone[1]["status"] == "diverged" and together[1]["status"] == "diverged"
+    for a, b in zip(alone, together, strict=True):
+        _close(a, b)
+    solo_pair = sweep.run_group([specs[0], specs[2]], "cpu")
+    assert together[0]["metrics"]["test_metric"] == solo_pair[0]["metrics"]["test_metric"]
+    assert together[2]["metrics"]["test_metric"] == solo_pair[1]["metrics"]["test_metric"]
+
+
+def test_nan_inputs_of_one_member_do_not_reach_the_others():
+    """Per-member divergence on the engine itself: a member whose data are NaN diverges at its
+    first step; the other members finish with finite weights and their lone results."""
+    spec = _spec("teacher", "3", 0)
+    good = sweep._prepare(spec, "cpu")
+    bad = sweep._prepare(dataclasses.replace(spec, seed=1), "cpu")
+    poisoned = dataclasses.replace(
+        bad.data, train=dataclasses.replace(bad.data.train, x=bad.data.train.x * float("nan"))
+    )
+    results, _ = train_ensemble(
+        [good.model, bad.model], [good.data, poisoned], [TRAIN] * 2, [0, 1], [0.0, 0.0]
+    )
+    assert results[1].status == "diverged" and results[1].diverged_step == 1
+    assert results[0].status == "done"
+    assert all(torch.isfinite(p).all() for p in good.model.parameters())
+    ref = sweep._prepare(spec, "cpu")
+    alone = train(ref.model, ref.data, TRAIN, 0, 0.0)
+    assert results[0].test_metric == pytest.approx(alone.test_metric, rel=1e-4)
+
+
+def test_members_stay_usable_and_follow_the_ensemble():
+    nets = []
+    for seed in range(2):
+        torch.manual_seed(seed)
+        nets.append(Net(parse_arm("3"), 2, 8, 4, 1))
+    x = torch.randn(2, 5, 4)  # (E, B, F)
+    ens = Ensemble(nets)
+    with torch.no_grad():
+        ens.params["layers.0.block.proj.weight"].mul_(2.0)
+    out = ens(x)  # (E, B, 1)
+    for e, net in enumerate(nets):
+        assert torch.allclose(net(x[e]), out[e], atol=1e-5)
+    assert not any(p.requires_grad for p in nets[0].parameters())
+
+
+def _block_arms() -> list[Arm]:
+    arms = []
+    for name in BLOCKS.names():
+        if name in ("poly", "fractional"):
+            continue  # the polynomial family is reached through degrees
+        arms.append(parse_arm(name))
+    return arms + [parse_arm("3"), parse_arm("2.5")]
+
+
+@pytest.mark.parametrize("arm", _block_arms(), ids=lambda a: a.label)
+def test_every_block_runs_in_an_ensemble(arm):
+    """Contract: every registered block, on the path the engine picks for it, gives each
+    member's own forward and gradients."""
+    seq = 6 if arm.mixes_tokens or BLOCKS.get(arm.block).needs_seq_len else None
+    nets = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        nets.append(Net(arm, 2, 8, 4, 3, seq_len=seq, pooled=seq is not None))
+    shape = (3, 5, seq, 4) if seq else (3, 5, 4)
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(0))  # (E, B, ...)
+    refs = [torch.func.functional_call(n, dict(n.named_parameters()), (x[e],)) for e, n in
+            enumerate(nets)]  # fmt: skip
+    grads = []
+    for e, n in enumerate(nets):
+        n.zero_grad()
+        refs[e].square().sum().backward()
+        grads.append({k: p.grad.clone() for k, p in n.named_parameters()})
+    ens = Ensemble(nets)
+    assert ens.path == ("stacked" if BLOCKS.get(arm.block).stackable else "vmap")
+    assert stackable(nets[0]) == (ens.path == "stacked")
+    out = ens(x)
+    out.square().sum().backward()
+    for e in range(3):
+        assert torch.allclose(out[e], refs[e].detach(), atol=1e-5, rtol=1e-4)
+        for name, p in ens.params.items():
+            assert torch.allclose(p.grad[e], grads[e][name], atol=1e-5, rtol=1e-4), name
+
+
+def test_units_group_by_architecture_and_fill_the_workers():
+    specs = [_spec("teacher", "3", s, lr) for s in range(4) for lr in (1e-3, 1e-2)]
+    specs += [_spec("teacher", "2", s) for s in range(3)]
+    units = sweep.plan_units(specs, ensemble=16, workers=2)
+    assert sorted(len(u) for u in units) == [2, 3, 6]  # at most ceil(11 / 2) members each
+    for unit in units:
+        assert len({sweep.ensemble_key(s) for s in unit}) == 1
+    assert [len(u) for u in sweep.plan_units(specs, ensemble=1, workers=1)] == [1] * 11
+    measured = dataclasses.replace(specs[0], measures=("collapse",))
+    assert sweep.ensemble_key(measured) is None
+
+
+def test_configs_may_differ_in_learning_rate_only():
+    specs = [_spec("teacher", "3", 0), _spec("teacher", "3", 1, steps=20)]
+    prepared = [sweep._prepare(s, "cpu") for s in specs]
+    with pytest.raises(ValueError, match="learning rate only"):
+        train_ensemble(
+            [p.model for p in prepared],
+            [p.data for p in prepared],
+            [s.train for s in specs],
+            [0, 1],
+            [0.0, 0.0],
+        )

@@ -1,0 +1,192 @@
+"""Executors: every item comes back once, equal to running it here; dead workers raise WorkerLost.
+
+Workers started by Ray or submitit import the work function by module name, so the fixtures put
+this directory (and blocklab's) on their PYTHONPATH.
+"""
+
+import multiprocessing
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import _executor_fns as fns
+import blocklab
+from blocklab.errors import UserError
+from blocklab.executors import WorkerLost, make_executor
+
+ITEMS = [3, 1, 4, 0]
+
+
+def worker_path() -> str:
+    here, src = Path(__file__).parent, Path(blocklab.__file__).parents[1]
+    return os.pathsep.join([str(here), str(src), os.environ.get("PYTHONPATH", "")])
+
+
+def expected() -> dict[int, float]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return {i: fns.compute(item, "cpu")["value"] for i, item in enumerate(ITEMS)}
+    finally:
+        torch.set_num_threads(threads)
+
+
+def check(pairs) -> None:
+    """Every index exactly once, with the value computed here, by one torch thread."""
+    assert sorted(i for i, _ in pairs) == list(range(len(ITEMS)))
+    assert {i: r["value"] for i, r in pairs} == expected()
+    assert {r["threads"] for _, r in pairs} == {1}
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Live processes whose command line names `text` (Linux)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if text in proc.joinpath("cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(proc.name))
+        except OSError:
+            pass
+    return found
+
+
+def test_local_inline_restores_torch_threads():
+    torch.set_num_threads(2)
+    try:
+        check(list(make_executor("local", 1).imap_unordered(fns.compute, ITEMS, "cpu")))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(1)
+
+
+def test_local_pool():
+    check(list(make_executor("local", 2).imap_unordered(fns.compute, ITEMS, "cpu")))
+
+
+def test_local_pool_worker_killed():
+    with pytest.raises(WorkerLost):
+        list(make_executor("local", 2).imap_unordered(fns.die_on_one, ITEMS, "cpu"))
+
+
+def test_local_pool_raises_the_work_error():
+    with pytest.raises(ValueError, match="item 1 is bad"):
+        list(make_executor("local", 2).imap_unordered(fns.fail_on_one, [0, 1], "cpu"))
+
+
+def test_local_pool_stops_when_the_consumer_fails():
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        for _ in make_executor("local", 2).imap_unordered(fns.slow_after_zero, [0, 1, 2], "cpu"):
+            raise KeyboardInterrupt
+    deadline = time.monotonic() + 10
+    while multiprocessing.active_children() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not multiprocessing.active_children()
+    assert time.monotonic() - start < 30  # item 1 sleeps a minute: its worker was terminated
+
+
+def test_no_items_no_work():
+    for name in ("local", "ray", "slurm"):
+        assert list(make_executor(name, 2).imap_unordered(fns.compute, [], "cpu")) == []
+
+
+def test_unknown_executor_and_options():
+    with pytest.raises(UserError, match="did you mean 'ray'"):
+        make_executor("rey", 2)
+    with pytest.raises(UserError, match="unknown option 'cpus' .*num_cpus"):
+        make_executor("ray", 2, {"cpus": "2"})
+    with pytest.raises(UserError, match="known: none"):
+        make_executor("local", 2, {"address": "auto"})
+    with pytest.raises(UserError, match="time='soon' must be an integer"):
+        make_executor("slurm", 2, {"time": "soon"})
+    options = make_executor("slurm", 2, {"time": "90", "mem_gb": "1.5", "partition": "gpu"}).options
+    assert options == {"time": 90, "mem_gb": 1.5, "partition": "gpu"}
+
+
+@pytest.mark.parametrize(
+    ("name", "module", "extra"), [("ray", "ray", "ray"), ("slurm", "submitit", "slurm")]
+)
+def test_missing_extra(monkeypatch, name, module, extra):
+    monkeypatch.setitem(sys.modules, module, None)  # import fails as if not installed
+    with pytest.raises(UserError, match=rf"pip install 'blocklab\[{extra}\]'"):
+        list(make_executor(name, 2).imap_unordered(fns.compute, [0], "cpu"))
+
+
+# Ray: one local instance for the module, started as the executor starts it
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray = pytest.importorskip("ray")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", worker_path())  # the workers inherit Ray's environment
+        assert make_executor("ray", 2).connect()  # a local instance with two CPUs
+        try:
+            yield ray
+        finally:
+            ray.shutdown()
+
+
+def test_ray(ray_cluster):
+    check(list(make_executor("ray", 2).imap_unordered(fns.compute, ITEMS, "cpu")))
+    assert ray_cluster.is_initialized()  # an instance it did not start is left running
+
+
+def test_ray_worker_killed(ray_cluster):
+    with pytest.raises(WorkerLost, match="item 1"):
+        list(make_executor("ray", 2).imap_unordered(fns.die_on_one, ITEMS, "cpu"))
+    with pytest.raises(ValueError, match="item 1 is bad"):
+        list(make_executor("ray", 2).imap_unordered(fns.fail_on_one, [0, 1], "cpu"))
+
+
+def test_ray_stops_when_the_consumer_fails(ray_cluster):
+    executor = make_executor("ray", 2)
+    with pytest.raises(KeyboardInterrupt):
+        for _ in executor.imap_unordered(fns.slow_after_zero, [0, 1, 2], "cpu"):
+            raise KeyboardInterrupt
+    start = (
+        time.monotonic()
+    )  # both CPUs would be held for a minute had the tasks not been cancelled
+    check(list(executor.imap_unordered(fns.compute, ITEMS, "cpu")))
+    assert time.monotonic() - start < 30
+
+
+# submitit: its local cluster runs the jobs a Slurm array would, as processes here
+
+
+@pytest.fixture
+def slurm_options(tmp_path, monkeypatch):
+    pytest.importorskip("submitit")
+    from submitit.core.core import Job
+
+    monkeypatch.setenv("PYTHONPATH", worker_path())
+    # submitit waits 15 s for the result file of a dead job, in case a network filesystem is slow
+    monkeypatch.setattr(Job, "_results_timeout_s", 0)
+    return {"cluster": "local", "folder": str(tmp_path / "submitit"), "poll": "0.1"}
+
+
+def test_submitit_local(slurm_options):
+    check(list(make_executor("slurm", 2, slurm_options).imap_unordered(fns.compute, ITEMS, "cpu")))
+
+
+def test_submitit_job_killed(slurm_options):
+    executor = make_executor("slurm", 2, slurm_options)
+    with pytest.raises(WorkerLost, match=r"item 1\) died"):
+        list(executor.imap_unordered(fns.die_on_one, ITEMS, "cpu"))
+    with pytest.raises(WorkerLost, match=r"item 1\) raised"):
+        list(executor.imap_unordered(fns.fail_on_one, [0, 1], "cpu"))
+
+
+def test_submitit_stops_when_the_consumer_fails(slurm_options):
+    with pytest.raises(KeyboardInterrupt):
+        executor = make_executor("slurm", 2, slurm_options)
+        for _ in executor.imap_unordered(fns.slow_after_zero, [0, 1, 2], "cpu"):
+            raise KeyboardInterrupt
+    deadline = time.monotonic() + 15
+    while processes_mentioning(slurm_options["folder"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not processes_mentioning(slurm_options["folder"])

@@ -1,0 +1,117 @@
+"""A sweep gives the same stored results on every executor, and survives a worker killed
+mid-trial: the trial is not recorded, and a rerun finishes it."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+
+import pytest
+
+from blocklab import sweep
+from blocklab.models import parse_arm
+from blocklab.store import Store
+from blocklab.train import TrainConfig
+
+
+def _specs(steps: int = 30) -> list[sweep.TrialSpec]:
+    out = []
+    for degree in ("2", "3"):
+        for seed in (0, 1):
+            for lr in (3e-3, 1e-2):
+                train = TrainConfig(steps=steps, batch_size=16, lr=lr, eval_points=3)
+                arm = parse_arm(degree)
+                out.append(
+                    sweep.TrialSpec(
+                        "teacher", {}, arm, 0, 2, 8, False, "layer", "none", True, train, seed
+                    )
+                )
+    return out
+
+
+def _results(records: dict) -> dict:
+    return {
+        i: (r["status"], r["metrics"]["test_metric"], r["curves"]["val_loss"])
+        for i, r in records.items()
+    }
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict:
+    store = Store(tmp_path_factory.mktemp("local"))
+    records = sweep.run(_specs(), store, "t", resources=sweep.Resources(), progress=False)
+    assert {r["status"] for r in records.values()} == {"done"}
+    return _results(records)
+
+
+@pytest.mark.parametrize(
+    ("executor", "workers", "options"),
+    [
+        pytest.param("local", 2, {}, id="local-pool"),
+        pytest.param("ray", 2, {}, id="ray"),
+        pytest.param("slurm", 2, {"cluster": "local", "poll": "0.2"}, id="slurm-local"),
+    ],
+)
+def test_executors_store_what_the_local_executor_stores(
+    reference, tmp_path, executor, workers, options
+):
+    if executor == "ray":
+        pytest.importorskip("ray")
+    if executor == "slurm":
+        pytest.importorskip("submitit")
+        options = {**options, "folder": str(tmp_path / "jobs")}
+    store = Store(tmp_path)
+    res = sweep.Resources(workers=workers, executor=executor, executor_options=options)
+    records = sweep.run(_specs(), store, "t", resources=res, progress=False)
+    assert set(records) == set(reference)  # the same trial ids
+    for trial_id, (status, metric, curve) in _results(records).items():
+        ref = reference[trial_id]
+        assert status == ref[0]
+        assert metric == pytest.approx(ref[1], rel=1e-6)
+        assert curve == pytest.approx(ref[2], rel=1e-6, nan_ok=True)
+    assert len(store.records()) == len(reference)
+
+
+def test_ensembles_and_single_trials_store_the_same_results(reference, tmp_path):
+    records = sweep.run(
+        _specs(), Store(tmp_path), "t", resources=sweep.Resources(ensemble=1), progress=False
+    )
+    for trial_id, (status, metric, _) in _results(records).items():
+        assert status == reference[trial_id][0]
+        assert metric == pytest.approx(reference[trial_id][1], rel=1e-4)
+    assert all("ensemble" not in r["metrics"] for r in records.values())
+
+
+def test_a_worker_killed_mid_trial_leaves_it_rerunnable(reference, tmp_path):
+    """Kill a pool worker as soon as the first trial is stored: the sweep stops with the trials
+    it finished stored whole, the killed one absent, and a rerun completes all of them with the
+    results of an undisturbed sweep."""
+    specs = _specs(steps=400)
+    store = Store(tmp_path)
+    killed = []
+
+    def kill_a_worker(record):
+        if not killed:
+            victim = multiprocessing.active_children()[0]
+            os.kill(victim.pid, signal.SIGKILL)
+            killed.append(victim.pid)
+
+    res = sweep.Resources(workers=2, ensemble=1)
+    with pytest.raises(sweep.WorkerDied):
+        sweep.run(specs, store, "t", resources=res, progress=False, on_record=kill_a_worker)
+    assert killed
+    stored = store.records()
+    assert 1 <= len(stored) < len(specs)
+    for record in stored:  # every stored trial is whole
+        assert record["status"] == "done"
+        assert record["metrics"]["test_metric"] is not None
+        assert len(record["curves"]["val_loss"]) == 4
+    again = sweep.run(specs, store, "t", resources=res, progress=False)
+    assert {r["status"] for r in again.values()} == {"done"}
+    assert len(store.records()) == len(specs)
+    clean = sweep.run(specs, Store(tmp_path / "clean"), "t", resources=res, progress=False)
+    for trial_id, record in again.items():
+        assert record["metrics"]["test_metric"] == pytest.approx(
+            clean[trial_id]["metrics"]["test_metric"], rel=1e-6
+        )
