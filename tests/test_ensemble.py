@@ -170,7 +170,8 @@ def test_units_group_by_architecture_and_fill_the_workers():
     specs = [_spec("teacher", "3", s, lr) for s in range(4) for lr in (1e-3, 1e-2)]
     specs += [_spec("teacher", "2", s) for s in range(3)]
     units = sweep.plan_units(specs, ensemble=16, workers=2)
-    assert sorted(len(u) for u in units) == [2, 3, 6]  # at most ceil(11 / 2) members each
+    # at most ceil(11 / 2) = 6 members each, split evenly
+    assert sorted(len(u) for u in units) == [3, 4, 4]
     for unit in units:
         assert len({sweep.ensemble_key(s) for s in unit}) == 1
     assert [len(u) for u in sweep.plan_units(specs, ensemble=1, workers=1)] == [1] * 11

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from blocklab.models import Net
-from blocklab.tasks.base import Split, TaskData, loss_per_member, score
+from blocklab.tasks.base import Split, TaskData, score, unit_losses
 from blocklab.train import (
     EVAL_OUTPUTS,
     Tracker,
@@ -222,11 +222,13 @@ def _pick(t: Tensor, idx: Tensor) -> Tensor:
 def evaluate_ensemble(
     ens: Ensemble, splits: list[Split], kind: str, tolerance: float | None, batch: int = 4096
 ) -> list[tuple[float, float]]:
-    """`train.evaluate` for every member at once: (mean loss, metric) per member."""
+    """`train.evaluate` for every member at once: (mean loss, metric) per member. The batches
+    are those `train.evaluate` takes for one member (about EVAL_OUTPUTS outputs each, per
+    member), so a member's sums do not depend on the ensemble's size."""
     size, shared = ens.size, all(s is splits[0] for s in splits)
     x, _ = _inputs(splits, shared)
     per_example = ens.members[0](splits[0].x[:1]).numel()
-    batch = max(1, min(batch, EVAL_OUTPUTS // (per_example * size)))
+    batch = max(1, min(batch, EVAL_OUTPUTS // per_example))
     sums = [[0.0, 0.0, 0] for _ in range(size)]
     ens.train(False)
     for i in range(0, len(splits[0]), batch):
@@ -284,7 +286,7 @@ def train_ensemble(
         )
         with autocast(x.device):
             out = ens(x)  # (E, b, ...)
-        losses = loss_per_member(out.float(), y, kind)  # (E,)
+        losses = unit_losses(out.float(), y, kind).mean(1)  # (E,)
         values = losses.tolist()
         alive = [e for e in alive if runs[e].step_loss(step, values[e])]
         if not alive:

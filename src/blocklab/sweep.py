@@ -216,8 +216,8 @@ def train_group(specs: list[TrialSpec], device: str = "cpu", path: str = "auto")
 
 
 def run_group(specs: list[TrialSpec], device: str = "cpu") -> list[dict[str, Any]]:
-    """One unit of work: a lone trial, or trials sharing an architecture trained as one
-    ensemble (`blocklab.ensemble`); each gets its own record, as if trained alone."""
+    """One unit of work: a lone trial, trained by `train.train`, or trials sharing an
+    architecture trained as one ensemble (`blocklab.ensemble`). Each gets its own record."""
     if len(specs) == 1:
         return [run_trial(specs[0], device)]
     try:
@@ -250,7 +250,11 @@ def plan_units(todo: list[TrialSpec], ensemble: int, workers: int) -> list[list[
     groups: dict[str, list[TrialSpec]] = {}
     for spec in todo:
         groups.setdefault(ensemble_key(spec) or spec.id, []).append(spec)
-    return [g[i : i + size] for g in groups.values() for i in range(0, len(g), size)]
+    units = []
+    for group in groups.values():  # split evenly: 9 at size 8 is 5 + 4, not 8 + 1
+        parts = math.ceil(len(group) / size)
+        units += [group[i::parts] for i in range(parts)]
+    return units
 
 
 MEASURE_INPUTS = 64  # test sequences a trial's measures read

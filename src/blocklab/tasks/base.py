@@ -127,13 +127,14 @@ def loss(out: torch.Tensor, y: torch.Tensor, kind: str) -> torch.Tensor:
     return F.mse_loss(out, y)
 
 
-def loss_per_member(out: torch.Tensor, y: torch.Tensor, kind: str) -> torch.Tensor:
-    """`loss` for each member of an ensemble: outputs and targets (E, B, ...) -> (E,)."""
+def unit_losses(out: torch.Tensor, y: torch.Tensor, kind: str) -> torch.Tensor:
+    """`loss` before its mean, for each member of an ensemble: outputs and targets (E, B, ...)
+    -> (E, units), squared errors per output or cross-entropies per unit."""
     size = out.shape[0]
     if kind == "classification":
         units = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), reduction="none")
-        return units.view(size, -1).mean(1)
-    return (out - y).square().reshape(size, -1).mean(1)
+        return units.view(size, -1)
+    return (out - y).square().reshape(size, -1)
 
 
 def standardize(train: torch.Tensor, *others: torch.Tensor) -> tuple[torch.Tensor, ...]:
