@@ -10,8 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from blocklab import cli_bench
 from blocklab import config as cfgmod
 from blocklab.errors import UserError
@@ -20,7 +18,15 @@ from blocklab.experiments import degree_sweep
 from blocklab.models import parse_degree
 from blocklab.options import parse_pairs, split_list
 from blocklab.store import DB_NAME, Store
-from blocklab.sweep import ENSEMBLE, Interrupted, Resources, WorkerDied, default_workers, provenance
+from blocklab.sweep import (
+    ENSEMBLE,
+    Interrupted,
+    Resources,
+    WorkerDied,
+    default_workers,
+    device_name,
+    provenance,
+)
 
 
 class Parser(argparse.ArgumentParser):
@@ -127,11 +133,7 @@ def cmd_degree_sweep(args: argparse.Namespace) -> int:
 
 def _open_run(args: argparse.Namespace) -> tuple[Path, Store]:
     """Check the run flags, open the store and make sure the report can be written."""
-    device = getattr(args, "device", "cpu")
-    if device not in ("auto", "cpu", "cuda"):
-        raise UserError(f"--device must be auto, cpu or cuda, got {device!r}")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda: no CUDA device is available")
+    device_name(getattr(args, "device", "cpu"))  # a bad or missing device fails here
     out = Path(args.out)
     store = Store(out)
     _check_writable(out)

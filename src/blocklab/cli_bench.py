@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-import torch
-
 from blocklab.bench import CEILING_FROM, CEILING_TARGET, SPEEDUP_TARGETS, BenchConfig, run_bench
 from blocklab.errors import UserError
+from blocklab.sweep import device_name
 
 _DEFAULTS = BenchConfig()
 
@@ -39,13 +38,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    device = args.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device not in ("cpu", "cuda"):
-        raise UserError(f"--device must be auto, cpu or cuda, got {args.device!r}")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda: no CUDA device is available")
+    device = device_name(args.device)
     for name in ("members", "depth", "degree", "batch_size", "repeats", "threads"):
         value = getattr(args, name)
         if value is not None and value < 1:

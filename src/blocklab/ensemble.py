@@ -270,6 +270,7 @@ def train_ensemble(
     checkpoints = set(eval_steps(cfg.steps, cfg.eval_points))
     runs = [Tracker(cfg, t) for t in thresholds]
     alive = list(range(size))
+    cast = autocast(train_x.device)  # entered every step; chosen once
 
     def checkpoint(step: int) -> None:
         scores = evaluate_ensemble(ens, [d.val for d in datas], kind, tol)
@@ -284,7 +285,7 @@ def train_ensemble(
             if shared
             else (train_x[rows, idx], train_y[rows, idx])
         )
-        with autocast(x.device):
+        with cast:
             out = ens(x)  # (E, b, ...)
         losses = unit_losses(out.float(), y, kind).mean(1)  # (E,)
         values = losses.tolist()

@@ -96,6 +96,12 @@ def task_data(task: str, options_json: str, seed: int) -> TaskData:
 
 
 def device_name(requested: str = "auto") -> str:
+    """ "auto" (CUDA when present), "cpu" or "cuda" -> the device to use; anything else, or
+    CUDA where there is none, is a one-line error."""
+    if requested not in ("auto", "cpu", "cuda"):
+        raise UserError(f"--device must be auto, cpu or cuda, got {requested!r}")
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: no CUDA device is available")
     if requested == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return requested

@@ -186,12 +186,13 @@ def train(
     draw = batches(len(train_split), cfg.batch_size, seed)
     checkpoints = set(eval_steps(cfg.steps, cfg.eval_points))  # looked up every step
     run = Tracker(cfg, threshold)
+    cast = autocast(train_split.x.device)  # entered every step; chosen once
 
     run.checkpoint(0, evaluate(model, data.val, kind, tol)[0])
     model.train()
     for step in range(1, cfg.steps + 1):
         idx = next(draw)
-        with autocast(train_split.x.device):
+        with cast:
             out = model(train_split.x[idx])
         batch_loss = loss(out.float(), train_split.y[idx], kind)
         value = batch_loss.item()
