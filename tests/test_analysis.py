@@ -287,7 +287,7 @@ def test_write_report(tmp_path):
         assert v.claim in text
     for section in (
         "## Question",
-        "## Verdicts",
+        "## Paired tests per budget",
         "## Results",
         "## Theory beside measurement",
         "## Configuration",

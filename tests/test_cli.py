@@ -36,6 +36,8 @@ TINY = [
     "--lr-grid",
     "3e-3",
     "1e-2",
+    "--lr-extend",
+    "0",
     "--quiet",
 ]
 

@@ -45,21 +45,26 @@ def _close(alone: dict, together: dict, rtol: float = 1e-4) -> None:
     ("task", "arm", "path"),
     [
         ("teacher", "3", "stacked"),
+        ("poly_target", "2", "stacked"),
         ("teacher", "[3,2]", "stacked"),
-        ("teacher", "e", "stacked"),
+        # spow's curvature near 0 amplifies float32 rounding: the members agree with their lone
+        # runs to 1e-7 after 10 steps and to 2.5e-4 after 40 (seed 1, lr 1e-2)
+        pytest.param("teacher", "e", "stacked", marks=pytest.mark.rtol(1e-3)),
         ("mnist1d", "mlp", "stacked"),
         ("qsa", "softmax_attention", "vmap"),
         ("match2", "linear_attention", "vmap"),
     ],
 )
-def test_members_equal_training_alone(task, arm, path):
+def test_members_equal_training_alone(task, arm, path, request):
     """Seeds, data and learning rates differ per member; each member's record equals the trial
     trained alone, on both forward paths."""
+    marker = request.node.get_closest_marker("rtol")
+    rtol = marker.args[0] if marker else 1e-4
     specs = [_spec(task, arm, seed, lr) for seed, lr in ((0, 3e-3), (1, 1e-2), (2, 3e-3))]
     together = sweep.run_group(specs, "cpu")
     for spec, record in zip(specs, together, strict=True):
         assert record["metrics"]["ensemble"] == {"members": 3, "path": path}
-        _close(sweep.run_trial(spec, "cpu"), record)
+        _close(sweep.run_trial(spec, "cpu"), record, rtol)
 
 
 def test_shared_data_and_the_vmap_fallback_agree():
@@ -93,17 +98,30 @@ def test_one_member_diverging_leaves_the_others_untouched():
     assert together[2]["metrics"]["test_metric"] == solo_pair[1]["metrics"]["test_metric"]
 
 
-def test_nan_inputs_of_one_member_do_not_reach_the_others():
+def _poisoned(data):
+    """The task's data with every training input NaN: the fixed split and the fresh stream."""
+    nan = float("nan")
+    train = dataclasses.replace(data.train, x=data.train.x * nan)
+    if not data.online:
+        return dataclasses.replace(data, train=train)
+
+    def sample(n, gen):
+        x, y = data.sample(n, gen)
+        return x * nan, y
+
+    return dataclasses.replace(data, train=train, sample=sample)
+
+
+@pytest.mark.parametrize("online", [True, False])
+def test_nan_inputs_of_one_member_do_not_reach_the_others(online):
     """Per-member divergence on the engine itself: a member whose data are NaN diverges at its
     first step; the other members finish with finite weights and their lone results."""
-    spec = _spec("teacher", "3", 0)
+    spec = _spec("teacher", "3", 0, options={"online": online})
     good = sweep._prepare(spec, "cpu")
     bad = sweep._prepare(dataclasses.replace(spec, seed=1), "cpu")
-    poisoned = dataclasses.replace(
-        bad.data, train=dataclasses.replace(bad.data.train, x=bad.data.train.x * float("nan"))
-    )
+    assert good.data.online == online
     results, _ = train_ensemble(
-        [good.model, bad.model], [good.data, poisoned], [TRAIN] * 2, [0, 1], [0.0, 0.0]
+        [good.model, bad.model], [good.data, _poisoned(bad.data)], [TRAIN] * 2, [0, 1], [0.0, 0.0]
     )
     assert results[1].status == "diverged" and results[1].diverged_step == 1
     assert results[0].status == "done"

@@ -204,3 +204,27 @@ def test_mixer_gets_the_sequence_length():
 def test_unknown_feed_forward():
     with pytest.raises(UserError, match="feed-forward"):
         Net(parse_arm("softmax_attention"), 1, 8, 5, 3, seq_len=4, ff="gelu8x")
+
+
+def test_scaled_residual_divides_each_branch_by_sqrt_depth():
+    import dataclasses
+
+    from blocklab import sweep
+    from blocklab.train import TrainConfig
+
+    torch.manual_seed(0)
+    plain = Net(parse_arm("3"), 4, 8, 4, 1)
+    torch.manual_seed(0)
+    scaled = Net(parse_arm("3"), 4, 8, 4, 1, scaled_residual=True)
+    assert all(layer.scale == 1.0 for layer in plain.layers)
+    assert all(layer.scale == pytest.approx(1 / math.sqrt(4)) for layer in scaled.layers)
+    x = torch.randn(5, 8)  # (B, D)
+    layer_p, layer_s = plain.layers[0], scaled.layers[0]
+    branch = layer_p(x) - x
+    torch.testing.assert_close(layer_s(x) - x, branch / 2)
+    # off by default, and then absent from a trial's config: older trials keep their ids
+    spec = sweep.TrialSpec("teacher", {}, parse_arm("3"), 0, 2, 8, False, "layer", "none", True,
+                           TrainConfig(), 0)  # fmt: skip
+    assert "scaled_residual" not in spec.config()
+    on = dataclasses.replace(spec, scaled_residual=True)
+    assert on.config()["scaled_residual"] is True and on.id != spec.id

@@ -222,7 +222,8 @@ def test_teacher_invalid_kind():
 def test_teacher_drawn_before_data(kind):
     # so the teacher depends on the seed alone: sweeping n_train or noise keeps the same function
     d = small("teacher", teacher=kind, n_train=300).make(5)
-    net = TeacherNet(kind, 16, 1, 64, 3, torch.Generator().manual_seed(5))
+    o = TASKS.get("teacher").Options()
+    net = TeacherNet(kind, o.n_in, 1, o.width, o.depth, torch.Generator().manual_seed(5))
     assert torch.corrcoef(torch.cat([d.test.y, net(d.test.x).float()], 1).T)[0, 1] > 1 - 1e-6
 
 
@@ -294,3 +295,36 @@ def test_mnist1d_cache_not_mutable():
     task.make(0).test.x.zero_()
     task.make(0).train.x.zero_()
     assert task.make(0).test.x.abs().sum() > 0 and task.make(0).train.x.abs().sum() > 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fresh_samples_follow_the_train_split(name):
+    """A generative task's sampler draws new examples of the same distribution, standardized as
+    the train split: deterministic from its generator, different for another one."""
+    d = data(name, 0)
+    if not d.online:
+        pytest.skip("a fixed dataset")
+    x, y = d.sample(4096, torch.Generator().manual_seed(1))
+    again = d.sample(4096, torch.Generator().manual_seed(1))
+    other = d.sample(4096, torch.Generator().manual_seed(2))
+    assert torch.equal(x, again[0]) and torch.equal(y, again[1])
+    assert not torch.equal(x, other[0])
+    assert x.dtype == d.train.x.dtype and x.shape[1:] == d.input_shape
+    assert y.dtype == d.train.y.dtype and y.shape[1:] == d.train.y.shape[1:]
+    assert not (x[:, None] == d.train.x[None]).all(-1).any()  # not drawn from the train split
+    # targets standardized by the train split: near mean 0, std 1 (256 train examples: loose)
+    assert y.mean(0).abs().max() < 0.25 and (y.std(0) - 1).abs().max() < 0.25
+
+
+def test_poly_target_samples_are_the_polynomial():
+    task = small("poly_target")
+    d, fn = task.make(3), task.target_fn(3)
+    x, y = d.sample(512, torch.Generator().manual_seed(0))
+    raw = fn(d.train.x).float()  # the train split's raw targets fix the standardization
+    expected = (fn(x) - raw.mean()) / raw.std()
+    assert torch.allclose(y[:, 0], expected.float(), atol=1e-4)
+
+
+def test_online_is_an_option():
+    assert data("teacher", 0).online
+    assert not small("teacher", online=False).make(0).online

@@ -90,9 +90,10 @@ def _experiment_parser(sub, name: str, what: str, cls: type, out: str, pool: boo
 
 
 def cmd_degree_sweep(args: argparse.Namespace) -> int:
-    """`demo` and `degree-sweep`: the same experiment; the demo is its defaults, into runs/demo."""
+    """`demo` and `degree-sweep`: the same experiment; the demo is its defaults, into runs/demo.
+    The verdict is printed only when the run passes its design checks."""
     from blocklab import report
-    from blocklab.analysis import stats
+    from blocklab.analysis import capacity, stats
 
     flags = cfgmod.overrides(args, degree_sweep.DegreeSweepConfig, skip=("lr",))
     if args.task_option:
@@ -104,6 +105,15 @@ def cmd_degree_sweep(args: argparse.Namespace) -> int:
     result = degree_sweep.run(cfg, store, resources=_resources(args), progress=not args.quiet)
     if not result.rows:
         raise UserError("no trial finished; see `blocklab runs --out DIR list --status failed`")
+    paired = stats.compare(result.rows, alpha=cfg.alpha)
+    cap = capacity.analyze(
+        result.rows,
+        result.lr_choice,
+        list(cfg.budgets),
+        tol=cfg.plateau_tol,
+        n_boot=cfg.n_boot,
+        paired=paired,
+    )
     config_dict = _jsonable(cfg)
     path = report.write_report(
         out,
@@ -112,22 +122,33 @@ def cmd_degree_sweep(args: argparse.Namespace) -> int:
         config=config_dict,
         provenance=provenance(),
         alpha=cfg.alpha,
+        capacity=cap,
     )
     if args.json:
         payload = report.to_json(result.rows, alpha=cfg.alpha)
+        payload.update(cap.to_json())
         payload.update(
             lr_choice=result.lr_choice, failed=result.failed, report=str(path), config=config_dict
         )
-        print(json.dumps(payload, indent=2))
-    else:
-        summaries = stats.summarize(result.rows)
-        print(report.table(summaries))
-        print()
-        for v in stats.compare(result.rows, alpha=cfg.alpha):
-            print(v.text)
-        for f in result.failed:
-            print(f"failed: {f['trial']}: {f['error'].splitlines()[0]}")
-        print(f"\nreport: {path}")
+        print(json.dumps(report.plain(payload), indent=2))
+        return 0
+    print(report.table(stats.summarize(result.rows)))
+    checks, verdict = report.check_lines(cap)
+    print("\ndesign checks:")
+    print("\n".join(checks))
+    if cap.fit.efficiency:
+        caveat = "" if cap.passed else " -- measured, but not a verdict: a design check failed"
+        print(
+            "\nparameters needed relative to d=3 (95% bootstrap interval; predicted h(3)/h(d))"
+            + caveat
+            + ":"
+        )
+        for line in capacity.efficiency_claims(cap.fit, cap.degrees):
+            print(f"- {line}")
+    print(f"\nverdict: {verdict}")
+    for f in result.failed:
+        print(f"failed: {f['trial']}: {f['error'].splitlines()[0]}")
+    print(f"\nreport: {path}")
     return 0
 
 

@@ -32,6 +32,7 @@ from blocklab.models import Net
 from blocklab.tasks.base import Split, TaskData, score, unit_losses
 from blocklab.train import (
     EVAL_OUTPUTS,
+    ONLINE_CHUNK,
     Tracker,
     TrainConfig,
     TrainResult,
@@ -206,6 +207,18 @@ def stacked_batches(n: int, batch_size: int, seeds: list[int]):
             yield perms[:, pos : pos + bs]
 
 
+def stacked_online(datas: list[TaskData], batch_size: int, seeds: list[int]):
+    """`train.online_batches` for every member at once: (E, b, ...) fresh batches, each member
+    drawing from its own generator exactly as it would alone."""
+    gens = [torch.Generator().manual_seed(s) for s in seeds]
+    while True:
+        draws = [d.sample(ONLINE_CHUNK * batch_size, g) for d, g in zip(datas, gens, strict=True)]
+        xs = torch.stack([x for x, _ in draws])  # (E, chunk * b, ...)
+        ys = torch.stack([y for _, y in draws])
+        for i in range(0, xs.shape[1], batch_size):
+            yield xs[:, i : i + batch_size], ys[:, i : i + batch_size]
+
+
 def _inputs(splits: list[Split], shared: bool) -> tuple[Tensor, Tensor]:
     """(n, ...) tensors when every member reads the same data, else (E, n, ...)."""
     if shared:
@@ -264,13 +277,24 @@ def train_ensemble(
     kind, tol = datas[0].kind, datas[0].tolerance
     shared = all(d is datas[0] for d in datas)
     train_x, train_y = _inputs([d.train for d in datas], shared)
-    draw = stacked_batches(len(datas[0].train), cfg.batch_size, seeds)
-    rows = torch.arange(size, device=train_x.device).unsqueeze(1)  # (E, 1): each its own data
+    device = train_x.device
+    if datas[0].online:
+        fresh = stacked_online(datas, cfg.batch_size, seeds)
+        draw = ((x.to(device), y.to(device)) for x, y in fresh)
+    else:
+        rows = torch.arange(size, device=device).unsqueeze(1)  # (E, 1): each its own data
+        order = stacked_batches(len(datas[0].train), cfg.batch_size, seeds)
+        draw = (
+            (_pick(train_x, idx), _pick(train_y, idx))
+            if shared
+            else (train_x[rows, idx], train_y[rows, idx])
+            for idx in (i.to(device) for i in order)
+        )
     opt = StackedAdamW(list(ens.params.values()), cfg.weight_decay)
     checkpoints = set(eval_steps(cfg.steps, cfg.eval_points))
     runs = [Tracker(cfg, t) for t in thresholds]
     alive = list(range(size))
-    cast = autocast(train_x.device)  # entered every step; chosen once
+    cast = autocast(device)  # entered every step; chosen once
 
     def checkpoint(step: int) -> None:
         scores = evaluate_ensemble(ens, [d.val for d in datas], kind, tol)
@@ -279,12 +303,7 @@ def train_ensemble(
 
     checkpoint(0)
     for step in range(1, cfg.steps + 1):
-        idx = next(draw).to(train_x.device)  # (E, b)
-        x, y = (
-            (_pick(train_x, idx), _pick(train_y, idx))
-            if shared
-            else (train_x[rows, idx], train_y[rows, idx])
-        )
+        x, y = next(draw)  # (E, b, ...)
         with cast:
             out = ens(x)  # (E, b, ...)
         losses = unit_losses(out.float(), y, kind).mean(1)  # (E,)

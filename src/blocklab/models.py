@@ -170,7 +170,8 @@ def make_norm(kind: str, width: int) -> nn.Module:
 
 class Layer(nn.Module):
     """x + act(block(norm(x))) with residual, act(block(norm(x))) without; then, with a
-    feed-forward sublayer, the same around W2 relu(W1 norm(x)) (a pre-norm transformer layer)."""
+    feed-forward sublayer, the same around W2 relu(W1 norm(x)) (a pre-norm transformer layer).
+    `scale` multiplies each residual branch."""
 
     def __init__(
         self,
@@ -181,6 +182,7 @@ class Layer(nn.Module):
         residual: bool,
         ff: str = "none",
         bias: bool = False,
+        scale: float = 1.0,
     ):
         super().__init__()
         if activation not in ACTIVATIONS:
@@ -188,7 +190,7 @@ class Layer(nn.Module):
                 f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}"
             )
         self.norm, self.block, self.act = make_norm(norm, width), block, ACTIVATIONS[activation]()
-        self.residual = residual
+        self.residual, self.scale = residual, scale
         k = _expansion(ff)
         self.ff = None
         if k:
@@ -201,10 +203,10 @@ class Layer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.act(self.block(self.norm(x)))  # (B, D) or (B, T, D)
-        x = x + y if self.residual else y
+        x = x + self.scale * y if self.residual else y
         if self.ff is not None:
             y = self.ff(self.ff_norm(x))  # position-wise
-            x = x + y if self.residual else y
+            x = x + self.scale * y if self.residual else y
         return x
 
 
@@ -215,7 +217,12 @@ class Net(nn.Module):
     over positions. `flatten` feeds a sequence as one vector (B, T * n_in) and reads all T
     outputs at once (unless pooled): the fully connected network that sees every position.
     `vocab` takes token ids (B, T) instead of features: an embedding table and learned positions,
-    as in a language model (seed 001's common transformer with its input embedding)."""
+    as in a language model (seed 001's common transformer with its input embedding).
+    `scaled_residual` multiplies every residual branch by 1/sqrt(depth), so the residual stream
+    keeps its scale as depth grows and a deep stack trains like a shallow one (Hayou et al. 2021,
+    "stable ResNet"); without it each of L polynomial layers adds a unit-variance term, and deep
+    stacks at a fixed step count fit worse than shallow ones, which a capacity comparison across
+    depths must not mistake for expressiveness."""
 
     def __init__(
         self,
@@ -234,6 +241,7 @@ class Net(nn.Module):
         residual: bool = True,
         ff: str = "none",
         vocab: int | None = None,
+        scaled_residual: bool = False,
     ):
         super().__init__()
         if flatten and seq_len is None:
@@ -257,8 +265,9 @@ class Net(nn.Module):
             make_block(name, width, width, **kw)
             for name, kw in arm.layer_blocks(depth, bias, seq_len)
         ]
+        scale = 1.0 / math.sqrt(depth) if scaled_residual else 1.0
         self.layers = nn.ModuleList(
-            Layer(b, width, norm, activation, residual, ff, bias) for b in blocks
+            Layer(b, width, norm, activation, residual, ff, bias, scale) for b in blocks
         )
         self.norm_out = make_norm(norm, width)
         self.readout = nn.Linear(width, n_out)

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from blocklab import plots
+from blocklab.analysis.capacity import PREDICTED_EFFECT, REFERENCE, predicted_multiplier
 from blocklab.analysis.stats import TEST, compare, layer_degrees, ranking_vs_theory, summarize
 from blocklab.theory import degree_proxy_log10, h, layers_at_budget, optimal_degree
 
@@ -174,8 +175,129 @@ def _theory_section(summaries, rankings):
     return lines
 
 
-def write_report(out_dir, rows, *, title, config, provenance, alpha=0.05):
-    """Write report.md and its three figures into out_dir; return the report's path."""
+def check_lines(capacity):
+    """The design checks, one line each, and the verdict or why there is none."""
+    lines = [
+        f"- {'passed' if c.passed else 'FAILED'}: {c.name}: {c.detail}" for c in capacity.checks
+    ]
+    if capacity.verdict is not None:
+        return lines, capacity.verdict
+    failed = [c for c in capacity.checks if not c.passed]
+    if failed:
+        why = "; ".join(f"design check failed: {c.name}: {c.detail}" for c in failed)
+    else:
+        why = f"no scaling fit for the reference arm {REFERENCE} (is it among the degrees?)"
+    return lines, f"{why} — no verdict"
+
+
+def _ci(pair):
+    lo, hi = pair
+    return f"[{_f(lo)}, {_f(hi)}]"
+
+
+def _mult(x):
+    return "inf" if x is not None and math.isinf(x) else _f(x)
+
+
+def capacity_section(capacity):
+    """Markdown: design checks, verdict, per-budget losses, scaling fits, efficiency vs d = 3."""
+    fit = capacity.fit
+    checks, verdict = check_lines(capacity)
+    lines = ["## Design checks", "", *checks, "", "## Verdict", "", verdict, ""]
+    lines += [
+        "## Test loss per budget",
+        "",
+        "Mean over (teacher, seed) with std and 95% Student-t interval; plateaued: share of "
+        "trials whose smoothed validation loss had stopped falling (see the design checks). "
+        "With several teachers, the spread within a teacher (mean std over seeds) and between "
+        "teachers (std of their means) are shown apart.",
+        "",
+    ]
+    body = []
+    for arm, by_b in capacity.stats.items():
+        for b, st in by_b.items():
+            body.append(
+                (
+                    arm,
+                    str(b),
+                    str(st["params"]),
+                    f"{_f(st['mean'])} ± {_f(st['std'])}",
+                    f"[{_f(st['ci_low'])}, {_f(st['ci_high'])}]",
+                    f"{st['plateaued_fraction']:.0%}",
+                    _f(st["within_teacher_std"]),
+                    _f(st["between_teacher_std"]),
+                )
+            )
+    header = ("arm", "budget", "params", "test loss", "95% CI", "plateaued", "within", "between")
+    lines += markdown_table(header, body)
+    lines += [
+        "",
+        "## Scaling fits",
+        "",
+        "Per arm, L(P) = L_inf + a P^-alpha fit by least squares on log loss to the per-budget "
+        "means against the actual parameter counts (SciPy); intervals: "
+        f"{fit.level:.0%} bootstrap percentiles over {fit.n_boot} draws that resample teachers, "
+        "then seeds within them, the same draws for every arm (paired).",
+        "",
+    ]
+    body = [
+        (arm, _f(f.L_inf), _ci(f.ci["L_inf"]), _f(f.a), _f(f.alpha), _ci(f.ci["alpha"]))
+        for arm, f in fit.fits.items()
+    ]
+    lines += markdown_table(("arm", "L_inf", "95% CI", "a", "alpha", "95% CI"), body)
+    lines += ["", "![test loss vs budget](scaling.png)", ""]
+    if fit.reference is None:
+        return lines + [f"No parameter-efficiency multipliers: {REFERENCE} was not fitted.", ""]
+    ref = fit.efficiency[fit.reference]
+    lines += [
+        "## Parameter efficiency against d = 3",
+        "",
+        f"The loss {fit.reference} reaches at P_ref = {ref.ref_params:.0f} parameters (the middle "
+        f"of its measured log range) is {ref.target_loss:.4g}. For each arm: the parameters its "
+        "fitted curve needs for that loss, divided by P_ref (above 1: it needs more than "
+        f"{fit.reference}; inf: its fitted floor L_inf lies above the target). Seed 000's "
+        "prediction beside it: equal degree proxy (eq. 17) means B_X h(X) = B_3 h(3), so the "
+        "multiplier is h(3) / h(X). Measurement and prediction are never fitted to each other.",
+        "",
+    ]
+    body = []
+    for arm, e in fit.efficiency.items():
+        pred = predicted_multiplier(arm, capacity.degrees.get(arm))
+        body.append(
+            (
+                arm,
+                _mult(e.multiplier),
+                f"[{_mult(e.ci_low)}, {_mult(e.ci_high)}]",
+                "-" if pred is None else f"{pred:.4f}",
+                "yes" if e.extrapolated else "no",
+            )
+        )
+    lines += markdown_table(("arm", "multiplier", "95% CI", "predicted", "extrapolated"), body)
+    res = fit.resolution
+    lines += [
+        "",
+        (
+            f"Resolution: the intervals' median half-width is {res:.3g} (in multiplier units); "
+            f"the predicted difference between d = 3 and d = 2 or 4 is {PREDICTED_EFFECT:.3f}. "
+            + (
+                "This run can resolve it."
+                if res < PREDICTED_EFFECT / 2
+                else "This run cannot resolve it: more seeds, teachers or budgets narrow the "
+                "intervals (roughly as one over the square root of the number of units)."
+            )
+            if res is not None
+            else "Resolution: no finite interval."
+        ),
+        "",
+        "![parameter efficiency](efficiency.png)",
+        "",
+    ]
+    return lines
+
+
+def write_report(out_dir, rows, *, title, config, provenance, alpha=0.05, capacity=None):
+    """Write report.md and its figures into out_dir; return the report's path. With `capacity`
+    (blocklab.analysis.capacity) the design checks, verdict, fits and efficiency lead."""
     if not rows:
         raise ValueError("no finished trials to report")
     out = Path(out_dir)
@@ -186,22 +308,23 @@ def write_report(out_dir, rows, *, title, config, provenance, alpha=0.05):
     plots.metric_vs_degree(summaries, out / "metric_vs_degree.png")
     plots.learning_curves(rows, out / "learning_curves.png")
     plots.ranking_vs_theory(summaries, out / "ranking_vs_theory.png")
+    if capacity is not None:
+        plots.scaling_curves(capacity, out / "scaling.png")
+        if capacity.fit.efficiency:
+            plots.efficiency(capacity, out / "efficiency.png")
 
-    lines = [
-        f"# {title}",
-        "",
-        "## Question",
-        "",
-        _question(),
-        "",
-        "## Verdicts",
+    lines = [f"# {title}", "", "## Question", "", _question(), ""]
+    if capacity is not None:
+        lines += capacity_section(capacity)
+    lines += [
+        "## Paired tests per budget",
         "",
         f"Test: {TEST} over the comparisons of the best arm with each other arm within a "
-        f"task and budget, pairing seeds that both arms finished; alpha = {alpha:g}; the "
-        "p-values shown are Holm-adjusted.",
+        f"task and budget, pairing (teacher, seed)s that both arms finished; alpha = {alpha:g}; "
+        "the p-values shown are Holm-adjusted.",
         "",
     ]
-    lines += [f"- {v.claim} ({v.n_seeds} seeds)" for v in verdicts]
+    lines += [f"- {v.claim} ({v.n_seeds} pairs)" for v in verdicts]
     lines += [
         "",
         "## Results",

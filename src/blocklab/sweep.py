@@ -55,11 +55,14 @@ class TrialSpec:
     flatten: bool = False  # a sequence task fed as one flat vector (fully connected baseline)
     # measures taken at initialization and after training, e.g. ("collapse", "seprank(templates=3)")
     measures: tuple[str, ...] = ()
+    scaled_residual: bool = False  # residual branches times 1/sqrt(depth) (models.Net)
 
     def config(self) -> dict[str, Any]:
         config = dataclasses.asdict(self)
-        if not self.measures:  # trials without measures keep the ids they always had
-            del config["measures"]
+        # fields at their defaults stay out, so trials made before they existed keep their ids
+        for name, default in (("measures", ()), ("scaled_residual", False)):
+            if config[name] == default:
+                del config[name]
         return config
 
     @functools.cached_property
@@ -130,6 +133,7 @@ def build_model(spec: TrialSpec, data: TaskData) -> Net:
         residual=spec.residual,
         ff=spec.ff,
         vocab=data.vocab,
+        scaled_residual=spec.scaled_residual,
     )
 
 

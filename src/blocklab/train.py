@@ -56,6 +56,29 @@ class TrainResult:
     threshold: float
     curves: dict[str, list[float]]
     seconds: float
+    # relative fall of the smoothed validation loss over the last PLATEAU_WINDOW of training
+    # (`plateau_improvement`); near 0 when training had stopped improving
+    plateau_improvement: float | None = None
+
+
+PLATEAU_WINDOW = 0.25  # the share of training, at the end, over which a plateau is read
+SMOOTH = 3  # validation points averaged into one smoothed value
+
+
+def plateau_improvement(
+    steps: list[int], val_loss: list[float], window: float = PLATEAU_WINDOW
+) -> float | None:
+    """(L(start) - L(end)) / L(end) of the validation loss smoothed over SMOOTH evaluations:
+    L(end) averages the last ones, L(start) those nearest the step (1 - window) * last step.
+    0.01 means the loss fell by 1% of its final value over the last `window` of training.
+    None for a curve too short to tell (fewer than 2 * SMOOTH points)."""
+    if len(steps) < 2 * SMOOTH or not all(math.isfinite(v) for v in val_loss):
+        return None
+    at = (1.0 - window) * steps[-1]
+    nearest = sorted(range(len(steps) - SMOOTH), key=lambda i: abs(steps[i] - at))[:SMOOTH]
+    start = sum(val_loss[i] for i in nearest) / SMOOTH
+    end = sum(val_loss[-SMOOTH:]) / SMOOTH
+    return (start - end) / end if end > 0 else None
 
 
 def lr_factor(step: int, steps: int, warmup: float) -> float:
@@ -157,6 +180,7 @@ class Tracker:
             self.threshold,
             self.curves,
             seconds,
+            plateau_improvement(self.curves["step"], self.curves["val_loss"]) if ok else None,
         )
 
 
@@ -172,29 +196,49 @@ def batches(n: int, batch_size: int, seed: int):
         pos += bs
 
 
+ONLINE_CHUNK = 64  # batches of fresh examples drawn at once: one call labels many steps
+
+
+def online_batches(data: TaskData, batch_size: int, seed: int):
+    """Endless fresh (x, y) batches of a generative task (`TaskData.sample`) from a generator
+    seeded by `seed`. They are drawn ONLINE_CHUNK batches at a time; the chunk shapes the random
+    stream, so it is a constant, not a setting."""
+    gen = torch.Generator().manual_seed(seed)
+    while True:
+        x, y = data.sample(ONLINE_CHUNK * batch_size, gen)  # (chunk * b, ...)
+        yield from zip(x.split(batch_size), y.split(batch_size), strict=True)
+
+
 def train(
     model: nn.Module, data: TaskData, cfg: TrainConfig, seed: int, threshold: float
 ) -> TrainResult:
-    """Train in place. Batches come from a generator seeded by `seed`, so trials are repeatable.
+    """Train in place. Batches come from a generator seeded by `seed`, so trials are repeatable:
+    shuffled examples of the train split, or fresh ones from a generative task's sampler.
     The plain reference for one network; `blocklab.ensemble` trains many at once and is tested
     against it."""
     start = time.perf_counter()
     kind, tol = data.kind, data.tolerance
     train_split = data.train
+    device = train_split.x.device
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg.steps, cfg.warmup))
-    draw = batches(len(train_split), cfg.batch_size, seed)
+    if data.online:
+        fresh = online_batches(data, cfg.batch_size, seed)
+        draw = ((x.to(device), y.to(device)) for x, y in fresh)
+    else:
+        order = batches(len(train_split), cfg.batch_size, seed)
+        draw = ((train_split.x[i], train_split.y[i]) for i in order)
     checkpoints = set(eval_steps(cfg.steps, cfg.eval_points))  # looked up every step
     run = Tracker(cfg, threshold)
-    cast = autocast(train_split.x.device)  # entered every step; chosen once
+    cast = autocast(device)  # entered every step; chosen once
 
     run.checkpoint(0, evaluate(model, data.val, kind, tol)[0])
     model.train()
     for step in range(1, cfg.steps + 1):
-        idx = next(draw)
+        x, y = next(draw)
         with cast:
-            out = model(train_split.x[idx])
-        batch_loss = loss(out.float(), train_split.y[idx], kind)
+            out = model(x)
+        batch_loss = loss(out.float(), y, kind)
         value = batch_loss.item()
         if not run.step_loss(step, value):
             break
@@ -228,6 +272,7 @@ def as_record(result: TrainResult) -> dict[str, Any]:
             "threshold",
             "diverged_step",
             "seconds",
+            "plateau_improvement",
         )
     }
     return {"status": result.status, "metrics": metrics, "curves": result.curves}

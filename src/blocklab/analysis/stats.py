@@ -16,7 +16,10 @@ from scipy import stats
 
 from blocklab.theory import h
 
-TEST = "paired two-sided t-test across seeds (scipy.stats.ttest_rel), Holm-Bonferroni corrected"
+TEST = (
+    "paired two-sided t-test across (teacher, seed) pairs (scipy.stats.ttest_rel), "
+    "Holm-Bonferroni corrected"
+)
 NAN = float("nan")
 
 
@@ -74,12 +77,17 @@ def _arm_order(arm, degree):
     return (degree is None, degree if degree is not None else 0.0, arm)
 
 
+def unit(r):
+    """What pairs trials across arms: the same target (teacher) and the same seed."""
+    return (r.get("teacher", 0), r["seed"])
+
+
 def _validate(rows):
     seen, metric_of = set(), {}
     for r in rows:
-        key = (r["task"], int(r["budget"]), r["arm"], r["seed"])
+        key = (r["task"], int(r["budget"]), r["arm"], unit(r))
         if key in seen:
-            raise ValueError(f"two trials for task/budget/arm/seed {key}: pairing needs one")
+            raise ValueError(f"two trials for task/budget/arm/unit {key}: pairing needs one")
         seen.add(key)
         if r["status"] not in ("done", "diverged"):
             raise ValueError(f"status must be 'done' or 'diverged', got {r['status']!r} for {key}")
@@ -98,7 +106,7 @@ def _group(rows, *fields):
     groups = defaultdict(list)
     for r in rows:
         groups[tuple(int(r[f]) if f == "budget" else r[f] for f in fields)].append(r)
-    return {k: sorted(v, key=lambda r: r["seed"]) for k, v in groups.items()}
+    return {k: sorted(v, key=unit) for k, v in groups.items()}
 
 
 @dataclass(frozen=True)
@@ -220,16 +228,17 @@ def _verdict(task, budget, trials, alpha):
     arms = sorted(degree, key=lambda a: _arm_order(a, degree[a]))
     done = {
         a: {
-            r["seed"]: float(r["test_metric"])
+            unit(r): float(r["test_metric"])
             for r in trials
             if r["arm"] == a and r["status"] == "done"
         }
         for a in arms
     }
     diverged_all = tuple(a for a in arms if not done[a])
-    n_seeds = len({r["seed"] for r in trials})
+    n_seeds = len({unit(r) for r in trials})
     head = f"{task}, budget {budget}"
-    bracket = f"[paired t-test across {n_seeds} seeds, Holm-corrected, alpha={alpha:g}]"
+    pairs_of = "seeds" if len({r.get("teacher", 0) for r in trials}) == 1 else "(teacher, seed)s"
+    bracket = f"[paired t-test across {n_seeds} {pairs_of}, Holm-corrected, alpha={alpha:g}]"
     notes = f"; {', '.join(diverged_all)} diverged in all seeds" if diverged_all else ""
 
     candidates = [a for a in arms if len(done[a]) >= 2]

@@ -1,8 +1,15 @@
 """Seed 000's experiment: networks of degree-d layers at equal parameter budgets, over seeds.
 
-For every (budget, arm) a learning rate is chosen from a small grid on the validation split with
-the first seed (one fixed rate across degrees would favour whichever degree it happens to suit);
-then every seed trains at that rate and is scored on the test split.
+It measures capacity: what a network of each degree can fit at each budget. Every arm and seed
+fits the same target (teacher 0; `teachers` K repeats the whole comparison on K independent
+targets), seeds vary initialization and batches, and generative tasks draw fresh examples every
+step, so a test loss is approximation plus optimization error and arms pair on one problem.
+
+For every (budget, arm) a learning rate is chosen from a grid on the validation split with the
+first seed and teacher (one fixed rate across degrees would favour whichever degree it suits);
+when the best rate lies at an edge of the grid the grid is extended past it and searched again,
+up to `lr_extend` times. Then every (teacher, seed) trains at that rate and is scored on the test
+split. `blocklab.analysis.capacity` turns the rows into design checks, scaling fits and a verdict.
 """
 
 from __future__ import annotations
@@ -42,16 +49,20 @@ class DegreeSweepConfig:
         ),
     )
     budgets: tuple[int, ...] = field(
-        default=(12288, 24576), metadata=_help("parameter budgets of the blocks")
+        default=(440, 880, 1760, 3520), metadata=_help("parameter budgets of the blocks")
     )
     seeds: int = field(default=5, metadata=_help("seeds per configuration (0, 1, ...)"))
-    data_seed: int | None = field(
-        default=None, metadata=_help("fixed seed for the task's data; None: the trial seed")
+    teachers: int = field(
+        default=1,
+        metadata=_help(
+            "independent targets (the task's data seeds 0, 1, ...); every arm and seed fits "
+            "each of them, and arms pair by (teacher, seed)"
+        ),
     )
     mode: str = field(
         default="width", metadata=_help("'width': fixed width, depth solved; 'depth'")
     )
-    width: int = field(default=32, metadata=_help("layer width in width mode"))
+    width: int = field(default=8, metadata=_help("layer width in width mode"))
     depth: int = field(default=4, metadata=_help("depth in depth mode"))
     bias: bool = field(default=False, metadata=_help("biases inside the polynomial factors"))
     norm: str = field(default="layer", metadata=_help(f"normalization: {', '.join(NORMS)}"))
@@ -59,6 +70,12 @@ class DegreeSweepConfig:
         default="none", metadata=_help(f"activation after each block: {', '.join(ACTIVATIONS)}")
     )
     residual: bool = field(default=True, metadata=_help("residual connection around each layer"))
+    scaled_residual: bool = field(
+        default=True,
+        metadata=_help(
+            "residual branches times 1/sqrt(depth), so deep stacks train like shallow ones"
+        ),
+    )
     ff: str = field(
         default="none",
         metadata=_help(
@@ -68,12 +85,31 @@ class DegreeSweepConfig:
     lr_grid: tuple[float, ...] = field(
         default=(3e-3, 1e-2, 3e-2), metadata=_help("learning rates tried per arm on validation")
     )
+    lr_extend: int = field(
+        default=2,
+        metadata=_help("times the grid is extended past an edge where the best rate lies"),
+    )
+    plateau_tol: float = field(
+        default=0.03,
+        metadata=_help(
+            "a trial plateaued when its smoothed validation loss fell by less than this "
+            "fraction over the last quarter of training"
+        ),
+    )
     alpha: float = field(default=0.05, metadata=_help("significance level of the paired tests"))
-    train: TrainConfig = field(default_factory=TrainConfig)
+    n_boot: int = field(
+        default=1000, metadata=_help("bootstrap draws for the scaling fits' intervals")
+    )
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=2000, batch_size=256))
 
     def __post_init__(self):
-        if self.seeds < 1:
-            raise ValueError(f"seeds must be >= 1, got {self.seeds}")
+        for name in ("seeds", "teachers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.lr_extend < 0 or self.n_boot < 0:
+            raise ValueError("lr_extend and n_boot must be >= 0")
+        if not 0 < self.plateau_tol < 1:
+            raise ValueError(f"plateau_tol must be in (0, 1), got {self.plateau_tol}")
         if not self.degrees and not self.baselines:
             raise ValueError("nothing to compare: give degrees or baselines")
         if not self.budgets:
@@ -129,7 +165,9 @@ def plan(cfg: DegreeSweepConfig) -> dict[tuple[int, str], tuple[Arm, budgets.Sha
     return shapes
 
 
-def _spec(cfg: DegreeSweepConfig, arm: Arm, shape: budgets.Shape, lr: float, seed: int):
+def _spec(
+    cfg: DegreeSweepConfig, arm: Arm, shape: budgets.Shape, lr: float, seed: int, teacher: int = 0
+):
     return sweep.TrialSpec(
         task=cfg.task,
         task_options=dict(cfg.task_options),
@@ -143,8 +181,9 @@ def _spec(cfg: DegreeSweepConfig, arm: Arm, shape: budgets.Shape, lr: float, see
         residual=cfg.residual,
         train=replace(cfg.train, lr=lr),
         seed=seed,
-        data_seed=cfg.data_seed,
+        data_seed=teacher,
         ff=cfg.ff,
+        scaled_residual=cfg.scaled_residual and cfg.residual,
     )
 
 
@@ -158,8 +197,59 @@ def _score(record: dict[str, Any] | None, higher_is_better: bool) -> float:
 @dataclass
 class SweepResult:
     rows: list[dict[str, Any]]  # one per final trial (done or diverged), for analysis
-    lr_choice: dict[str, dict[str, Any]]  # "budget/arm" -> chosen lr and the grid's val scores
+    # "budget/arm" -> the chosen lr, the rates tried with their validation scores, and whether
+    # the choice still lies at an edge of what was tried
+    lr_choice: dict[str, dict[str, Any]]
     failed: list[dict[str, Any]]  # trials that raised: id, description, error
+
+
+def _beyond(grid: list[float], low: bool) -> float:
+    """The next rate past the grid's low or high edge, at the grid's own ratio there (x3 for a
+    grid of one)."""
+    if len(grid) < 2:
+        return grid[0] / 3 if low else grid[0] * 3
+    return grid[0] ** 2 / grid[1] if low else grid[-1] ** 2 / grid[-2]
+
+
+def search_lr(
+    cfg: DegreeSweepConfig, shapes, store: Store, resources, progress: bool, higher: bool
+) -> dict[tuple[int, str], dict[str, Any]]:
+    """Per (budget, arm): the grid's best rate on validation (seed 0, teacher 0). A best rate at
+    an edge is pushed past it up to `lr_extend` times; a choice still at an edge says so."""
+    grids = {key: sorted(cfg.lr_grid) for key in shapes}
+    choice: dict[tuple[int, str], dict[str, Any]] = {}
+    pending, round_ = list(shapes), 0
+    while pending:
+        search = {key: [_spec(cfg, *shapes[key], lr, 0) for lr in grids[key]] for key in pending}
+        label = "lr search" if round_ == 0 else f"lr search, extended ({round_})"
+        specs = [s for group in search.values() for s in group]
+        records = sweep.run(
+            specs, store, EXPERIMENT, resources=resources, label=label, progress=progress
+        )
+        again = []
+        for key in pending:
+            grid = grids[key]
+            scores = [_score(records.get(s.id), higher) for s in search[key]]
+            best = max(range(len(grid)), key=lambda i: (scores[i], -grid[i]))
+            edge = len(grid) == 1 or best in (0, len(grid) - 1)
+            if edge and math.isfinite(scores[best]) and round_ < cfg.lr_extend:
+                if best == 0:
+                    grid.insert(0, _beyond(grid, low=True))
+                else:
+                    grid.append(_beyond(grid, low=False))
+                again.append(key)
+                continue
+            choice[key] = {
+                "lr": grid[best],
+                "tried": list(grid),
+                "at_edge": edge,
+                "val_metric": {
+                    f"{lr:g}": (None if math.isinf(sc) else abs(sc))
+                    for lr, sc in zip(grid, scores, strict=True)
+                },
+            }
+        pending, round_ = again, round_ + 1
+    return choice
 
 
 def run(
@@ -169,45 +259,17 @@ def run(
     resources: sweep.Resources | None = None,
     progress: bool = True,
 ) -> SweepResult:
-    task = make_task(
-        cfg.task, **cfg.task_options
-    )  # unknown task or option fails here, not in a worker
+    # an unknown task or option fails here, not in a worker
+    task = make_task(cfg.task, **cfg.task_options)
+    if cfg.teachers > 1 and not task.seed_dependent:
+        raise UserError(f"task {cfg.task!r} is a fixed dataset: it has one target, not --teachers")
     shapes = plan(cfg)
-    first = 0
-
-    chosen: dict[tuple[int, str], float] = {}
-    lr_choice: dict[str, dict[str, Any]] = {}
-    if len(cfg.lr_grid) > 1:
-        search = {
-            key: [_spec(cfg, arm, shape, lr, first) for lr in cfg.lr_grid]
-            for key, (arm, shape) in shapes.items()
-        }
-        records = sweep.run(
-            [s for specs in search.values() for s in specs],
-            store,
-            EXPERIMENT,
-            resources=resources,
-            label="lr search",
-            progress=progress,
-        )
-        for key, specs in search.items():
-            scores = [_score(records.get(s.id), task.higher_is_better) for s in specs]
-            best = max(range(len(specs)), key=lambda i: (scores[i], -cfg.lr_grid[i]))
-            chosen[key] = cfg.lr_grid[best]
-            lr_choice[f"{key[0]}/{key[1]}"] = {
-                "lr": chosen[key],
-                "val_metric": {
-                    f"{lr:g}": (None if math.isinf(s) else abs(s))
-                    for lr, s in zip(cfg.lr_grid, scores, strict=True)
-                },
-            }
-    else:
-        chosen = {key: cfg.lr_grid[0] for key in shapes}
-
+    choice = search_lr(cfg, shapes, store, resources, progress, task.higher_is_better)
     finals = [
-        _spec(cfg, arm, shape, chosen[key], first + i)
+        _spec(cfg, arm, shape, choice[key]["lr"], seed, teacher)
         for key, (arm, shape) in shapes.items()
-        for i in range(cfg.seeds)
+        for teacher in range(cfg.teachers)
+        for seed in range(cfg.seeds)
     ]
     records = sweep.run(
         finals, store, EXPERIMENT, resources=resources, label="seeds", progress=progress
@@ -225,6 +287,7 @@ def run(
             )
         else:
             rows.append(row(spec, rec, task.metric, task.higher_is_better))
+    lr_choice = {f"{b}/{label}": c for (b, label), c in choice.items()}
     return SweepResult(rows, lr_choice, failed)
 
 
@@ -239,10 +302,13 @@ def row(spec: sweep.TrialSpec, rec: dict[str, Any], metric: str, higher: bool) -
         "degree": spec.arm.degree,
         "layer_degrees": list(spec.arm.degrees),
         "seed": spec.seed,
+        "teacher": spec.data_seed or 0,
         "status": rec["status"],
         "metric": metric,
         "higher_is_better": higher,
         "test_metric": m.get("test_metric"),
+        "test_loss": m.get("test_loss"),
+        "plateau_improvement": m.get("plateau_improvement"),
         "steps_to_threshold": m.get("steps_to_threshold"),
         "threshold": m.get("threshold"),
         "max_steps": spec.train.steps,

@@ -43,6 +43,15 @@ class TaskData:
     oracle: Callable[[torch.Tensor], torch.Tensor] | None = None
     # token tasks: x holds ids in [0, vocab) that the network embeds, not features
     vocab: int | None = None
+    # generative tasks: (n, generator) -> n fresh training examples (x, y), distributed as the
+    # train split (same target, same standardization, same label noise). Training draws every
+    # batch from it, so the test loss measures approximation and optimization, not overfitting;
+    # the train split then only fixes the standardization
+    sample: Callable[[int, torch.Generator], tuple[torch.Tensor, torch.Tensor]] | None = None
+
+    @property
+    def online(self) -> bool:
+        return self.sample is not None
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -137,10 +146,14 @@ def unit_losses(out: torch.Tensor, y: torch.Tensor, kind: str) -> torch.Tensor:
     return (out - y).square().reshape(size, -1)
 
 
+def moments(train: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-column mean and std of the training split, (1, F) each: what targets are scaled by."""
+    return train.mean(0, keepdim=True), train.std(0, keepdim=True).clamp_min(1e-8)
+
+
 def standardize(train: torch.Tensor, *others: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Scale every split by the training split's per-column mean and std (no test leakage)."""
-    mean = train.mean(0, keepdim=True)
-    std = train.std(0, keepdim=True).clamp_min(1e-8)
+    mean, std = moments(train)
     return tuple((t - mean) / std for t in (train, *others))
 
 
@@ -152,16 +165,36 @@ def split_val(x: torch.Tensor, y: torch.Tensor, n_val: int, generator: torch.Gen
 
 
 def regression_splits(
-    x: torch.Tensor, y: torch.Tensor, n_train: int, n_val: int, noise: float, g: torch.Generator
-) -> tuple[Split, Split, Split, torch.Tensor]:
+    x: torch.Tensor,
+    y: torch.Tensor,
+    n_train: int,
+    n_val: int,
+    noise: float,
+    g: torch.Generator,
+    target: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    inputs: Callable[[int, torch.Generator], torch.Tensor] | None = None,
+) -> tuple[Split, Split, Split, torch.Tensor, Callable | None]:
     """Split (train, val, test) in order; label noise (a fraction of the target std) goes on train
     and val only, so the test score measures the target itself; targets standardized by train.
 
-    Returns the splits and the per-output target std before standardization."""
+    With `target` (raw inputs -> raw outputs) and `inputs` ((n, generator) -> raw inputs), also
+    returns a sampler of fresh training examples (`TaskData.sample`) that draws, labels, adds
+    noise and standardizes exactly as the train split was. Returns the splits, the per-output
+    target std before standardization, and the sampler (or None)."""
     target_std = y[:n_train].std(0)  # (n_out,)
     fit = n_train + n_val
     y[:fit] += noise * target_std * torch.randn(fit, y.shape[1], generator=g, dtype=y.dtype)
+    mean, std = moments(y[:n_train])  # (1, n_out) each
     sizes = [n_train, n_val, x.shape[0] - fit]
-    ys = [t.float() for t in standardize(*y.split(sizes))]
+    ys = [((t - mean) / std).float() for t in y.split(sizes)]
     train, val, test = (Split(a, b) for a, b in zip(x.split(sizes), ys, strict=True))
-    return train, val, test, target_std
+    if target is None or inputs is None:
+        return train, val, test, target_std, None
+
+    def sample(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        xs = inputs(n, gen)  # (n, F) float32
+        ys = target(xs)  # (n, n_out) float64
+        ys = ys + noise * target_std * torch.randn(ys.shape, generator=gen, dtype=ys.dtype)
+        return xs, ((ys - mean) / std).float()
+
+    return train, val, test, target_std, sample

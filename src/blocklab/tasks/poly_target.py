@@ -23,7 +23,8 @@ class PolyTarget(Task):
     """Inputs x ~ Uniform(-sqrt 3, sqrt 3)^n (unit variance); targets a random R-term polynomial.
 
     The seed draws the polynomial first, then the data, so `target_fn(seed)` rebuilds the exact
-    function behind `make(seed)` without its data.
+    function behind `make(seed)` without its data. With `online` (the default) training draws
+    fresh inputs every step (`TaskData.sample`), as for `teacher`.
     """
 
     kind = "regression"
@@ -40,9 +41,10 @@ class PolyTarget(Task):
         # nearly all the variance and the "R terms" are R in name only
         unit_monomials: bool = True
         n_train: int = 65536
-        n_val: int = 512
-        n_test: int = 2048
+        n_val: int = 2048
+        n_test: int = 8192
         noise: float = 0.0  # label noise std on train/val, as a fraction of the target std
+        online: bool = True  # fresh training inputs every step; False: the fixed train split
 
         def __post_init__(self):
             if self.n_in < 2:
@@ -82,16 +84,28 @@ class PolyTarget(Task):
         fn = _evaluator(exponents, coefficients)
 
         n = o.n_train + o.n_val + o.n_test
-        x = (2 * torch.rand(n, o.n_in, generator=g) - 1) * math.sqrt(3)  # (n, n_in) float32
+        x = self._inputs(n, g)  # (n, n_in) float32
         y = fn(x)[:, None]  # (n, 1), in float64 from the float32 inputs the model sees
-        train, val, test, target_std = regression_splits(x, y, o.n_train, o.n_val, o.noise, g)
+        train, val, test, target_std, sample = regression_splits(
+            x,
+            y,
+            o.n_train,
+            o.n_val,
+            o.noise,
+            g,
+            lambda xs: fn(xs)[:, None],
+            self._inputs if o.online else None,
+        )
         info = {
             "sep_upper_bound": o.rank,
             "exponents": exponents.tolist(),
             "coefficients": coefficients.tolist(),
             "target_std_before_norm": float(target_std),
         }
-        return TaskData(train, val, test, self.kind, 1, info)
+        return TaskData(train, val, test, self.kind, 1, info, sample=sample)
+
+    def _inputs(self, n: int, g: torch.Generator) -> torch.Tensor:
+        return (2 * torch.rand(n, self.options.n_in, generator=g) - 1) * math.sqrt(3)  # (n, n_in)
 
 
 def _evaluator(exponents: torch.Tensor, coefficients: torch.Tensor) -> Callable:

@@ -1,0 +1,194 @@
+"""The degree experiment's capacity analysis: design checks gate the verdict; the JSON contract."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from blocklab.analysis import capacity
+from blocklab.analysis.stats import compare
+from blocklab.cli import main
+from blocklab.experiments import degree_sweep
+from blocklab.store import Store
+from blocklab.theory import h
+
+DEGREE = {"d=2": 2.0, "d=3": 3.0, "d=4": 4.0, "mlp": None}
+BUDGETS = (1000, 2000, 4000, 8000)
+# true curves L = a P^-alpha: d=3 best; d=2 needs 1.2x its parameters, d=4 1.1x, mlp 2x
+SCALE = {"d=3": 1.0, "d=2": 1.2, "d=4": 1.1, "mlp": 2.0}
+
+
+def _row(arm, budget, teacher, seed, loss, plateau=0.001, status="done"):
+    return {
+        "task": "teacher",
+        "budget": budget,
+        "arm": arm,
+        "degree": DEGREE[arm],
+        "seed": seed,
+        "teacher": teacher,
+        "status": status,
+        "metric": "mse",
+        "higher_is_better": False,
+        "test_metric": loss,
+        "test_loss": loss,
+        "plateau_improvement": plateau,
+        "block_params": budget,
+    }
+
+
+def _rows(seeds=6, teachers=1, noise=0.01, rise=None, plateau=0.001):
+    rng = np.random.default_rng(0)
+    rows = []
+    for t in range(teachers):
+        for s in range(seeds):
+            shared = rng.normal(0, noise)  # a (teacher, seed) effect every arm shares
+            for arm, k in SCALE.items():
+                for b in BUDGETS:
+                    loss = 0.05 + 5.0 * (b / k) ** -0.5
+                    if rise == (arm, b):
+                        loss *= 2.0  # an undertrained point: worse at a larger budget
+                    loss *= math.exp(shared + rng.normal(0, noise / 3))
+                    rows.append(_row(arm, b, t, s, loss, plateau))
+    return rows
+
+
+def _choice(edge=False):
+    return {
+        f"{b}/{a}": {"lr": 1e-2, "tried": [3e-3, 1e-2, 3e-2], "at_edge": edge and a == "d=2"}
+        for a in SCALE
+        for b in BUDGETS
+    }
+
+
+def _analyze(rows, choice=None, budgets=BUDGETS, tol=0.03):
+    return capacity.analyze(
+        rows, choice or _choice(), list(budgets), tol=tol, n_boot=200, paired=compare(rows)
+    )
+
+
+def _check(result, name):
+    return next(c for c in result.checks if c.name == name)
+
+
+def test_a_sound_run_passes_its_checks_and_states_a_verdict():
+    result = _analyze(_rows())
+    assert result.passed and result.verdict is not None
+    eff = result.fit.efficiency
+    assert eff["d=2"].multiplier == pytest.approx(1.2, rel=0.05)
+    assert eff["mlp"].ci_low > 1.5
+    assert eff["d=2"].ci_low > 1.0  # resolved: d=3 needs fewer parameters
+    assert "d=3 is the most parameter-efficient arm" in result.verdict
+    assert "predicted 1.057" in result.verdict
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs"),
+    [
+        ("plateau", {"rows": {"plateau": 0.2}}),
+        ("monotone_in_budget", {"rows": {"rise": ("d=4", 8000)}}),
+        ("lr_not_at_edge", {"choice": True}),
+        ("budget_span", {"budgets": BUDGETS[:3]}),
+    ],
+)
+def test_a_failed_design_check_withholds_the_verdict(name, kwargs):
+    rows = _rows(**kwargs.get("rows", {}))
+    result = _analyze(rows, _choice(kwargs.get("choice", False)), kwargs.get("budgets", BUDGETS))
+    failed = [c.name for c in result.checks if not c.passed]
+    assert failed == [name]
+    assert result.verdict is None and result.to_json()["verdict"] is None
+    from blocklab.report import check_lines
+
+    _, text = check_lines(result)
+    assert f"design check failed: {name}" in text and text.endswith("no verdict")
+
+
+def test_monotone_check_names_the_rise():
+    detail = _check(_analyze(_rows(rise=("d=4", 8000))), "monotone_in_budget").detail
+    assert "d=4" in detail and "8000" in detail
+
+
+def test_teachers_split_the_spread():
+    """Within-teacher spread reads the seeds of one teacher, between-teacher the teachers'
+    means: a shift per teacher shows in the second only."""
+    rows = _rows(seeds=4, teachers=3, noise=0.0)
+    for r in rows:
+        r["test_loss"] *= 1.0 + 0.1 * r["teacher"] + 0.001 * r["seed"]
+    s = _analyze(rows).stats["d=3"][1000]
+    assert s["teachers"] == 3 and s["n"] == 12
+    assert s["within_teacher_std"] < 0.05 * s["between_teacher_std"]
+
+
+def test_json_contract():
+    payload = json.loads(json.dumps(degree_sweep_plain(_analyze(_rows()).to_json())))
+    assert payload["budgets"] == list(BUDGETS)
+    names = [c["name"] for c in payload["design_checks"]]
+    assert {"plateau", "monotone_in_budget", "lr_not_at_edge"} <= set(names)
+    assert all(set(c) == {"name", "passed", "detail"} for c in payload["design_checks"])
+    assert isinstance(payload["verdict"], str)
+    arm = payload["arms"]["d=2"]
+    assert set(arm["budgets"]["1000"]) >= {"mean", "std", "ci_low", "ci_high", "plateaued_fraction"}
+    assert set(arm["fit"]) == {"L_inf", "a", "alpha", "ci"}
+    assert set(arm["efficiency_vs_d3"]) >= {"multiplier", "ci_low", "ci_high", "predicted"}
+    assert arm["efficiency_vs_d3"]["predicted"] == pytest.approx(h(3) / h(2))
+    assert payload["arms"]["mlp"]["efficiency_vs_d3"]["predicted"] is None
+    assert payload["arms"]["d=3"]["efficiency_vs_d3"]["multiplier"] == 1.0
+
+
+def degree_sweep_plain(payload):
+    from blocklab.report import plain
+
+    return plain(payload)
+
+
+def test_lr_search_extends_past_an_edge(tmp_path):
+    """Rates far too small put the best at the top edge: the grid grows past it, once per
+    allowed extension, and a choice still at the edge says so."""
+    cfg = degree_sweep.DegreeSweepConfig(
+        task_options={"n_in": 4, "n_train": 256, "n_val": 64, "n_test": 64},
+        degrees=("3",),
+        baselines=(),
+        budgets=(192,),
+        width=4,
+        seeds=1,
+        lr_grid=(1e-7, 1e-6),
+        lr_extend=2,
+        train=degree_sweep.TrainConfig(steps=20, batch_size=32, eval_points=4),
+    )
+    shapes = degree_sweep.plan(cfg)
+    choice = degree_sweep.search_lr(cfg, shapes, Store(tmp_path), None, False, False)
+    c = choice[(192, "d=3")]
+    assert c["tried"] == pytest.approx([1e-7, 1e-6, 1e-5, 1e-4])
+    assert c["at_edge"] and c["lr"] == pytest.approx(1e-4)
+
+
+UNDERTRAINED = [
+    "--task-option", "n_in=4", "--task-option", "n_train=256", "--task-option", "n_val=64",
+    "--task-option", "n_test=128", "--budgets", "192", "384", "768", "1536", "--width", "4",
+    "--degrees", "3", "--baselines", "--steps", "12", "--seeds", "2", "--lr-grid", "1e-3", "3e-3",
+    "1e-2", "--lr-extend", "0", "--workers", "1", "--n-boot", "50", "--quiet",
+]  # fmt: skip
+
+
+def test_an_undertrained_run_prints_no_verdict(tmp_path, capsys):
+    """12 steps cannot reach a plateau: the check fails and neither output states a verdict."""
+    out = str(tmp_path / "short")
+    assert main(["degree-sweep", "--out", out, "--json", *UNDERTRAINED]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    checks = {c["name"]: c for c in payload["design_checks"]}
+    assert not checks["plateau"]["passed"] and payload["verdict"] is None
+    assert payload["budgets"] == [192, 384, 768, 1536]
+    assert set(payload["arms"]) == {"d=3"}
+    assert main(["degree-sweep", "--out", out, *UNDERTRAINED]) == 0  # resumed from the store
+    text = capsys.readouterr().out
+    assert "design check failed: plateau" in text and "no verdict" in text
+    report = (tmp_path / "short" / "report.md").read_text()
+    assert "no verdict" in report and "FAILED: plateau" in report
+
+
+def test_teachers_need_a_task_whose_data_follow_the_seed(tmp_path, capsys):
+    code = main(["degree-sweep", "--out", str(tmp_path), "--task", "mnist1d", "--teachers", "2"])
+    err = capsys.readouterr().err
+    assert code == 2 and "fixed dataset" in err and len(err.strip().splitlines()) == 1
