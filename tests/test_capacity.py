@@ -164,6 +164,25 @@ def test_lr_search_extends_past_an_edge(tmp_path):
     assert c["at_edge"] and c["lr"] == pytest.approx(1e-4)
 
 
+def test_a_single_rate_is_kept_and_reported_at_the_edge(tmp_path):
+    """One rate is the user's fixed rate: nothing is searched around it, and the design check
+    says the choice was not searched."""
+    cfg = degree_sweep.DegreeSweepConfig(
+        task_options={"n_in": 4, "n_train": 256, "n_val": 64, "n_test": 64},
+        degrees=("3",),
+        baselines=(),
+        budgets=(192,),
+        width=4,
+        seeds=1,
+        lr_grid=(1e-7,),
+        train=degree_sweep.TrainConfig(steps=10, batch_size=32, eval_points=4),
+    )
+    choice = degree_sweep.search_lr(
+        cfg, degree_sweep.plan(cfg), Store(tmp_path), None, False, False
+    )
+    assert choice[(192, "d=3")]["tried"] == [1e-7] and choice[(192, "d=3")]["at_edge"]
+
+
 UNDERTRAINED = [
     "--task-option", "n_in=4", "--task-option", "n_train=256", "--task-option", "n_val=64",
     "--task-option", "n_test=128", "--budgets", "192", "384", "768", "1536", "--width", "4",

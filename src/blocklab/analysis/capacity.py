@@ -63,12 +63,12 @@ def budget_stats(rows, tol: float, level: float = 0.95) -> dict[str, dict[int, d
     for arm, by_budget in groups.items():
         out[arm] = {}
         for b, trials in sorted(by_budget.items()):
-            losses = [_loss(r) for r in trials if _loss(r) is not None]
-            mean, std, lo, hi, n = interval(losses, level)
             per_teacher = defaultdict(list)
             for r in trials:
                 if _loss(r) is not None:
                     per_teacher[r.get("teacher", 0)].append(_loss(r))
+            losses = [v for values in per_teacher.values() for v in values]
+            mean, std, lo, hi, n = interval(losses, level)
             within = [np.std(v, ddof=1) for v in per_teacher.values() if len(v) > 1]
             means = [np.mean(v) for v in per_teacher.values()]
             out[arm][b] = {

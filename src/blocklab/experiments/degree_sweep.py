@@ -204,10 +204,7 @@ class SweepResult:
 
 
 def _beyond(grid: list[float], low: bool) -> float:
-    """The next rate past the grid's low or high edge, at the grid's own ratio there (x3 for a
-    grid of one)."""
-    if len(grid) < 2:
-        return grid[0] / 3 if low else grid[0] * 3
+    """The next rate past the grid's low or high edge, at the grid's own ratio there."""
     return grid[0] ** 2 / grid[1] if low else grid[-1] ** 2 / grid[-2]
 
 
@@ -215,8 +212,10 @@ def search_lr(
     cfg: DegreeSweepConfig, shapes, store: Store, resources, progress: bool, higher: bool
 ) -> dict[tuple[int, str], dict[str, Any]]:
     """Per (budget, arm): the grid's best rate on validation (seed 0, teacher 0). A best rate at
-    an edge is pushed past it up to `lr_extend` times; a choice still at an edge says so."""
+    an edge is pushed past it up to `lr_extend` times; a choice still at an edge says so. A grid
+    of one rate is the user's fixed rate: never extended, and at its own edge."""
     grids = {key: sorted(cfg.lr_grid) for key in shapes}
+    extend = cfg.lr_extend if len(cfg.lr_grid) > 1 else 0
     choice: dict[tuple[int, str], dict[str, Any]] = {}
     pending, round_ = list(shapes), 0
     while pending:
@@ -232,7 +231,7 @@ def search_lr(
             scores = [_score(records.get(s.id), higher) for s in search[key]]
             best = max(range(len(grid)), key=lambda i: (scores[i], -grid[i]))
             edge = len(grid) == 1 or best in (0, len(grid) - 1)
-            if edge and math.isfinite(scores[best]) and round_ < cfg.lr_extend:
+            if edge and math.isfinite(scores[best]) and round_ < extend:
                 if best == 0:
                     grid.insert(0, _beyond(grid, low=True))
                 else:
