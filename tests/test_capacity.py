@@ -21,7 +21,7 @@ BUDGETS = (1000, 2000, 4000, 8000)
 SCALE = {"d=3": 1.0, "d=2": 1.2, "d=4": 1.1, "mlp": 2.0}
 
 
-def _row(arm, budget, teacher, seed, loss, plateau=0.001, status="done"):
+def _row(arm, budget, teacher, seed, loss, plateau=0.001, status="done", width=8):
     return {
         "task": "teacher",
         "budget": budget,
@@ -36,10 +36,11 @@ def _row(arm, budget, teacher, seed, loss, plateau=0.001, status="done"):
         "test_loss": loss,
         "plateau_improvement": plateau,
         "block_params": budget,
+        "width": width,
     }
 
 
-def _rows(seeds=6, teachers=1, noise=0.01, rise=None, plateau=0.001):
+def _rows(seeds=6, teachers=1, noise=0.01, rise=None, plateau=0.001, moved=None):
     rng = np.random.default_rng(0)
     rows = []
     for t in range(teachers):
@@ -51,7 +52,8 @@ def _rows(seeds=6, teachers=1, noise=0.01, rise=None, plateau=0.001):
                     if rise == (arm, b):
                         loss *= 2.0  # an undertrained point: worse at a larger budget
                     loss *= math.exp(shared + rng.normal(0, noise / 3))
-                    rows.append(_row(arm, b, t, s, loss, plateau))
+                    width = 6 if moved == (arm, b) else 8  # the solver moved this width
+                    rows.append(_row(arm, b, t, s, loss, plateau, width=width))
     return rows
 
 
@@ -63,9 +65,15 @@ def _choice(edge=False):
     }
 
 
-def _analyze(rows, choice=None, budgets=BUDGETS, tol=0.03):
+def _analyze(rows, choice=None, budgets=BUDGETS, tol=0.03, width=8):
     return capacity.analyze(
-        rows, choice or _choice(), list(budgets), tol=tol, n_boot=200, paired=compare(rows)
+        rows,
+        choice or _choice(),
+        list(budgets),
+        tol=tol,
+        n_boot=200,
+        paired=compare(rows),
+        width=width,
     )
 
 
@@ -91,6 +99,7 @@ def test_a_sound_run_passes_its_checks_and_states_a_verdict():
         ("monotone_in_budget", {"rows": {"rise": ("d=4", 8000)}}),
         ("lr_not_at_edge", {"choice": True}),
         ("budget_span", {"budgets": BUDGETS[:3]}),
+        ("width_matched", {"rows": {"moved": ("d=3", 1000)}}),
     ],
 )
 def test_a_failed_design_check_withholds_the_verdict(name, kwargs):
@@ -103,6 +112,14 @@ def test_a_failed_design_check_withholds_the_verdict(name, kwargs):
 
     _, text = check_lines(result)
     assert f"design check failed: {name}" in text and text.endswith("no verdict")
+
+
+def test_width_check_names_the_moved_arm_and_ignores_depth_mode():
+    rows = _rows(moved=("d=3", 1000))
+    detail = _check(_analyze(rows), "width_matched").detail
+    assert "d=3 at 1000 (width 6)" in detail
+    assert _check(_analyze(rows, width=None), "width_matched").passed  # depth mode solves widths
+    assert _check(_analyze(_rows(), width=7), "width_matched").passed  # one unit is allowed
 
 
 def test_monotone_check_names_the_rise():

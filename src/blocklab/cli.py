@@ -113,6 +113,7 @@ def cmd_degree_sweep(args: argparse.Namespace) -> int:
         tol=cfg.plateau_tol,
         n_boot=cfg.n_boot,
         paired=paired,
+        width=cfg.width if cfg.mode == "width" else None,
     )
     config_dict = _jsonable(cfg)
     path = report.write_report(

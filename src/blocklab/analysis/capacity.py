@@ -32,6 +32,9 @@ from blocklab.theory import h
 
 PLATEAU_SHARE = 0.9
 MIN_BUDGETS, MIN_SPAN = 4, 8.0
+# in width mode the solver may move a width to meet the budget within 2%; past one unit the arm
+# is a different architecture (measured: d=3 at width 6 fits a teacher 1.7-2.3x worse than at 8-9)
+WIDTH_SLACK = 1
 REFERENCE = "d=3"
 PREDICTED_EFFECT = h(3) / h(2) - 1  # what the theory says separates d = 3 from d = 2 and 4
 
@@ -86,7 +89,35 @@ def budget_stats(rows, tol: float, level: float = 0.95) -> dict[str, dict[int, d
     return out
 
 
-def design_checks(rows, lr_choice, budgets, tol: float, stats=None) -> list[Check]:
+def width_check(rows, width: int | None) -> Check:
+    """Width mode compares degrees at one width; `width` None (depth mode) solves it by design."""
+    if width is None:
+        return Check("width_matched", True, "depth mode: the width is solved per arm and budget")
+    moved = sorted(
+        {
+            (r["arm"], int(r["budget"]), int(r["width"]))
+            for r in rows
+            if r.get("width") is not None and abs(int(r["width"]) - width) > WIDTH_SLACK
+        },
+        key=lambda t: (t[1], t[0]),
+    )
+    if not moved:
+        return Check(
+            "width_matched", True, f"every arm within {WIDTH_SLACK} of the nominal width {width}"
+        )
+    listed = ", ".join(f"{a} at {b} (width {w})" for a, b, w in moved[:4])
+    more = f"; and {len(moved) - 4} more" if len(moved) > 4 else ""
+    return Check(
+        "width_matched",
+        False,
+        f"the budget solver moved widths more than {WIDTH_SLACK} from {width} to meet a budget "
+        f"within 2%: {listed}{more}; choose --budgets or --width where every arm keeps the width",
+    )
+
+
+def design_checks(
+    rows, lr_choice, budgets, tol: float, stats=None, width: int | None = None
+) -> list[Check]:
     stats = stats if stats is not None else budget_stats(rows, tol)
     checks = []
 
@@ -147,6 +178,7 @@ def design_checks(rows, lr_choice, budgets, tol: float, stats=None) -> list[Chec
         + (f"; and {len(edges) - 4} more" if len(edges) > 4 else "")
     )
     checks.append(Check("lr_not_at_edge", not edges, detail))
+    checks.append(width_check(rows, width))
     return checks
 
 
@@ -297,10 +329,11 @@ class CapacityResult:
         }
 
 
-def analyze(rows, lr_choice, budgets, *, tol: float, n_boot: int, paired, level=0.95):
+def analyze(rows, lr_choice, budgets, *, tol: float, n_boot: int, paired, level=0.95, width=None):
+    """`width`: the nominal width of a width-mode run (None in depth mode)."""
     degrees = {r["arm"]: r["degree"] for r in rows}
     stats = budget_stats(rows, tol, level)
-    checks = design_checks(rows, lr_choice, budgets, tol, stats)
+    checks = design_checks(rows, lr_choice, budgets, tol, stats, width)
     fit = scaling_fits(rows, n_boot, level)
     return CapacityResult(
         sorted(budgets), checks, stats, fit, verdict(checks, fit, degrees, paired), degrees

@@ -49,7 +49,7 @@ class DegreeSweepConfig:
         ),
     )
     budgets: tuple[int, ...] = field(
-        default=(440, 880, 1760, 3520), metadata=_help("parameter budgets of the blocks")
+        default=(292, 584, 1168, 2336), metadata=_help("parameter budgets of the blocks")
     )
     seeds: int = field(default=5, metadata=_help("seeds per configuration (0, 1, ...)"))
     teachers: int = field(
@@ -62,7 +62,7 @@ class DegreeSweepConfig:
     mode: str = field(
         default="width", metadata=_help("'width': fixed width, depth solved; 'depth'")
     )
-    width: int = field(default=8, metadata=_help("layer width in width mode"))
+    width: int = field(default=7, metadata=_help("layer width in width mode"))
     depth: int = field(default=4, metadata=_help("depth in depth mode"))
     bias: bool = field(default=False, metadata=_help("biases inside the polynomial factors"))
     norm: str = field(default="layer", metadata=_help(f"normalization: {', '.join(NORMS)}"))
@@ -83,7 +83,7 @@ class DegreeSweepConfig:
         ),
     )
     lr_grid: tuple[float, ...] = field(
-        default=(3e-3, 1e-2, 3e-2), metadata=_help("learning rates tried per arm on validation")
+        default=(1e-2, 3e-2, 1e-1), metadata=_help("learning rates tried per arm on validation")
     )
     lr_extend: int = field(
         default=2,
@@ -100,7 +100,7 @@ class DegreeSweepConfig:
     n_boot: int = field(
         default=1000, metadata=_help("bootstrap draws for the scaling fits' intervals")
     )
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=2000, batch_size=256))
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=1000, batch_size=256))
 
     def __post_init__(self):
         for name in ("seeds", "teachers"):
