@@ -1,0 +1,117 @@
+"""The command line's public contract, pinned: every subcommand keeps its flags, and every
+result-printing command's `--json` keeps its keys (top level, and one level down where a value
+is an object or a list of objects). Outside checks call these; `cli_contract.json` holds what the
+commands gave when the contract was recorded, and any change to it must be deliberate."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from blocklab.cli import build_parser, main
+
+CONTRACT = json.loads((Path(__file__).parent / "cli_contract.json").read_text())
+
+# values whose keys are data (an arm's label, a learning rate), not names of the contract
+DATA_KEYED = {"arms", "lr_choice", "metrics", "values", "config", "provenance"}
+
+QUIET = ["--quiet", "--workers", "1"]
+TRAIN = ["--steps", "10", "--batch-size", "32", "--eval-points", "2"]
+SWEEP = ["--task", "teacher", "--task-option", "n_train=256", "--task-option", "n_val=64"]
+SWEEP += ["--task-option", "n_test=128", "--budgets", "3072", "--width", "16", "--steps", "20"]
+SWEEP += ["--seeds", "2", "--lr-grid", "3e-3", "1e-2", "--lr-extend", "0", *QUIET]
+
+# the quick form of every result-printing command at a size a test can afford; `{out}` is a
+# run directory shared by the commands of one test
+COMMANDS = {
+    "degree-sweep": ["degree-sweep", "--out", "{out}", *SWEEP],
+    "demo": ["demo", "--out", "{out}", *SWEEP],  # the same trials, resumed from the store
+    "runs": ["runs", "--out", "{out}"],
+    "theory": ["theory", "--degrees", "2", "e", "3"],
+    "advise": ["advise", "--params", "1.3B", "--depth", "10"],
+    "bench": ["bench", "--widths", "8", "--members", "2", "--seconds", "0.02", "--repeats", "1"],
+    "sanford qsa": ["sanford", "qsa", "--qs", "1", "--dims", "2", "--seeds", "2", "--seq-len", "6"]
+    + ["--n-train", "128", "--out", "{out}", *TRAIN, *QUIET],
+    "sanford match": ["sanford", "match", "--tasks", "match2", "--widths", "6", "--seeds", "2"]
+    + ["--n-train", "128", "--out", "{out}", *TRAIN, *QUIET],
+    "needle": ["needle", "--seq-lens", "4", "--tau1s", "3", "--draws", "4", "--samples", "8"]
+    + ["--trained-seq-lens", "8", "--seeds", "2", "--out", "{out}", *TRAIN, *QUIET],
+    "seprank measure": ["seprank", "measure", "--depth", "1", "--templates", "16", "--exact"]
+    + ["--eps", "0.001"],
+    "seprank depth-width": ["seprank", "depth-width", "--widths", "2", "--depths", "1", "2"]
+    + ["--templates", "16", "--seeds", "2", "--out", "{out}", "--quiet"],
+    "seprank degree": ["seprank", "degree", "--degrees", "2", "e", "3", "--width", "2"]
+    + ["--templates", "20", "--seeds", "2", "--out", "{out}", "--quiet"],
+    "collapse": ["collapse", "--depth", "2", "--width", "8", "--seq-len", "8", "--n-train", "128"]
+    + ["--seeds", "2", "--variants", "pure", "skip", "--out", "{out}", *TRAIN, *QUIET],
+    "depth-width": ["depth-width", "--depths", "1", "2", "--budgets", "800", "3000", "--seeds"]
+    + ["2", "--vocab", "300", "--seq-len", "8", "--n-train", "128", "--max-chars", "50000"]
+    + ["--out", "{out}", "--steps", "4", "--batch-size", "16", "--eval-points", "2", *QUIET],
+}
+
+
+def key_sets(payload) -> dict[str, list[str]]:
+    """{"": the top-level keys, KEY: the keys of that value (an object, or the union over a list
+    of objects)}; a list at the top is read as its objects."""
+
+    def keys(value) -> list[str] | None:
+        if isinstance(value, dict):
+            return sorted(value)
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            return sorted({k for v in value for k in v})
+        return None
+
+    top = keys(payload)
+    objects = payload if isinstance(payload, list) else [payload]
+    out = {"": top}
+    for key in top or []:
+        if key in DATA_KEYED:
+            continue
+        found = [keys(o[key]) for o in objects if key in o]
+        found = [k for k in found if k is not None]
+        if found:
+            out[key] = sorted({k for ks in found for k in ks})
+    return out
+
+
+def run_json(capsys, argv: list[str]):
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def flags(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> dict[str, list[str]]:
+    """{'sanford qsa': ['--config', ...]}: the option strings of every (nested) subcommand."""
+    out = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out.update(flags(sub, (*path, name)))
+    if path:
+        out[" ".join(path)] = sorted(s for a in parser._actions for s in a.option_strings)
+    return out
+
+
+def test_every_subcommand_keeps_its_flags():
+    assert flags(build_parser()) == CONTRACT["flags"]
+
+
+def argv_for(name: str, out: Path) -> list[str]:
+    return [a.replace("{out}", str(out)) for a in COMMANDS[name]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in COMMANDS if n not in ("degree-sweep", "demo", "runs")])
+def test_json_keys_are_unchanged(name, tmp_path, capsys):
+    assert key_sets(run_json(capsys, argv_for(name, tmp_path))) == CONTRACT["json"][name]
+
+
+@pytest.mark.slow
+def test_degree_sweep_demo_and_runs_json_keys_are_unchanged(tmp_path, capsys):
+    for name in ("degree-sweep", "demo", "runs"):
+        assert key_sets(run_json(capsys, argv_for(name, tmp_path))) == CONTRACT["json"][name]
+    trial = run_json(capsys, argv_for("runs", tmp_path))[0]["id"]
+    shown = run_json(capsys, ["runs", "show", trial, "--out", str(tmp_path)])
+    assert key_sets(shown) == CONTRACT["json"]["runs show"]
