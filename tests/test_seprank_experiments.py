@@ -12,10 +12,10 @@ import torch
 
 from blocklab import theory
 from blocklab.cli import main
-from blocklab.experiments import _exact_rank as ex
-from blocklab.experiments import seprank as sr
+from blocklab.experiments import _seprank as sr
 from blocklab.experiments import seprank_degree as dg
 from blocklab.experiments import seprank_depth_width as dw
+from blocklab.measures import exact_rank as ex
 from blocklab.measures import separation_rank
 from blocklab.models import parse_arm
 from blocklab.store import Store

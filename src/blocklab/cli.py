@@ -216,7 +216,8 @@ def cmd_seprank(args: argparse.Namespace) -> int:
     seed 001's bounds and seed 000's degree claim (experiments/seprank*.py)."""
     from blocklab import report_attention as ra
     from blocklab import report_seprank
-    from blocklab.experiments import seprank, seprank_degree, seprank_depth_width
+    from blocklab.experiments import _seprank as seprank
+    from blocklab.experiments import seprank_degree, seprank_depth_width
     from blocklab.report import plain
 
     if args.which == "measure":

@@ -12,7 +12,7 @@ from typing import Any
 import matplotlib
 import matplotlib.pyplot as plt
 
-from blocklab.experiments.seprank import log3
+from blocklab.experiments._seprank import log3
 from blocklab.report_attention import findings_table, number, save_figure, write
 
 matplotlib.use("Agg")

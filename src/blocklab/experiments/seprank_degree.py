@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blocklab import theory
-from blocklab.experiments._exact_rank import PRIME
-from blocklab.experiments.seprank import (
+from blocklab.experiments._seprank import (
     Result,
     build_net,
     check_grid,
@@ -31,6 +30,7 @@ from blocklab.experiments.seprank import (
     spread_of,
     values_text,
 )
+from blocklab.measures.exact_rank import PRIME
 from blocklab.measures.seprank import RTOL
 from blocklab.models import format_degree, parse_arm
 from blocklab.store import Store

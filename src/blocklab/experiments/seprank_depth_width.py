@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blocklab import theory
-from blocklab.experiments._exact_rank import PRIME
-from blocklab.experiments.seprank import (
+from blocklab.experiments._seprank import (
     Result,
     build_net,
     check_grid,
@@ -30,6 +29,7 @@ from blocklab.experiments.seprank import (
     measured,
     spread_of,
 )
+from blocklab.measures.exact_rank import PRIME
 from blocklab.measures.seprank import RTOL
 from blocklab.models import Arm, parse_arm
 from blocklab.store import Store

@@ -2,7 +2,8 @@
 
 The registered measures apply to a network; the functions behind them apply to anything:
 `separation_rank` (measure `seprank`) to any callable or module, `rank_collapse` (measure
-`collapse`) to a network's layers.
+`collapse`) to a network's layers, `exact_grid_rank` (measure `exact_rank`) to a polynomial
+network's architecture over F_p.
 """
 
 from blocklab.errors import UserError

@@ -5,7 +5,7 @@ the balanced partition and take the rank, a lower bound on sep(y; A, B) (seed 00
 seed 001 appendix B). Each network is measured twice:
 
 - exact: the same architecture over the prime field F_p with weights drawn from F_p
-  (`_exact_rank.py`): the grid rank of generic weights, the object of seed 001's "almost
+  (`measures/exact_rank.py`): the grid rank of generic weights, the object of seed 001's "almost
   everywhere" theorems, up to a Schwartz-Zippel accident that several seeds expose.
 - float64: the library's `separation_rank` on the float network, counting singular values above
   rtol * sigma_max. A deep polynomial's grid spectrum decays smoothly past any tolerance (degree
@@ -30,7 +30,7 @@ import torch
 
 from blocklab import theory
 from blocklab.errors import UserError
-from blocklab.experiments._exact_rank import PRIME, exact_grid_rank
+from blocklab.measures.exact_rank import PRIME, exact_grid_rank
 from blocklab.measures.seprank import MAX_POINTS, RTOL, separation_rank
 from blocklab.models import Arm, Net, parse_arm
 from blocklab.store import Store

@@ -1,5 +1,5 @@
 """Exact grid ranks over the prime field F_p: the generic separation-rank lower bound of a
-polynomial network's architecture, free of the float64 tolerance.
+polynomial network's architecture, free of the float64 tolerance (measure `exact_rank`).
 
 The grid matrix of a polynomial network has entries that are polynomials in its weights and
 templates. `exact_grid_rank` evaluates the same architecture over the prime field F_p
@@ -17,6 +17,7 @@ can differ by orders of magnitude: this module gives the rank itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,6 +28,8 @@ from blocklab.blocks.linearized_attention import LinearizedAttention
 from blocklab.blocks.poly import Poly
 from blocklab.blocks.poly_attention import PolyAttention
 from blocklab.errors import UserError
+from blocklab.measures import MEASURES
+from blocklab.measures.base import Measure
 from blocklab.measures.seprank import (
     MAX_POINTS,
     grid_tensor,
@@ -34,7 +37,6 @@ from blocklab.measures.seprank import (
     resolve_partition,
     scalar_function,
 )
-from blocklab.models import Net
 
 # The largest prime below 2^23: a product of two residues is < 2^46, so sums of up to 64 of them
 # stay below 2^53 and float64 (and its BLAS) computes them exactly.
@@ -100,11 +102,12 @@ def rank_mod_p(matrix: np.ndarray, block: int = EXACT_K) -> int:
 
 
 class ExactNet:
-    """A `Net`'s architecture over F_p with weights drawn uniformly from F_p (same function class
-    as the float network, up to constants: a layer's fixed 1/sqrt(head_dim) folds into its W_O;
-    the 1/n_i of causal attention, which varies by position, is kept as an inverse mod p)."""
+    """A blocklab `Net`'s architecture over F_p with weights drawn uniformly from F_p (the same
+    function class as the float network, up to constants: a layer's fixed 1/sqrt(head_dim) folds
+    into its W_O; the 1/n_i of causal attention, which varies by position, is kept as an inverse
+    mod p)."""
 
-    def __init__(self, net: Net, seed: int):
+    def __init__(self, net: nn.Module, seed: int):
         self.net = net
         _check_exact(net)
         g = np.random.default_rng([seed, 0])
@@ -156,16 +159,21 @@ class ExactNet:
         return self.linear(net.readout, h)
 
 
-def _check_exact(net: Net) -> None:
+def _check_exact(net: nn.Module) -> None:
     def plain(m):
         return isinstance(m, nn.Identity)
 
-    ok = net.out_shape is None and plain(net.norm_out)
-    for layer in net.layers:
+    # read as a blocklab Net: feature inputs, layers of one block each, residual branches unscaled
+    # (a factor 1/sqrt(depth) has no value in F_p)
+    layers = getattr(net, "layers", None)
+    ok = layers is not None and getattr(net, "pos", None) is None
+    ok = ok and getattr(net, "out_shape", None) is None and plain(net.norm_out)
+    for layer in layers or ():
         b = layer.block
         poly = isinstance(b, Poly) or (isinstance(b, Fractional) and not b.rank)
         attention = isinstance(b, LinearizedAttention | PolyAttention)
         ok &= plain(layer.norm) and plain(layer.act) and layer.ff is None and (poly or attention)
+        ok &= layer.scale == 1.0
     if not ok:
         raise UserError(
             "the exact rank needs a polynomial network: poly or integer-degree blocks, "
@@ -181,7 +189,7 @@ class ExactRank:
 
 
 def exact_grid_rank(
-    net: Net,
+    net: nn.Module,
     n_positions: int,
     dim: int,
     partition="half",
@@ -215,3 +223,31 @@ def exact_grid_rank(
     rank = rank_mod_p(matrix.numpy())
     shape = (matrix.shape[0], matrix.shape[1])
     return ExactRank(rank, shape, rank == min(shape))
+
+
+@MEASURES.register
+class ExactRankMeasure(Measure):
+    """The grid rank over F_p of one output entry of a polynomial network's architecture (see
+    `exact_grid_rank`); any other network is refused with a UserError."""
+
+    @dataclass(frozen=True)
+    class Options:
+        templates: int = 4  # M per position
+        partition: str = "half"
+        position: int = -1  # output position read
+        entry: int = 0  # output coordinate read
+
+    examples = [{}, {"partition": "interleaved", "templates": 3, "position": 0}]
+
+    def measure(self, model, seq_len, dim, seed=0, inputs=None) -> dict[str, Any]:
+        o = self.options  # the grid is the input, and the weights are drawn: `inputs` are not used
+        r = exact_grid_rank(
+            model, seq_len, dim, o.partition, o.templates, seed, position=o.position, entry=o.entry
+        )
+        return {
+            "value": r.rank,
+            "rank": r.rank,
+            "saturated": r.saturated,
+            "shape": list(r.shape),
+            "prime": PRIME,
+        }
