@@ -160,20 +160,25 @@ def degree_sweep_plain(payload):
     return plain(payload)
 
 
-def test_lr_search_extends_past_an_edge(tmp_path):
-    """Rates far too small put the best at the top edge: the grid grows past it, once per
-    allowed extension, and a choice still at the edge says so."""
-    cfg = degree_sweep.DegreeSweepConfig(
+def _one_arm(lr_grid, steps, **kw):
+    """d=3 alone at one tiny budget: the learning-rate search with nothing else to train."""
+    return degree_sweep.DegreeSweepConfig(
         task_options={"n_in": 4, "n_train": 256, "n_val": 64, "n_test": 64},
         degrees=("3",),
         baselines=(),
         budgets=(192,),
         width=4,
         seeds=1,
-        lr_grid=(1e-7, 1e-6),
-        lr_extend=2,
-        train=degree_sweep.TrainConfig(steps=20, batch_size=32, eval_points=4),
+        lr_grid=lr_grid,
+        train=degree_sweep.TrainConfig(steps=steps, batch_size=32, eval_points=4),
+        **kw,
     )
+
+
+def test_lr_search_extends_past_an_edge(tmp_path):
+    """Rates far too small put the best at the top edge: the grid grows past it, once per
+    allowed extension, and a choice still at the edge says so."""
+    cfg = _one_arm(lr_grid=(1e-7, 1e-6), lr_extend=2, steps=20)
     shapes = degree_sweep.plan(cfg)
     choice = degree_sweep.search_lr(cfg, shapes, Store(tmp_path), None, False, False)
     c = choice[(192, "d=3")]
@@ -184,16 +189,7 @@ def test_lr_search_extends_past_an_edge(tmp_path):
 def test_a_single_rate_is_kept_and_reported_at_the_edge(tmp_path):
     """One rate is the user's fixed rate: nothing is searched around it, and the design check
     says the choice was not searched."""
-    cfg = degree_sweep.DegreeSweepConfig(
-        task_options={"n_in": 4, "n_train": 256, "n_val": 64, "n_test": 64},
-        degrees=("3",),
-        baselines=(),
-        budgets=(192,),
-        width=4,
-        seeds=1,
-        lr_grid=(1e-7,),
-        train=degree_sweep.TrainConfig(steps=10, batch_size=32, eval_points=4),
-    )
+    cfg = _one_arm(lr_grid=(1e-7,), steps=10)
     choice = degree_sweep.search_lr(
         cfg, degree_sweep.plan(cfg), Store(tmp_path), None, False, False
     )
