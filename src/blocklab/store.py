@@ -63,6 +63,23 @@ def _json(obj: Any) -> str:
     return json.dumps(clean(obj), sort_keys=True)
 
 
+BUSY_SECONDS = 60  # how long a writer waits for another process's lock
+
+
+def _switch_to_wal(conn: sqlite3.Connection) -> None:
+    """WAL mode, retried while another process holds the lock: SQLite does not apply the busy
+    timeout to the switch when several processes open a new store at once."""
+    deadline = time.monotonic() + BUSY_SECONDS
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 class Store:
     def __init__(self, path: str | Path):
         path = Path(path)
@@ -70,10 +87,10 @@ class Store:
             path = path / DB_NAME
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self.conn = sqlite3.connect(path, timeout=60, isolation_level=None)
+            self.conn = sqlite3.connect(path, timeout=BUSY_SECONDS, isolation_level=None)
             # other processes may hold the write lock: wait for it rather than fail
-            self.conn.execute("PRAGMA busy_timeout=60000")
-            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute(f"PRAGMA busy_timeout={BUSY_SECONDS * 1000}")
+            _switch_to_wal(self.conn)
             # with WAL, a killed process loses no commit; a power cut may lose the last few
             self.conn.execute("PRAGMA synchronous=NORMAL")
             self.conn.executescript(SCHEMA)
