@@ -7,14 +7,8 @@ import numpy as np
 import pytest
 
 from blocklab.analysis import scaling
-from blocklab.analysis.scaling import (
-    ALPHA_MAX,
-    ArmFit,
-    Observation,
-    analyze,
-    fit_power_law,
-    power_law,
-)
+from blocklab.analysis.power_law import ALPHA_MAX, fit_batch, fit_power_law, power_law
+from blocklab.analysis.scaling import ArmFit, Observation, analyze
 
 BUDGETS = (1000, 2000, 4000, 8000, 16000, 32000)
 
@@ -76,7 +70,7 @@ def test_vectorized_bootstrap_fit_matches_fit_power_law():
     p = np.geomspace(1000, 32000, 6) * (1 + 0.02 * rng.uniform(-1, 1, 6))
     y = power_law(p, 0.05, 30, 0.7) * (1 + 0.08 * rng.standard_normal((200, 6)))
     mask = rng.uniform(size=y.shape) > 0.1  # some budgets dropped, as in a draw
-    batch = np.column_stack(scaling._fit_batch(p, y, mask))
+    batch = np.column_stack(fit_batch(p, y, mask))
     for row, m, got in zip(y, mask, batch, strict=True):
         want = fit_power_law(p[m], row[m])
         if want is None:
