@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from blocklab import plots, theory
+from blocklab import theory
 from blocklab.analysis.stats import (
     compare,
     holm,
@@ -16,7 +16,8 @@ from blocklab.analysis.stats import (
     ranking_vs_theory,
     summarize,
 )
-from blocklab.report import table, to_json, write_report
+from blocklab.reports import plots
+from blocklab.reports.degree_sweep import table, to_json, write_report
 
 DEGREE = {
     "d=2": 2.0,

@@ -108,7 +108,7 @@ def test_a_failed_design_check_withholds_the_verdict(name, kwargs):
     failed = [c.name for c in result.checks if not c.passed]
     assert failed == [name]
     assert result.verdict is None and result.to_json()["verdict"] is None
-    from blocklab.report import check_lines
+    from blocklab.reports.capacity import check_lines
 
     _, text = check_lines(result)
     assert f"design check failed: {name}" in text and text.endswith("no verdict")
@@ -155,7 +155,7 @@ def test_json_contract():
 
 
 def degree_sweep_plain(payload):
-    from blocklab.report import plain
+    from blocklab.reports.markdown import plain
 
     return plain(payload)
 

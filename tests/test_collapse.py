@@ -10,12 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-from blocklab import report_collapse, sweep
+from blocklab import executors, sweep
+from blocklab.analysis import collapse as stats
+from blocklab.analysis.collapse import LOG_FLOOR
 from blocklab.cli import main
 from blocklab.experiments import collapse
-from blocklab.experiments.collapse import LOG_FLOOR, CollapseConfig
+from blocklab.experiments.collapse import CollapseConfig
+from blocklab.reports import collapse as report
+from blocklab.specs import TrainConfig
 from blocklab.store import Store
-from blocklab.train import TrainConfig
 
 SHORT = TrainConfig(steps=10, batch_size=32, eval_points=2)
 TINY = dict(depth=3, width=8, seq_len=8, n_train=256, seeds=2, train=SHORT)
@@ -86,10 +89,10 @@ def test_variants_of_a_seed_share_their_init():
 
 
 def test_log_ratio_clips_exact_collapse_at_the_floor():
-    logs = collapse.log_ratio([1.0, 1e-3, 0.0])
+    logs = stats.log_ratio([1.0, 1e-3, 0.0])
     assert logs[0] == 0 and math.isclose(logs[1], -3) and logs[2] == LOG_FLOOR
-    assert collapse.slope(np.array([0.0, -1.0, -2.0])) == pytest.approx(-1.0)
-    assert collapse.depth_mean(np.array([0.0, -1.0, -3.0])) == pytest.approx(-2.0)
+    assert stats.slope(np.array([0.0, -1.0, -2.0])) == pytest.approx(-1.0)
+    assert stats.depth_mean(np.array([0.0, -1.0, -3.0])) == pytest.approx(-2.0)
 
 
 def _synthetic(variant_curves):
@@ -111,7 +114,7 @@ def test_verdicts_follow_the_tests():
             "norm": [[0, 0.5 * e, e, -e] for e in noise],  # flat: no trend, above pure
         }
     )
-    found = {f["setting"]: f for f in collapse.findings(cfg, logs, {})}
+    found = {f["setting"]: f for f in stats.findings(cfg, logs, {})}
     assert found["pure: trend with depth"]["verdict"] == "falls with depth"
     assert found["pure: trend with depth"]["agrees"] == "yes"
     assert found["norm: trend with depth"]["verdict"] == "no significant trend"
@@ -135,20 +138,20 @@ def test_bound_check_can_fail():
             "measures": {"collapse": {"init": {"composite": c}}},
         }
 
-    ok = collapse.bound_check([rec(0, [1.0, 0.5, 0.0], [0.3, 1.0])], 2)
+    ok = stats.bound_check([rec(0, [1.0, 0.5, 0.0], [0.3, 1.0])], 2)
     assert ok["init"]["violations"] == [] and ok["init"]["vacuous_layers"] == [1, 2]
-    (f,) = collapse.bound_findings({"init": ok["init"]})
+    (f,) = stats.bound_findings({"init": ok["init"]})
     assert f["verdict"].startswith("holds") and "vacuous" in f["verdict"]
-    bad = collapse.bound_check([rec(0, [1.0, 0.5, 0.1], [-2.0, -4.0])], 2)
+    bad = stats.bound_check([rec(0, [1.0, 0.5, 0.1], [-2.0, -4.0])], 2)
     assert bad["init"]["violations"] == [{"seed": 0, "layer": 1}, {"seed": 0, "layer": 2}]
-    (f,) = collapse.bound_findings({"init": bad["init"]})
+    (f,) = stats.bound_findings({"init": bad["init"]})
     assert f["verdict"].startswith("VIOLATED") and f["agrees"] == "no"
 
 
 def test_tiny_run_is_stored_reported_and_resumes(tmp_path):
     cfg = CollapseConfig(variants=("pure", "skip", "norm"), **TINY)
     store = Store(tmp_path)
-    result = collapse.run(cfg, store, resources=sweep.Resources(device="cpu"), progress=False)
+    result = collapse.run(cfg, store, resources=executors.Resources(device="cpu"), progress=False)
     assert not result.failed and len(result.rows) == 3 * 2
     stamps = {r["id"]: r["finished_at"] for r in store.records(experiment="collapse")}
     assert len(stamps) == 6
@@ -165,13 +168,12 @@ def test_tiny_run_is_stored_reported_and_resumes(tmp_path):
     checks = [f for f in result.findings if f["test"] == "check"]
     assert len(checks) == 2 and all(f["verdict"].startswith("holds") for f in checks)
 
-    path = report_collapse.write_report(tmp_path, result, {"depth": 3, "alpha": 0.05}, {})
-    text = path.read_text()
+    text = report.write(tmp_path, cfg, result).path.read_text()
     assert "## Prediction and measurement" in text and "seed 003 bound" in text
     for name in ("collapse_ratio_vs_layer.png", "collapse_path_shares.png"):
         assert (tmp_path / name).stat().st_size > 0
 
-    again = collapse.run(cfg, store, resources=sweep.Resources(device="cpu"), progress=False)
+    again = collapse.run(cfg, store, resources=executors.Resources(device="cpu"), progress=False)
     assert {r["id"]: r["finished_at"] for r in store.records(experiment="collapse")} == stamps
     assert again.summaries == result.summaries
 
@@ -182,7 +184,7 @@ def test_pure_attention_collapses_at_init_and_skip_keeps_it_up(tmp_path):
     Ignoring the residual connection would make both collapse."""
     cfg = CollapseConfig(variants=("pure", "skip"), n_train=256, seeds=3, train=SHORT)
     result = collapse.run(
-        cfg, Store(tmp_path), resources=sweep.Resources(device="cpu"), progress=False
+        cfg, Store(tmp_path), resources=executors.Resources(device="cpu"), progress=False
     )
     last = {
         (r["variant"], r["seed"]): r["measures"]["collapse"]["init"]["composite"]["median"][-1]

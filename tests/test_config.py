@@ -7,7 +7,7 @@ import pytest
 from blocklab import config, options
 from blocklab.errors import UserError
 from blocklab.experiments.degree_sweep import DegreeSweepConfig
-from blocklab.train import TrainConfig
+from blocklab.specs import TrainConfig
 
 
 def test_unknown_key_suggests():

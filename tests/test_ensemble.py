@@ -11,14 +11,15 @@ from blocklab import sweep
 from blocklab.blocks import BLOCKS
 from blocklab.ensemble import Ensemble, stackable, train_ensemble
 from blocklab.models import Arm, Net, parse_arm
-from blocklab.train import TrainConfig, train
+from blocklab.specs import TrainConfig, TrialSpec, ensemble_key, plan_units
+from blocklab.train import train
 
 TRAIN = TrainConfig(steps=40, batch_size=16, lr=3e-3, eval_points=4)
 
 
 def _spec(task, arm, seed, lr=3e-3, data_seed=None, depth=2, width=8, options=None, **kw):
     cfg = dataclasses.replace(TRAIN, lr=lr, **kw)
-    return sweep.TrialSpec(
+    return TrialSpec(
         task, options or {}, parse_arm(arm), 0, depth, width, False, "layer", "none", True, cfg,
         seed, data_seed,
     )  # fmt: skip
@@ -187,14 +188,14 @@ def test_every_block_runs_in_an_ensemble(arm):
 def test_units_group_by_architecture_and_fill_the_workers():
     specs = [_spec("teacher", "3", s, lr) for s in range(4) for lr in (1e-3, 1e-2)]
     specs += [_spec("teacher", "2", s) for s in range(3)]
-    units = sweep.plan_units(specs, ensemble=16, workers=2)
+    units = plan_units(specs, ensemble=16, workers=2)
     # at most ceil(11 / 2) = 6 members each, split evenly
     assert sorted(len(u) for u in units) == [3, 4, 4]
     for unit in units:
-        assert len({sweep.ensemble_key(s) for s in unit}) == 1
-    assert [len(u) for u in sweep.plan_units(specs, ensemble=1, workers=1)] == [1] * 11
+        assert len({ensemble_key(s) for s in unit}) == 1
+    assert [len(u) for u in plan_units(specs, ensemble=1, workers=1)] == [1] * 11
     measured = dataclasses.replace(specs[0], measures=("collapse",))
-    assert sweep.ensemble_key(measured) is None
+    assert ensemble_key(measured) is None
 
 
 def test_configs_may_differ_in_learning_rate_only():

@@ -10,16 +10,16 @@ import pytest
 import torch
 
 from blocklab.cli import main
-from blocklab.experiments import _trials, needle, sanford
+from blocklab.experiments import _trials, needle, sanford_match, sanford_qsa
 from blocklab.models import parse_arm
-from blocklab.train import TrainConfig
+from blocklab.specs import TrainConfig
 
 SHORT = TrainConfig(steps=20, batch_size=32, eval_points=2)
 
 
 def test_qsa_plan_matches_parameters():
-    cfg = sanford.QsaConfig(qs=(2,), dims=(2, 8), seeds=2, n_train=64, train=SHORT)
-    planned = sanford.plan_qsa(cfg)
+    cfg = sanford_qsa.QsaConfig(qs=(2,), dims=(2, 8), seeds=2, n_train=64, train=SHORT)
+    planned = sanford_qsa.plan(cfg)
     assert len(planned) == 2 * 2 * 2  # dims x (attention, fully connected) x seeds
     totals = {}
     for keys, spec in planned:
@@ -45,14 +45,14 @@ def test_match_arms_cost_the_same(width):
     shape = _trials.NetShape(depth=1, width=width, norm="layer", ff="relu4x")
     counts = {
         model: _trials.total_params("match3", {"n_train": 64}, arm, shape)
-        for model, arm in sanford.match_arms(width)
+        for model, arm in sanford_match.match_arms(width)
     }
     assert len(set(counts.values())) == 1, counts
 
 
 def test_match_widths_must_allow_equal_cost():
     with pytest.raises(ValueError, match="multiples of 3"):
-        sanford.MatchConfig(widths=(8,))
+        sanford_match.MatchConfig(widths=(8,))
 
 
 def test_best_threshold_accuracy():
@@ -87,14 +87,14 @@ def test_needle_verdicts_follow_the_tests():
 
 
 def test_qsa_findings_read_the_threshold_crossing():
-    cfg = sanford.QsaConfig(qs=(1, 4), dims=(2, 4, 8), seq_len=16)
+    cfg = sanford_qsa.QsaConfig(qs=(1, 4), dims=(2, 4, 8), seq_len=16)
 
     def s(q, m, mean):
         return {"q": q, "m": m, "model": "attention", "mean": mean, "n": 3}
 
     summaries = [s(1, 2, 0.95), s(1, 4, 0.97), s(1, 8, 0.99)]
     summaries += [s(4, 2, 0.2), s(4, 4, 0.5), s(4, 8, 0.93)]
-    found = sanford.qsa_findings(cfg, summaries)
+    found = sanford_qsa.findings(cfg, summaries)
     assert [f["first_m"] for f in found[:2]] == [2, 8]
     assert "non-decreasing" in found[-1]["measured"] and "NOT" not in found[-1]["measured"]
 

@@ -225,7 +225,7 @@ def test_best_depth_per_budget_matches_budgets_by_what_was_asked():
 
 
 def test_report_draws_a_found_fit(tmp_path):
-    from blocklab import report_depth_width
+    from blocklab.reports import depth_width as report
 
     summaries, searches = [], []
     for depth in (1, 2, 3):
@@ -243,7 +243,7 @@ def test_report_draws_a_found_fit(tmp_path):
     cfg = depth_width.DepthWidthConfig(depths=(1, 2, 3), budgets=(3000, 30000))
     best = depth_width.best_depths(summaries)
     result = depth_width.Result(
-        [],
+        [{"status": "done"}],  # a report needs one finished trial
         summaries,
         searches,
         fit,
@@ -253,7 +253,6 @@ def test_report_draws_a_found_fit(tmp_path):
         [],
         {"source": "test"},
     )
-    path = report_depth_width.write_report(tmp_path, result, {}, {})
-    text = path.read_text()
+    text = report.write(tmp_path, cfg, result).path.read_text()
     assert f"b = {fit.b:.4f}" in text and "transition at dx = 20 +- 2" in text
     assert (tmp_path / "depth_width_fit.png").stat().st_size > 0

@@ -24,7 +24,7 @@ from blocklab.measures import (
 )
 from blocklab.measures.seprank import matricize, resolve_partition
 from blocklab.models import Net, parse_arm
-from blocklab.train import TrainConfig
+from blocklab.specs import TrainConfig
 
 T, D = 4, 3  # sequence length and input width of the contract networks
 CASES = [(name, kw) for name in MEASURES.names() for kw in MEASURES.get(name).examples]

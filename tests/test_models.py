@@ -209,8 +209,8 @@ def test_unknown_feed_forward():
 def test_scaled_residual_divides_each_branch_by_sqrt_depth():
     import dataclasses
 
-    from blocklab import sweep
-    from blocklab.train import TrainConfig
+    from blocklab import specs
+    from blocklab.specs import TrainConfig
 
     torch.manual_seed(0)
     plain = Net(parse_arm("3"), 4, 8, 4, 1)
@@ -223,8 +223,14 @@ def test_scaled_residual_divides_each_branch_by_sqrt_depth():
     branch = layer_p(x) - x
     torch.testing.assert_close(layer_s(x) - x, branch / 2)
     # off by default, and then absent from a trial's config: older trials keep their ids
-    spec = sweep.TrialSpec("teacher", {}, parse_arm("3"), 0, 2, 8, False, "layer", "none", True,
+    spec = specs.TrialSpec("teacher", {}, parse_arm("3"), 0, 2, 8, False, "layer", "none", True,
                            TrainConfig(), 0)  # fmt: skip
     assert "scaled_residual" not in spec.config()
     on = dataclasses.replace(spec, scaled_residual=True)
     assert on.config()["scaled_residual"] is True and on.id != spec.id
+
+
+def test_the_activations_a_spec_names_are_the_ones_a_network_builds():
+    from blocklab import models, specs
+
+    assert tuple(models.ACTIVATIONS) == specs.ACTIVATIONS

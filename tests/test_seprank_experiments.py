@@ -96,14 +96,13 @@ TINY_DW = dw.DepthWidthConfig(widths=(2, 4), depths=(1, 2), templates=48, seeds=
 
 
 def test_depth_width_tiny_run_respects_the_bounds_resumes_and_reports(tmp_path, monkeypatch):
-    from blocklab import report_seprank
-    from blocklab.report_attention import config_json
+    from blocklab.reports import seprank_depth_width as report
 
     calls = []
     measure = sr.measure
     monkeypatch.setattr(dw, "measure", lambda *a, **k: calls.append(a) or measure(*a, **k))
     store = Store(tmp_path)
-    result = dw.run_depth_width(TINY_DW, store, progress=False)
+    result = dw.run(TINY_DW, store, progress=False)
     assert len(calls) == len(result.rows) == 2 * 2 * 2
     for s in result.summaries:
         lower, upper = theory.sep_rank_bounds(s["depth"], s["width"], 1)
@@ -116,10 +115,9 @@ def test_depth_width_tiny_run_respects_the_bounds_resumes_and_reports(tmp_path, 
     assert verdicts["seeds"] == "holds"  # generic weights: one rank
     # a rerun finds every record and computes nothing
     calls.clear()
-    again = dw.run_depth_width(TINY_DW, Store(tmp_path), progress=False)
+    again = dw.run(TINY_DW, Store(tmp_path), progress=False)
     assert calls == [] and again.summaries == result.summaries
-    path = report_seprank.depth_width(tmp_path, result, config_json(TINY_DW), {"host": "test"})
-    text = path.read_text()
+    text = report.write(tmp_path, TINY_DW, result).path.read_text()
     assert "## Prediction and measurement" in text and "Theorem" in text
     for fig in ("seprank_depth_width.png", "seprank_spectra.png"):
         assert (tmp_path / fig).stat().st_size > 0
@@ -128,7 +126,7 @@ def test_depth_width_tiny_run_respects_the_bounds_resumes_and_reports(tmp_path, 
 def test_depth_width_ranks_at_two_positions(tmp_path):
     # L = 1: y_B = f(x_B) + sum_a (Q x_B)_a (K x_A)_a (v . x_A): dx mixed terms and one local one
     cfg = dw.DepthWidthConfig(widths=(3, 5), depths=(1,), templates=32, seeds=1)
-    result = dw.run_depth_width(cfg, Store(tmp_path), progress=False)
+    result = dw.run(cfg, Store(tmp_path), progress=False)
     assert [s["exact"]["min"] for s in result.summaries] == [4, 6]
 
 
@@ -194,10 +192,9 @@ TINY_DEG = dg.DegreeConfig(degrees=("2", "e", "3", "4"), width=3, templates=90, 
 
 
 def test_degree_tiny_run(tmp_path):
-    from blocklab import report_seprank
-    from blocklab.report_attention import config_json
+    from blocklab.reports import seprank_degree as report
 
-    result = dg.run_degree(TINY_DEG, Store(tmp_path), progress=False)
+    result = dg.run(TINY_DEG, Store(tmp_path), progress=False)
     by = {(s["arm"], s["depth"]): s for s in result.summaries}
     assert sorted(p for a, p in by if a == "3") == [1, 2, 3, 4, 5]  # 3^5 + 1 > 90: saturated
     assert by[("3", 5)]["exact_saturated"] and by[("3", 5)]["exact"]["min"] == 90
@@ -210,8 +207,9 @@ def test_degree_tiny_run(tmp_path):
     assert ("per parameter", "matches h(d)") in parts
     assert ("equal budget", "agrees") in parts  # B = 12 w^2: 65, 82, 65
     assert all(v != "DIFFERS" for _, v in parts)
-    path = report_seprank.degree(tmp_path, result, config_json(TINY_DEG), {})
-    assert "## Prediction and measurement" in path.read_text()
+    assert (
+        "## Prediction and measurement" in report.write(tmp_path, TINY_DEG, result).path.read_text()
+    )
     for fig in ("seprank_degree.png", "seprank_degree_params.png"):
         assert (tmp_path / fig).stat().st_size > 0
 

@@ -9,13 +9,14 @@ import signal
 
 import pytest
 
-from blocklab import sweep
+from blocklab import executors, specs, sweep
+from blocklab.errors import WorkerDied
 from blocklab.models import parse_arm
+from blocklab.specs import TrainConfig
 from blocklab.store import Store
-from blocklab.train import TrainConfig
 
 
-def _specs(steps: int = 30) -> list[sweep.TrialSpec]:
+def _specs(steps: int = 30) -> list[specs.TrialSpec]:
     out = []
     for degree in ("2", "3"):
         for seed in (0, 1):
@@ -23,7 +24,7 @@ def _specs(steps: int = 30) -> list[sweep.TrialSpec]:
                 train = TrainConfig(steps=steps, batch_size=16, lr=lr, eval_points=3)
                 arm = parse_arm(degree)
                 out.append(
-                    sweep.TrialSpec(
+                    specs.TrialSpec(
                         "teacher", {}, arm, 0, 2, 8, False, "layer", "none", True, train, seed
                     )
                 )
@@ -40,7 +41,7 @@ def _results(records: dict) -> dict:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> dict:
     store = Store(tmp_path_factory.mktemp("local"))
-    records = sweep.run(_specs(), store, "t", resources=sweep.Resources(), progress=False)
+    records = sweep.run(_specs(), store, "t", resources=executors.Resources(), progress=False)
     assert {r["status"] for r in records.values()} == {"done"}
     return _results(records)
 
@@ -62,7 +63,7 @@ def test_executors_store_what_the_local_executor_stores(
         pytest.importorskip("submitit")
         options = {**options, "folder": str(tmp_path / "jobs")}
     store = Store(tmp_path)
-    res = sweep.Resources(workers=workers, executor=executor, executor_options=options)
+    res = executors.Resources(workers=workers, executor=executor, executor_options=options)
     records = sweep.run(_specs(), store, "t", resources=res, progress=False)
     assert set(records) == set(reference)  # the same trial ids
     for trial_id, (status, metric, curve) in _results(records).items():
@@ -75,7 +76,7 @@ def test_executors_store_what_the_local_executor_stores(
 
 def test_ensembles_and_single_trials_store_the_same_results(reference, tmp_path):
     records = sweep.run(
-        _specs(), Store(tmp_path), "t", resources=sweep.Resources(ensemble=1), progress=False
+        _specs(), Store(tmp_path), "t", resources=executors.Resources(ensemble=1), progress=False
     )
     for trial_id, (status, metric, _) in _results(records).items():
         assert status == reference[trial_id][0]
@@ -97,8 +98,8 @@ def test_a_worker_killed_mid_trial_leaves_it_rerunnable(reference, tmp_path):
             os.kill(victim.pid, signal.SIGKILL)
             killed.append(victim.pid)
 
-    res = sweep.Resources(workers=2, ensemble=1)
-    with pytest.raises(sweep.WorkerDied):
+    res = executors.Resources(workers=2, ensemble=1)
+    with pytest.raises(WorkerDied):
         sweep.run(specs, store, "t", resources=res, progress=False, on_record=kill_a_worker)
     assert killed
     stored = store.records()

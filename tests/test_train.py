@@ -8,8 +8,9 @@ import torch
 from torch import nn
 
 from blocklab.models import Net, parse_arm
+from blocklab.specs import TrainConfig
 from blocklab.tasks.base import Split, TaskData
-from blocklab.train import TrainConfig, evaluate, lr_factor, train
+from blocklab.train import evaluate, lr_factor, train
 
 STEPS = 150
 CFG = TrainConfig(steps=STEPS, batch_size=64, lr=1e-2, eval_points=10)

@@ -23,8 +23,9 @@ from torch import nn
 
 from blocklab.ensemble import train_ensemble
 from blocklab.models import Net, parse_arm
+from blocklab.specs import TrainConfig
 from blocklab.tasks.base import Split, TaskData
-from blocklab.train import TrainConfig, train
+from blocklab.train import train
 
 WIDTHS = (32, 64, 128, 256)
 # ensemble speed-up over the sequential loop, per width; share of the matmul ceiling from a width

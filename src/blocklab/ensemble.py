@@ -29,12 +29,12 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from blocklab.models import Net
+from blocklab.specs import TrainConfig
 from blocklab.tasks.base import Split, TaskData, score, unit_losses
 from blocklab.train import (
     EVAL_OUTPUTS,
     ONLINE_CHUNK,
     Tracker,
-    TrainConfig,
     TrainResult,
     autocast,
     eval_steps,

@@ -1,5 +1,20 @@
-"""Errors a user can cause and fix: the CLI prints them as one line and exits 2."""
+"""Errors a user can cause and fix, which the CLI prints as one line and exits 2; and the two
+ways a sweep stops early, which it prints as one line saying a rerun resumes."""
 
 
 class UserError(ValueError):
     """Bad input (an unknown name, an impossible budget, a malformed option)."""
+
+
+class WorkerDied(RuntimeError):
+    def __init__(self, finished: int):
+        super().__init__(
+            f"a worker process died (killed, or out of memory); {finished} finished trials are kept"
+        )
+        self.finished = finished
+
+
+class Interrupted(Exception):
+    def __init__(self, finished: int):
+        super().__init__(f"interrupted; {finished} finished trials are kept")
+        self.finished = finished

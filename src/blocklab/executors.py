@@ -14,6 +14,9 @@ Each worker runs torch with one thread per CPU it holds (one, unless options say
 models two single-threaded processes beat one process with two threads. On any exception, here
 or in the loop that consumes the results (Ctrl-C included), running work stops at once and the
 exception is raised again; a worker that died raises WorkerLost.
+
+`Resources` gathers what a sweep is told about where its trials run. torch is imported only
+where threads are set, so the command line can name executors and their defaults without it.
 """
 
 from __future__ import annotations
@@ -24,18 +27,19 @@ import functools
 import importlib
 import logging
 import multiprocessing
+import os
 import signal
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
 from typing import Any
-
-import torch
 
 from blocklab.errors import UserError
 
 EXECUTORS = ("local", "ray", "slurm")
+ENSEMBLE = 16  # most members per ensemble: past this, batching gains little and holds memory
 
 # the options each executor takes, with their types: they arrive as strings from the command line
 OPTIONS: dict[str, dict[str, type]] = {
@@ -70,11 +74,15 @@ class Executor:
 
 
 def _call(fn: Callable, item: Any, device: str, threads: int) -> Any:
+    import torch
+
     torch.set_num_threads(threads)
     return fn(item, device)
 
 
 def _init_worker() -> None:
+    import torch
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops the pool
     torch.set_num_threads(1)
 
@@ -84,6 +92,8 @@ class LocalExecutor(Executor):
 
     def imap_unordered(self, fn, items, device):
         if self.workers <= 1 or len(items) <= 1:
+            import torch
+
             threads = torch.get_num_threads()
             for i, item in enumerate(items):
                 torch.set_num_threads(1)  # as in a pool worker: results do not depend on workers
@@ -260,3 +270,27 @@ def make_executor(name: str, workers: int, options: dict[str, str] | None = None
             raise UserError(f"executor option {key}={value!r} must be {kind}") from None
     classes = {"local": LocalExecutor, "ray": RayExecutor, "slurm": SlurmExecutor}
     return classes[name](workers, typed)
+
+
+def default_workers() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Where and how a sweep's trials run; none of it is part of a trial, so results and ids do
+    not depend on it. Trials sharing an architecture train as ensembles of up to `ensemble`
+    members (1: each alone); the units of work run on `executor` with `workers` processes or
+    tasks."""
+
+    workers: int = 1
+    device: str = "auto"
+    ensemble: int = ENSEMBLE
+    executor: str = "local"
+    executor_options: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        for name in ("workers", "ensemble"):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        make_executor(self.executor, self.workers, self.executor_options)  # checks name, options

@@ -23,6 +23,7 @@ from torch import nn
 from blocklab.blocks import BLOCKS, make_block
 from blocklab.errors import UserError
 from blocklab.options import parse_pairs, split_list
+from blocklab.specs import FEED_FORWARD, NORMS, format_degree, parse_degree
 
 
 @dataclass(frozen=True)
@@ -81,12 +82,6 @@ class Arm:
         return blocks + depth * ff_params(ff, width, bias)
 
 
-def format_degree(d: float) -> str:
-    if abs(d - math.e) < 1e-12:
-        return "e"
-    return f"{d:g}"
-
-
 def parse_arm(text: str) -> Arm:
     """'3' | 'e' | '2.5' | '[3,2,3]' -> a polynomial arm; a block name with optional options
     ('mlp', 'softmax_attention(heads=2)', 'poly_attention(n=2)') -> that block."""
@@ -128,21 +123,6 @@ def _literal(text: str) -> Any:
     return text
 
 
-def parse_degree(text: str) -> float:
-    s = str(text).strip().lower()
-    try:
-        d = math.e if s == "e" else float(s)
-    except ValueError:
-        raise UserError(f"degree {text!r} is not a number or 'e'") from None
-    if not math.isfinite(d) or d < 1:
-        raise UserError(f"degree must be a real number >= 1, got {text!r}")
-    return d
-
-
-NORMS = ("none", "layer", "rms")
-FEED_FORWARD = {"none": 0, "relu4x": 4}  # name -> hidden expansion of the position-wise MLP
-
-
 def ff_params(kind: str, width: int, bias: bool) -> int:
     k = _expansion(kind)
     return 2 * k * width * width + (k * width + width if bias and k else 0)
@@ -154,6 +134,7 @@ def _expansion(kind: str) -> int:
     return FEED_FORWARD[kind]
 
 
+# keyed by the names of specs.ACTIVATIONS
 ACTIVATIONS = {"none": nn.Identity, "relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh}
 
 

@@ -1,4 +1,5 @@
-"""One registry per kind (blocks, tasks, measures): name -> class; duplicates fail, typos hint."""
+"""One registry per kind (blocks, tasks, measures, experiments): name -> class; duplicates fail,
+typos hint."""
 
 from __future__ import annotations
 

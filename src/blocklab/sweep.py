@@ -1,4 +1,4 @@
-"""Running trials: a trial is a frozen spec; a sweep runs the unfinished ones.
+"""Running trials: a trial is a frozen spec (`blocklab.specs`); a sweep runs the unfinished ones.
 
 Trials that share an architecture train together as one ensemble (`blocklab.ensemble`), and the
 units of work run on an executor (`blocklab.executors`: a local process pool by default, Ray or
@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import json
 import math
-import os
 import platform
 import subprocess
 import sys
 import time
 import traceback
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,68 +26,13 @@ import torch
 
 from blocklab import __version__
 from blocklab.ensemble import train_ensemble
-from blocklab.errors import UserError
-from blocklab.executors import WorkerLost, make_executor
-from blocklab.models import Arm, Net
+from blocklab.errors import Interrupted, UserError, WorkerDied
+from blocklab.executors import Resources, WorkerLost, make_executor
+from blocklab.models import Net
+from blocklab.specs import TrialSpec, plan_units
 from blocklab.store import Store
 from blocklab.tasks import TaskData, make_task
-from blocklab.train import TrainConfig, as_record, precision, train
-
-
-@dataclass(frozen=True)
-class TrialSpec:
-    task: str
-    task_options: dict[str, Any]
-    arm: Arm
-    budget: int
-    depth: int
-    width: int
-    bias: bool
-    norm: str
-    activation: str
-    residual: bool
-    train: TrainConfig
-    seed: int
-    data_seed: int | None = None  # None: the task's data follow the trial seed
-    ff: str = "none"  # feed-forward sublayer per layer (models.FEED_FORWARD)
-    flatten: bool = False  # a sequence task fed as one flat vector (fully connected baseline)
-    # measures taken at initialization and after training, e.g. ("collapse", "seprank(templates=3)")
-    measures: tuple[str, ...] = ()
-    scaled_residual: bool = False  # residual branches times 1/sqrt(depth) (models.Net)
-
-    def config(self) -> dict[str, Any]:
-        config = dataclasses.asdict(self)
-        # fields at their defaults stay out, so trials made before they existed keep their ids
-        for name, default in (("measures", ()), ("scaled_residual", False)):
-            if config[name] == default:
-                del config[name]
-        return config
-
-    @functools.cached_property
-    def id(self) -> str:
-        text = json.dumps(self.config(), sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-    def describe(self) -> str:
-        shape = f"L={self.depth} w={self.width} lr={self.train.lr:g}"
-        return f"{self.task} B={self.budget} {self.arm.label} {shape} seed={self.seed}"
-
-
-class WorkerDied(RuntimeError):
-    def __init__(self, finished: int):
-        super().__init__(
-            f"a worker process died (killed, or out of memory); {finished} finished trials are kept"
-        )
-        self.finished = finished
-
-
-class Interrupted(Exception):
-    def __init__(self, finished: int):
-        super().__init__(f"interrupted; {finished} finished trials are kept")
-        self.finished = finished
-
-
-ENSEMBLE = 16  # most members per ensemble: past this, batching gains little and holds memory
+from blocklab.train import as_record, precision, train
 
 
 @functools.lru_cache(maxsize=4)
@@ -242,31 +185,6 @@ def run_group(specs: list[TrialSpec], device: str = "cpu") -> list[dict[str, Any
     return records
 
 
-def ensemble_key(spec: TrialSpec) -> str | None:
-    """Trials with equal keys can train as one ensemble: they differ only in seeds and learning
-    rate. None for trials that train alone (those taking measures of the network)."""
-    if spec.measures:
-        return None
-    config = spec.config()
-    del config["seed"], config["data_seed"]
-    config["train"] = {**config["train"], "lr": None}
-    return json.dumps(config, sort_keys=True, default=str)
-
-
-def plan_units(todo: list[TrialSpec], ensemble: int, workers: int) -> list[list[TrialSpec]]:
-    """Units of work: trials sharing an architecture in ensembles of at most `ensemble` members,
-    made smaller when that leaves some of the `workers` idle."""
-    size = max(1, min(ensemble, math.ceil(len(todo) / max(1, workers))))
-    groups: dict[str, list[TrialSpec]] = {}
-    for spec in todo:
-        groups.setdefault(ensemble_key(spec) or spec.id, []).append(spec)
-    units = []
-    for group in groups.values():  # split evenly: 9 at size 8 is 5 + 4, not 8 + 1
-        parts = math.ceil(len(group) / size)
-        units += [group[i::parts] for i in range(parts)]
-    return units
-
-
 MEASURE_INPUTS = 64  # test sequences a trial's measures read
 
 
@@ -354,26 +272,6 @@ class Progress:
             self.bar.close()
 
 
-@dataclass(frozen=True)
-class Resources:
-    """Where and how a sweep's trials run; none of it is part of a trial, so results and ids do
-    not depend on it. Trials sharing an architecture train as ensembles of up to `ensemble`
-    members (1: each alone); the units of work run on `executor` (`blocklab.executors`) with
-    `workers` processes or tasks."""
-
-    workers: int = 1
-    device: str = "auto"
-    ensemble: int = ENSEMBLE
-    executor: str = "local"
-    executor_options: dict[str, str] = field(default_factory=dict)
-
-    def __post_init__(self):
-        for name in ("workers", "ensemble"):
-            if getattr(self, name) < 1:
-                raise UserError(f"--{name} must be >= 1, got {getattr(self, name)}")
-        make_executor(self.executor, self.workers, self.executor_options)  # checks name, options
-
-
 def run(
     specs: Iterable[TrialSpec],
     store: Store,
@@ -416,7 +314,3 @@ def run(
         results.close()  # stops running work at once when the loop above raised
         bar.close()
     return {r["id"]: r for r in store.records(ids=[s.id for s in specs])}
-
-
-def default_workers() -> int:
-    return max(1, min(os.cpu_count() or 1, 8))

@@ -9,40 +9,14 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
+from blocklab.specs import TrainConfig
 from blocklab.tasks.base import Split, TaskData, loss, score
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    steps: int = field(default=1000, metadata={"help": "optimizer steps per trial"})
-    batch_size: int = field(default=128, metadata={"help": "examples per step"})
-    lr: float = field(default=3e-3, metadata={"help": "peak learning rate"})
-    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
-    warmup: float = field(default=0.05, metadata={"help": "fraction of steps of linear warmup"})
-    clip: float = field(default=1.0, metadata={"help": "gradient-norm clipping threshold"})
-    eval_points: int = field(default=40, metadata={"help": "validation evaluations per run"})
-    threshold: float | None = field(
-        default=None,
-        metadata={"help": "validation loss that counts as converged; None: the task's own"},
-    )
-    blowup: float = field(
-        default=100.0, metadata={"help": "diverged when the loss exceeds this times its start"}
-    )
-
-    def __post_init__(self):
-        for name in ("steps", "batch_size", "eval_points"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        if not 0 <= self.warmup < 1:
-            raise ValueError(f"warmup must be a fraction in [0, 1), got {self.warmup}")
 
 
 @dataclass

@@ -13,7 +13,8 @@ seed 001 appendix B). Each network is measured twice:
   far below the exact one: it is an epsilon-rank, still a lower bound, not the rank itself.
 
 This module measures one network (`blocklab seprank measure`) and holds what the two
-experiments share: `seprank_depth_width` (seed 001) and `seprank_degree` (seed 000).
+experiments share: `seprank_depth_width` (seed 001) and `seprank_degree` (seed 000). It imports
+torch where a network is built or measured (see `blocklab.experiments`).
 """
 
 from __future__ import annotations
@@ -23,17 +24,16 @@ import json
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any
-
-import torch
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
 
 from blocklab import theory
 from blocklab.errors import UserError
-from blocklab.measures.exact_rank import PRIME, exact_grid_rank
-from blocklab.measures.seprank import MAX_POINTS, RTOL, separation_rank
-from blocklab.models import Arm, Net, parse_arm
+from blocklab.numerics import MAX_POINTS, RTOL
 from blocklab.store import Store
+
+if TYPE_CHECKING:
+    from blocklab.models import Arm, Net
 
 VERSION = 1  # part of every record id: bump when a measurement changes meaning
 
@@ -51,6 +51,10 @@ def build_net(
     """Seed 001's analyzed stack for token mixers (sequence of `positions` tokens of `dim`
     inputs), a vector network on positions * dim inputs for per-token blocks; by default no
     norm, no residual, no feed-forward, no activation, bias-free blocks; weights from `seed`."""
+    import torch
+
+    from blocklab.models import Net
+
     if min(depth, width, dim) < 1:
         raise UserError(f"depth, width and dim must be >= 1, got {depth}, {width}, {dim}")
     seq = arm.mixes_tokens
@@ -72,6 +76,9 @@ def build_net(
 
 def measure(net: Net, positions: int, dim: int, templates: int, seed: int, rtol: float, exact=True):
     """Both ranks of one network on one grid, as stored metrics."""
+    from blocklab.measures.exact_rank import exact_grid_rank
+    from blocklab.measures.seprank import separation_rank
+
     vector = net.seq_len is None
     start = time.time()
     out: dict[str, Any] = {}
@@ -117,6 +124,10 @@ def measure_network(
     """`blocklab seprank measure`: the grid rank of one network (see `build_net`), with the
     epsilon-rank, the exact F_p rank and, for linearized attention, seed 001's bounds on request
     or where they apply."""
+    from blocklab.measures.exact_rank import PRIME, exact_grid_rank
+    from blocklab.measures.seprank import separation_rank
+    from blocklab.models import parse_arm
+
     arm = parse_arm(block)
     if dim is None:  # token mixers: dx inputs per position make the embedding invertible
         dim = width if arm.mixes_tokens else 1
@@ -252,14 +263,6 @@ def spread_of(values: list[float | None]) -> dict[str, Any]:
 
 def log3(x: float | None) -> float | None:
     return math.log(x, 3) if x else None
-
-
-@dataclass
-class Result:
-    rows: list[dict[str, Any]]  # one per (config point, seed)
-    summaries: list[dict[str, Any]]  # one per config point, over seeds
-    findings: list[dict[str, Any]]
-    failed: list[dict[str, Any]] = field(default_factory=list)
 
 
 def check_grid(positions: int, templates: int) -> None:

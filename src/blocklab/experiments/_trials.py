@@ -1,21 +1,22 @@
 """What the fixed-shape experiments share: trial specs, running them, flat rows, seed summaries.
 
 The degree sweep solves shapes from budgets; the attention experiments (sanford, needle) fix the
-shapes themselves and equalize parameters by construction, then run here.
+shapes themselves and equalize parameters by construction, then run here. Like the experiments,
+this module imports what needs torch or numpy where it runs (see `blocklab.experiments`).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from blocklab import sweep
-from blocklab.analysis.stats import interval
-from blocklab.models import Arm
+from blocklab.specs import TrainConfig, TrialSpec
 from blocklab.store import Store
-from blocklab.tasks import make_task
-from blocklab.train import TrainConfig
+
+if TYPE_CHECKING:
+    from blocklab.executors import Resources
+    from blocklab.models import Arm
 
 
 @dataclass(frozen=True)
@@ -46,12 +47,14 @@ def spec(
     train: TrainConfig,
     seed: int,
     measures: tuple[str, ...] = (),
-) -> sweep.TrialSpec:
+) -> TrialSpec:
+    from blocklab.tasks import make_task
+
     seq_len = make_task(task, **task_options).seq_len
     budget = (
         0 if shape.flatten else arm.block_params(shape.depth, shape.width, False, shape.ff, seq_len)
     )
-    return sweep.TrialSpec(
+    return TrialSpec(
         task=task,
         task_options=dict(task_options),
         arm=arm,
@@ -72,6 +75,8 @@ def spec(
 
 def total_params(task: str, task_options: dict[str, Any], arm: Arm, shape: NetShape) -> int:
     """Every parameter of the network, embedding and readout included."""
+    from blocklab import sweep
+
     trial = spec(task, task_options, arm, shape, TrainConfig(), seed=0)
     data = sweep.task_data(task, json.dumps(task_options, sort_keys=True), 0)
     return sweep.build_model(trial, data).param_counts()["total"]
@@ -98,17 +103,19 @@ def width_for_params(
 
 
 def run_planned(
-    planned: list[tuple[dict[str, Any], sweep.TrialSpec]],
+    planned: list[tuple[dict[str, Any], TrialSpec]],
     store: Store,
     experiment: str,
     keys: tuple[str, ...],
     *,
-    resources: sweep.Resources | None,
+    resources: Resources | None,
     progress: bool,
     value: str = "test_metric",
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """Run (keys, spec) pairs: the finished rows (tagged with their keys), their summaries of
     `value` over seeds grouped by `keys`, and the trials that raised."""
+    from blocklab import sweep
+
     specs = [s for _, s in planned]
     records = sweep.run(
         specs,
@@ -131,7 +138,7 @@ def run_planned(
     return rows, summarize(rows, keys, value), failed
 
 
-def row(spec: sweep.TrialSpec, rec: dict[str, Any], **keys: Any) -> dict[str, Any]:
+def row(spec: TrialSpec, rec: dict[str, Any], **keys: Any) -> dict[str, Any]:
     m = rec["metrics"]
     params = m.get("params", {})
     return {
@@ -161,6 +168,8 @@ def summarize(
 ) -> list[dict[str, Any]]:
     """Per group of `keys`: mean, std and 95% t-interval of `value` (the test metric, or e.g.
     the test loss) over seeds; diverged trials are counted, not averaged."""
+    from blocklab.analysis.stats import interval
+
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault(tuple(r[k] for k in keys), []).append(r)

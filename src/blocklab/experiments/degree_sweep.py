@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from blocklab import budget as budgets
-from blocklab import sweep
 from blocklab.errors import UserError
-from blocklab.models import ACTIVATIONS, FEED_FORWARD, NORMS, Arm, parse_arm
+from blocklab.experiments import EXPERIMENTS, Command, Experiment
+from blocklab.specs import ACTIVATIONS, FEED_FORWARD, NORMS, TrainConfig, TrialSpec
 from blocklab.store import Store
-from blocklab.tasks import make_task
-from blocklab.train import TrainConfig
+
+if TYPE_CHECKING:
+    from blocklab.budget import Shape
+    from blocklab.executors import Resources
+    from blocklab.models import Arm
 
 EXPERIMENT = "degree-sweep"
 
@@ -130,6 +132,8 @@ class DegreeSweepConfig:
             raise ValueError(f"alpha must be in (0, 1), got {self.alpha}")
 
     def arms(self) -> list[Arm]:
+        from blocklab.models import parse_arm
+
         arms = [parse_arm(d) for d in self.degrees] + [parse_arm(b) for b in self.baselines]
         for b, arm in zip(self.baselines, arms[len(self.degrees) :], strict=True):
             if arm.degrees:
@@ -140,8 +144,11 @@ class DegreeSweepConfig:
         return arms
 
 
-def plan(cfg: DegreeSweepConfig) -> dict[tuple[int, str], tuple[Arm, budgets.Shape]]:
+def plan(cfg: DegreeSweepConfig) -> dict[tuple[int, str], tuple[Arm, Shape]]:
     """Solve every (budget, arm) shape up front, so that a bad budget fails before any training."""
+    from blocklab import budget as budgets
+    from blocklab.tasks import make_task
+
     shapes, arms = {}, cfg.arms()
     seq_len = make_task(cfg.task, **cfg.task_options).seq_len
     for arm in arms:
@@ -165,10 +172,8 @@ def plan(cfg: DegreeSweepConfig) -> dict[tuple[int, str], tuple[Arm, budgets.Sha
     return shapes
 
 
-def _spec(
-    cfg: DegreeSweepConfig, arm: Arm, shape: budgets.Shape, lr: float, seed: int, teacher: int = 0
-):
-    return sweep.TrialSpec(
+def _spec(cfg: DegreeSweepConfig, arm: Arm, shape: Shape, lr: float, seed: int, teacher: int = 0):
+    return TrialSpec(
         task=cfg.task,
         task_options=dict(cfg.task_options),
         arm=arm,
@@ -214,6 +219,8 @@ def search_lr(
     """Per (budget, arm): the grid's best rate on validation (seed 0, teacher 0). A best rate at
     an edge is pushed past it up to `lr_extend` times; a choice still at an edge says so. A grid
     of one rate is the user's fixed rate: never extended, and at its own edge."""
+    from blocklab import sweep
+
     grids = {key: sorted(cfg.lr_grid) for key in shapes}
     extend = cfg.lr_extend if len(cfg.lr_grid) > 1 else 0
     choice: dict[tuple[int, str], dict[str, Any]] = {}
@@ -255,9 +262,12 @@ def run(
     cfg: DegreeSweepConfig,
     store: Store,
     *,
-    resources: sweep.Resources | None = None,
+    resources: Resources | None = None,
     progress: bool = True,
 ) -> SweepResult:
+    from blocklab import sweep
+    from blocklab.tasks import make_task
+
     # an unknown task or option fails here, not in a worker
     task = make_task(cfg.task, **cfg.task_options)
     if cfg.teachers > 1 and not task.seed_dependent:
@@ -290,7 +300,7 @@ def run(
     return SweepResult(rows, lr_choice, failed)
 
 
-def row(spec: sweep.TrialSpec, rec: dict[str, Any], metric: str, higher: bool) -> dict[str, Any]:
+def row(spec: TrialSpec, rec: dict[str, Any], metric: str, higher: bool) -> dict[str, Any]:
     """The flat per-trial row that analysis, plots and reports read."""
     m, c = rec["metrics"], rec["curves"]
     return {
@@ -321,3 +331,19 @@ def row(spec: sweep.TrialSpec, rec: dict[str, Any], metric: str, higher: bool) -
         "seconds": m.get("seconds"),
         "diverged_step": m.get("diverged_step"),
     }
+
+
+@EXPERIMENTS.register
+class DegreeSweep(Experiment):
+    Config = DegreeSweepConfig
+    run = staticmethod(run)
+    report = "blocklab.reports.degree_sweep"
+    commands = (
+        Command("demo", "the main job: seed 000's degree experiment, in minutes", "runs/demo"),
+        Command(
+            "degree-sweep", "degree-d networks at equal parameter budgets", "runs/degree-sweep"
+        ),
+    )
+    task_options = True
+    # one learning rate is chosen per arm from lr_grid, so a single --lr would say nothing
+    no_flags = ("lr",)

@@ -18,15 +18,18 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from blocklab import sweep
-from blocklab.analysis import depth_width as dw
 from blocklab.errors import UserError
-from blocklab.experiments import _trials
-from blocklab.models import parse_arm
+from blocklab.experiments import EXPERIMENTS, Command, Experiment, _trials
+from blocklab.specs import TrainConfig, TrialSpec
 from blocklab.store import Store
-from blocklab.train import TrainConfig
+
+if TYPE_CHECKING:
+    from blocklab.analysis import depth_width as dw
+
+# a run's transition fit, beside its report, for `blocklab advise --fit`
+FIT_FILE = "fit.json"
 
 
 def _help(text: str) -> dict[str, str]:
@@ -98,8 +101,10 @@ def shape(depth: int, width: int) -> _trials.NetShape:
     return _trials.NetShape(depth=depth, width=width, norm="layer", residual=True, ff="relu4x")
 
 
-def plan(cfg: DepthWidthConfig) -> list[tuple[dict[str, Any], sweep.TrialSpec]]:
+def plan(cfg: DepthWidthConfig) -> list[tuple[dict[str, Any], TrialSpec]]:
     """(keys, spec) per depth, width and seed; budgets that round to one width run once."""
+    from blocklab.models import parse_arm
+
     arm = parse_arm(f"softmax_attention(heads={cfg.heads},causal=true)")
     opts = cfg.task_options()
     out = []
@@ -128,6 +133,9 @@ class Result:
 
 
 def run(cfg: DepthWidthConfig, store: Store, *, resources=None, progress=True) -> Result:
+    from blocklab import sweep
+    from blocklab.analysis import depth_width as dw
+
     opts = cfg.task_options()
     # the tokenizer is trained (and cached) here once, not by every worker at the same time
     corpus = sweep.task_data("text", json.dumps(opts, sort_keys=True), 0).info
@@ -182,6 +190,8 @@ def _by_depth(summaries: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]
 
 def fit_found(searches: list[Any]) -> tuple[dw.Fit | None, str | None]:
     """The weighted fit over the transitions found; it needs two depths (three for chi2_red)."""
+    from blocklab.analysis import depth_width as dw
+
     found = [s.transition for s in searches if s.transition is not None]
     if len({t.depth_shallow for t in found}) < 2:
         return None, f"{len(found)} transition(s) found; a fit needs two depths or more"
@@ -211,6 +221,8 @@ def best_depths(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def findings(cfg, searches, fit, best) -> list[dict[str, Any]]:
+    from blocklab.analysis import depth_width as dw
+
     sizes = [12 * d * width_for(n, d, cfg.heads) ** 2 for d in cfg.depths for n in cfg.budgets]
     lo, hi = min(sizes), max(sizes)
     out = []
@@ -265,3 +277,17 @@ def findings(cfg, searches, fit, best) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+@EXPERIMENTS.register
+class DepthWidth(Experiment):
+    Config = DepthWidthConfig
+    run = staticmethod(run)
+    report = "blocklab.reports.depth_width"
+    commands = (
+        Command(
+            "depth-width",
+            "seed 001: transformer LMs over depths and budgets, transitions and their fit",
+            "runs/depth-width",
+        ),
+    )

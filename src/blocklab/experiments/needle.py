@@ -28,32 +28,35 @@ import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-import torch.nn.functional as F
-
-from blocklab.experiments import _trials
-from blocklab.models import parse_arm
+from blocklab.experiments import EXPERIMENTS, Command, Experiment, _trials
+from blocklab.specs import TrainConfig
 from blocklab.store import Store
-from blocklab.tasks import make_task
-from blocklab.train import TrainConfig
+
+if TYPE_CHECKING:
+    import torch
 
 
-def _normalized(kernel):
-    def weights(z: torch.Tensor) -> torch.Tensor:
-        k = kernel(z)  # (n, T)
-        return k / k.sum(-1, keepdim=True)
+def kernels() -> dict[str, Any]:
+    """The attention weights of each kernel from the aimed scores z = beta s: (n, T) -> (n, T)."""
+    import torch
+    import torch.nn.functional as F
 
-    return weights
+    def normalized(kernel):
+        def weights(z: torch.Tensor) -> torch.Tensor:
+            k = kernel(z)  # (n, T)
+            return k / k.sum(-1, keepdim=True)
+
+        return weights
+
+    return {
+        "softmax": normalized(torch.exp),
+        "linear": normalized(lambda z: F.elu(z) + 1),
+        "linearized": lambda z: z / z.shape[-1],
+    }
 
 
-# attention weights from the aimed scores z = beta s: (n, T) -> (n, T)
-KERNELS = {
-    "softmax": _normalized(torch.exp),
-    "linear": _normalized(lambda z: F.elu(z) + 1),
-    "linearized": lambda z: z / z.shape[-1],
-}
 # the registered block that each kernel's trained network uses
 BLOCKS = {
     "softmax": "softmax_attention",
@@ -128,6 +131,8 @@ def task_options(cfg: NeedleConfig, seq_len: int, tau1: float) -> dict[str, Any]
 
 def best_threshold_accuracy(f: torch.Tensor, y: torch.Tensor) -> float:
     """The accuracy of the best single threshold on f, in either orientation."""
+    import torch
+
     order = torch.argsort(f)
     f, y = f[order], y[order].double()
     n, pos = len(y), y.sum()
@@ -143,18 +148,24 @@ def best_threshold_accuracy(f: torch.Tensor, y: torch.Tensor) -> float:
 
 def random_setting(cfg: NeedleConfig, seq_len: int, tau1: float) -> dict[str, Any]:
     """Successes of `draws` random networks per kernel, each on its own fresh evaluation set."""
+    import torch
+    import torch.nn.functional as F
+
+    from blocklab.tasks import make_task
+
+    weight_of = kernels()
     task = make_task("needle", **task_options(cfg, seq_len, tau1))
     key = json.dumps([cfg.seed, seq_len, tau1], sort_keys=True).encode()
     g = torch.Generator().manual_seed(int(hashlib.sha256(key).hexdigest()[:12], 16))
     w = task.direction(cfg.seed)  # (D,)
-    successes = {k: 0 for k in KERNELS}
+    successes = {k: 0 for k in weight_of}
     for _ in range(cfg.draws):
         x, y = task.sample(2 * cfg.samples, w, g)  # (2n, T, D), (2n,): n per class
         x = x.double()
         W = torch.randint(0, 2, (cfg.hidden, cfg.dim), generator=g).double() * 2 - 1  # (m, D)
         a = torch.randint(0, 2, (cfg.hidden,), generator=g).double() * 2 - 1  # (m,)
         s = x @ w  # (2n, T)
-        for name, kernel in KERNELS.items():
+        for name, kernel in weight_of.items():
             weights = kernel(cfg.beta * s)  # (2n, T)
             pooled = torch.einsum("nt,ntd->nd", weights, x)  # (2n, D)
             f = F.relu(pooled @ W.T) @ a / math.sqrt(cfg.hidden)  # (2n,)
@@ -168,6 +179,8 @@ TRAINED_SHAPE = _trials.NetShape(depth=1, norm="none", residual=False)
 
 
 def plan_trained(cfg: NeedleConfig):
+    from blocklab.models import parse_arm
+
     tau1 = sorted(cfg.tau1s)[len(cfg.tau1s) // 2]
     out = []
     for seq_len in cfg.trained_seq_lens:
@@ -313,3 +326,15 @@ def findings(cfg, random_rows, summaries) -> list[dict[str, Any]]:
             else f"{f['model']} better"
         )
     return out
+
+
+@EXPERIMENTS.register
+class Needle(Experiment):
+    Config = NeedleConfig
+    run = staticmethod(run)
+    report = "blocklab.reports.needle"
+    commands = (
+        Command(
+            "needle", "seed 004: softmax vs linear attention on the needle task", "runs/needle"
+        ),
+    )

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blocklab import theory
+from blocklab.experiments import EXPERIMENTS, Command, Experiment, Findings
 from blocklab.experiments._seprank import (
-    Result,
     build_net,
     check_grid,
     float_finding,
@@ -30,9 +30,8 @@ from blocklab.experiments._seprank import (
     spread_of,
     values_text,
 )
-from blocklab.measures.exact_rank import PRIME
-from blocklab.measures.seprank import RTOL
-from blocklab.models import format_degree, parse_arm
+from blocklab.numerics import RTOL
+from blocklab.specs import format_degree
 from blocklab.store import Store
 
 
@@ -67,6 +66,8 @@ class DegreeConfig:
 
 
 def _degree(text: str) -> float:
+    from blocklab.models import parse_arm
+
     arm = parse_arm(text)
     if arm.block != "poly" or len(arm.degrees) != 1:
         raise ValueError(f"degrees must be single layer degrees such as 2, e or 3, got {text!r}")
@@ -83,7 +84,12 @@ def degree_depths(d: float, cfg: DegreeConfig) -> list[int]:
     return depths
 
 
-def run_degree(cfg: DegreeConfig, store: Store, *, progress=True) -> Result:
+def run(cfg: DegreeConfig, store: Store, *, resources=None, progress=True) -> Findings:
+    """Every point in this process, on the CPU: the exact rank is CPU arithmetic (`resources` is
+    not used)."""
+    from blocklab.measures.exact_rank import PRIME
+    from blocklab.models import parse_arm
+
     rows = []
     for text in cfg.degrees:
         arm, d = parse_arm(text), _degree(text)
@@ -101,7 +107,7 @@ def run_degree(cfg: DegreeConfig, store: Store, *, progress=True) -> Result:
                 row = {"arm": format_degree(d), "degree": d, "depth": p, "seed": seed}
                 rows.append(row | {"params": arm.block_params(p, cfg.width)} | rec["metrics"])
     summaries = degree_summaries(cfg, rows)
-    return Result(rows, summaries, degree_findings(cfg, summaries))
+    return Findings(rows, summaries, degree_findings(cfg, summaries))
 
 
 def degree_summaries(cfg: DegreeConfig, rows) -> list[dict[str, Any]]:
@@ -284,3 +290,18 @@ def _equal_budget(cfg: DegreeConfig, summaries) -> list[dict[str, Any]]:
 def _float_reach(group) -> str:
     ok = [str(s["depth"]) for s in group if s["float"]["values"] == s["exact"]["values"]]
     return ",".join(ok) if ok else "none"
+
+
+@EXPERIMENTS.register
+class SeprankDegree(Experiment):
+    Config = DegreeConfig
+    run = staticmethod(run)
+    report = "blocklab.reports.seprank_degree"
+    commands = (
+        Command(
+            "seprank degree",
+            "seed 000: rank of degree-d networks vs depth",
+            "runs/seprank-degree",
+        ),
+    )
+    pool = False  # the exact rank is CPU arithmetic: one process, no workers or devices

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from blocklab import theory
+from blocklab.experiments import EXPERIMENTS, Command, Experiment, Findings
 from blocklab.experiments._seprank import (
-    Result,
     build_net,
     check_grid,
     float_finding,
@@ -29,10 +29,11 @@ from blocklab.experiments._seprank import (
     measured,
     spread_of,
 )
-from blocklab.measures.exact_rank import PRIME
-from blocklab.measures.seprank import RTOL
-from blocklab.models import Arm, parse_arm
+from blocklab.numerics import RTOL
 from blocklab.store import Store
+
+if TYPE_CHECKING:
+    from blocklab.models import Arm
 
 
 @dataclass(frozen=True)
@@ -66,10 +67,16 @@ class DepthWidthConfig:
 
 
 def attention_arm(heads: int) -> Arm:
+    from blocklab.models import parse_arm
+
     return parse_arm(f"linearized_attention(heads={heads})")
 
 
-def run_depth_width(cfg: DepthWidthConfig, store: Store, *, progress=True) -> Result:
+def run(cfg: DepthWidthConfig, store: Store, *, resources=None, progress=True) -> Findings:
+    """Every point in this process, on the CPU: the exact rank is CPU arithmetic (`resources` is
+    not used)."""
+    from blocklab.measures.exact_rank import PRIME
+
     arm = attention_arm(cfg.heads)
     rows = []
     for dx in cfg.widths:
@@ -85,7 +92,7 @@ def run_depth_width(cfg: DepthWidthConfig, store: Store, *, progress=True) -> Re
                 rec = measured(store, "seprank-depth-width", point, seed, compute, progress)
                 rows.append({"width": dx, "depth": depth, "seed": seed, **rec["metrics"]})
     summaries = depth_width_summaries(cfg, rows)
-    return Result(rows, summaries, depth_width_findings(cfg, summaries))
+    return Findings(rows, summaries, depth_width_findings(cfg, summaries))
 
 
 def monomials(dx: int, depth: int) -> int:
@@ -232,3 +239,18 @@ def depth_width_findings(cfg: DepthWidthConfig, summaries) -> list[dict[str, Any
     )
     out.append(float_finding(summaries, cfg.rtol))
     return out
+
+
+@EXPERIMENTS.register
+class SeprankDepthWidth(Experiment):
+    Config = DepthWidthConfig
+    run = staticmethod(run)
+    report = "blocklab.reports.seprank_depth_width"
+    commands = (
+        Command(
+            "seprank depth-width",
+            "seed 001: rank vs depth and width",
+            "runs/seprank-depth-width",
+        ),
+    )
+    pool = False  # the exact rank is CPU arithmetic: one process, no workers or devices

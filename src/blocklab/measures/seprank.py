@@ -28,13 +28,8 @@ from torch import nn
 from blocklab.errors import UserError
 from blocklab.measures import MEASURES
 from blocklab.measures.base import Measure
+from blocklab.numerics import MAX_POINTS, RTOL
 
-# Singular values at or below RTOL * sigma_max are not counted. A network's float64 evaluation
-# error is ~1e-13 of its output scale, so this margin keeps noise out of the count: the
-# numerical rank stays a lower bound of the exact grid rank (possibly lower than it, when the
-# spectrum of a deep network decays past the tolerance).
-RTOL = 1e-9
-MAX_POINTS = 1 << 22  # grid points (a float64 tensor of 32 MiB); raise it explicitly for more
 CHUNK = 1 << 14  # grid points evaluated per call of the function: bounds memory
 
 Partition = str | Sequence[int] | tuple[Sequence[int], Sequence[int]]

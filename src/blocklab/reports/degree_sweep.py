@@ -1,4 +1,5 @@
-"""Reports of a sweep: a terminal table, a Markdown report with figures, and a JSON dict.
+"""Report of the degree sweep (`blocklab degree-sweep`, `blocklab demo`): a terminal table, a
+Markdown report with figures, and a JSON dict.
 
 Every number comes from the rows (one per finished trial) or from blocklab.theory; nothing else.
 """
@@ -8,11 +9,19 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
-
-from blocklab import plots
-from blocklab.analysis.capacity import PREDICTED_EFFECT, REFERENCE, predicted_multiplier
+from blocklab.analysis.capacity import analyze, efficiency_claims
 from blocklab.analysis.stats import TEST, compare, layer_degrees, ranking_vs_theory, summarize
+from blocklab.reports import Report, plots
+from blocklab.reports.capacity import capacity_section, check_lines, efficiency, scaling_curves
+from blocklab.reports.markdown import (
+    config_json,
+    failures,
+    markdown_table,
+    plain,
+    require_finished,
+    short,
+)
+from blocklab.sweep import provenance
 from blocklab.theory import degree_proxy_log10, h, layers_at_budget, optimal_degree
 
 COLUMNS = (
@@ -37,15 +46,11 @@ NUMERIC = {
 }  # right-aligned in the terminal
 
 
-def _f(x):
-    return "-" if x is None or not math.isfinite(x) else f"{x:.4g}"
-
-
 def _metric_cell(s):
     if s.n == 0:
         return f"{s.metric}: no finished seed"
-    spread = f" ± {_f(s.std)} [{_f(s.lo)}, {_f(s.hi)}]" if s.n > 1 else ""
-    return f"{s.metric} {_f(s.mean)}{spread} (n={s.n})"
+    spread = f" ± {short(s.std)} [{short(s.lo)}, {short(s.hi)}]" if s.n > 1 else ""
+    return f"{s.metric} {short(s.mean)}{spread} (n={s.n})"
 
 
 def _steps_cell(s):
@@ -54,8 +59,8 @@ def _steps_cell(s):
     reached = f"reached {s.n_reached}/{s.n}"
     if s.n_reached == 0:
         return f"never ({reached})"
-    spread = f" ± {_f(s.steps_std)}" if s.n_reached > 1 else ""
-    return f"{_f(s.steps_mean)}{spread} ({reached})"
+    spread = f" ± {short(s.steps_std)}" if s.n_reached > 1 else ""
+    return f"{short(s.steps_mean)}{spread} ({reached})"
 
 
 def _cells(s):
@@ -85,11 +90,6 @@ def table(summaries):
         ).rstrip()
 
     return "\n".join([line(COLUMNS), "  ".join("-" * w for w in widths), *map(line, body)])
-
-
-def markdown_table(header, body):
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return out + ["| " + " | ".join(cells) + " |" for cells in body]
 
 
 def _order(arms, values):
@@ -175,126 +175,6 @@ def _theory_section(summaries, rankings):
     return lines
 
 
-def check_lines(capacity):
-    """The design checks, one line each, and the verdict or why there is none."""
-    lines = [
-        f"- {'passed' if c.passed else 'FAILED'}: {c.name}: {c.detail}" for c in capacity.checks
-    ]
-    if capacity.verdict is not None:
-        return lines, capacity.verdict
-    failed = [c for c in capacity.checks if not c.passed]
-    if failed:
-        why = "; ".join(f"design check failed: {c.name}: {c.detail}" for c in failed)
-    else:
-        why = f"no scaling fit for the reference arm {REFERENCE} (is it among the degrees?)"
-    return lines, f"{why} — no verdict"
-
-
-def _ci(pair):
-    lo, hi = pair
-    return f"[{_f(lo)}, {_f(hi)}]"
-
-
-def _mult(x):
-    return "inf" if x is not None and math.isinf(x) else _f(x)
-
-
-def capacity_section(capacity):
-    """Markdown: design checks, verdict, per-budget losses, scaling fits, efficiency vs d = 3."""
-    fit = capacity.fit
-    checks, verdict = check_lines(capacity)
-    lines = ["## Design checks", "", *checks, "", "## Verdict", "", verdict, ""]
-    lines += [
-        "## Test loss per budget",
-        "",
-        "Mean over (teacher, seed) with std and 95% Student-t interval; plateaued: share of "
-        "trials whose smoothed validation loss had stopped falling (see the design checks). "
-        "With several teachers, the spread within a teacher (mean std over seeds) and between "
-        "teachers (std of their means) are shown apart.",
-        "",
-    ]
-    body = []
-    for arm, by_b in capacity.stats.items():
-        for b, st in by_b.items():
-            body.append(
-                (
-                    arm,
-                    str(b),
-                    str(st["params"]),
-                    f"{_f(st['mean'])} ± {_f(st['std'])}",
-                    f"[{_f(st['ci_low'])}, {_f(st['ci_high'])}]",
-                    f"{st['plateaued_fraction']:.0%}",
-                    _f(st["within_teacher_std"]),
-                    _f(st["between_teacher_std"]),
-                )
-            )
-    header = ("arm", "budget", "params", "test loss", "95% CI", "plateaued", "within", "between")
-    lines += markdown_table(header, body)
-    lines += [
-        "",
-        "## Scaling fits",
-        "",
-        "Per arm, L(P) = L_inf + a P^-alpha fit by least squares on log loss to the per-budget "
-        "means against the actual parameter counts (SciPy); intervals: "
-        f"{fit.level:.0%} bootstrap percentiles over {fit.n_boot} draws that resample teachers, "
-        "then seeds within them, the same draws for every arm (paired).",
-        "",
-    ]
-    body = [
-        (arm, _f(f.L_inf), _ci(f.ci["L_inf"]), _f(f.a), _f(f.alpha), _ci(f.ci["alpha"]))
-        for arm, f in fit.fits.items()
-    ]
-    lines += markdown_table(("arm", "L_inf", "95% CI", "a", "alpha", "95% CI"), body)
-    lines += ["", "![test loss vs budget](scaling.png)", ""]
-    if fit.reference is None:
-        return lines + [f"No parameter-efficiency multipliers: {REFERENCE} was not fitted.", ""]
-    ref = fit.efficiency[fit.reference]
-    lines += [
-        "## Parameter efficiency against d = 3",
-        "",
-        f"The loss {fit.reference} reaches at P_ref = {ref.ref_params:.0f} parameters (the middle "
-        f"of its measured log range) is {ref.target_loss:.4g}. For each arm: the parameters its "
-        "fitted curve needs for that loss, divided by P_ref (above 1: it needs more than "
-        f"{fit.reference}; inf: its fitted floor L_inf lies above the target). Seed 000's "
-        "prediction beside it: equal degree proxy (eq. 17) means B_X h(X) = B_3 h(3), so the "
-        "multiplier is h(3) / h(X). Measurement and prediction are never fitted to each other.",
-        "",
-    ]
-    body = []
-    for arm, e in fit.efficiency.items():
-        pred = predicted_multiplier(arm, capacity.degrees.get(arm))
-        body.append(
-            (
-                arm,
-                _mult(e.multiplier),
-                f"[{_mult(e.ci_low)}, {_mult(e.ci_high)}]",
-                "-" if pred is None else f"{pred:.4f}",
-                "yes" if e.extrapolated else "no",
-            )
-        )
-    lines += markdown_table(("arm", "multiplier", "95% CI", "predicted", "extrapolated"), body)
-    res = fit.resolution
-    lines += [
-        "",
-        (
-            f"Resolution: the intervals' median half-width is {res:.3g} (in multiplier units); "
-            f"the predicted difference between d = 3 and d = 2 or 4 is {PREDICTED_EFFECT:.3f}. "
-            + (
-                "This run can resolve it."
-                if res < PREDICTED_EFFECT / 2
-                else "This run cannot resolve it: more seeds, teachers or budgets narrow the "
-                "intervals (roughly as one over the square root of the number of units)."
-            )
-            if res is not None
-            else "Resolution: no finite interval."
-        ),
-        "",
-        "![parameter efficiency](efficiency.png)",
-        "",
-    ]
-    return lines
-
-
 def write_report(out_dir, rows, *, title, config, provenance, alpha=0.05, capacity=None):
     """Write report.md and its figures into out_dir; return the report's path. With `capacity`
     (blocklab.analysis.capacity) the design checks, verdict, fits and efficiency lead."""
@@ -309,9 +189,9 @@ def write_report(out_dir, rows, *, title, config, provenance, alpha=0.05, capaci
     plots.learning_curves(rows, out / "learning_curves.png")
     plots.ranking_vs_theory(summaries, out / "ranking_vs_theory.png")
     if capacity is not None:
-        plots.scaling_curves(capacity, out / "scaling.png")
+        scaling_curves(capacity, out / "scaling.png")
         if capacity.fit.efficiency:
-            plots.efficiency(capacity, out / "efficiency.png")
+            efficiency(capacity, out / "efficiency.png")
 
     lines = [f"# {title}", "", "## Question", "", _question(), ""]
     if capacity is not None:
@@ -358,19 +238,6 @@ def write_report(out_dir, rows, *, title, config, provenance, alpha=0.05, capaci
     return path
 
 
-def plain(x):
-    # JSON has no NaN or Infinity: a missing statistic is null.
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {k: plain(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [plain(v) for v in x]
-    return x
-
-
 def to_json(rows, alpha=0.05):
     """Summaries, verdicts and rankings as JSON-serializable dicts (NaN -> None)."""
     summaries = summarize(rows)
@@ -383,3 +250,44 @@ def to_json(rows, alpha=0.05):
             "alpha": alpha,
         }
     )
+
+
+def write(out_dir, cfg, result) -> Report:
+    """The capacity analysis (`blocklab.analysis.capacity`), the report, and what the command
+    prints: the table, the design checks, the efficiency against d = 3 and the verdict, which
+    exists only when the run passes its design checks."""
+    require_finished(result)
+    paired = compare(result.rows, alpha=cfg.alpha)
+    cap = analyze(
+        result.rows,
+        result.lr_choice,
+        list(cfg.budgets),
+        tol=cfg.plateau_tol,
+        n_boot=cfg.n_boot,
+        paired=paired,
+        width=cfg.width if cfg.mode == "width" else None,
+    )
+    path = write_report(
+        out_dir,
+        result.rows,
+        title="Degree sweep",
+        config=config_json(cfg),
+        provenance=provenance(),
+        alpha=cfg.alpha,
+        capacity=cap,
+    )
+    payload = to_json(result.rows, alpha=cfg.alpha)
+    payload.update(cap.to_json())
+    payload.update(lr_choice=result.lr_choice, failed=result.failed)
+    checks, verdict = check_lines(cap)
+    lines = [table(summarize(result.rows)), "\ndesign checks:", *checks]
+    if cap.fit.efficiency:
+        caveat = "" if cap.passed else " -- measured, but not a verdict: a design check failed"
+        lines.append(
+            "\nparameters needed relative to d=3 (95% bootstrap interval; predicted h(3)/h(d))"
+            + caveat
+            + ":"
+        )
+        lines += [f"- {line}" for line in efficiency_claims(cap.fit, cap.degrees)]
+    lines.append(f"\nverdict: {verdict}")
+    return Report(path, payload, lines + failures(result))

@@ -1,4 +1,5 @@
-"""Figures of a sweep: metric vs degree, learning curves, and the measured ranking beside h(d).
+"""Figures of the degree sweep: metric vs degree, learning curves, and the measured ranking
+beside h(d) (its capacity figures are in `capacity`).
 
 Each function takes rows or summaries (blocklab.analysis.stats) and a path, writes a PNG and returns
 the path. Diverged seeds and missing values are skipped, never drawn as zeros.
@@ -8,16 +9,13 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.lines import Line2D
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import FuncFormatter
 
 from blocklab.analysis.stats import layer_degrees
 from blocklab.theory import h, optimal_degree
-
-matplotlib.use("Agg")  # files only: no display on servers and worker processes
 
 DPI = 120
 
@@ -30,12 +28,12 @@ def _better(higher_is_better):
     return "higher is better" if higher_is_better else "lower is better"
 
 
-def _colors(keys):
+def colors(keys):
     cmap = plt.get_cmap("tab10")
     return {k: cmap(i % 10) for i, k in enumerate(keys)}
 
 
-def _save(fig, path):
+def save(fig, path):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=DPI)
@@ -78,7 +76,7 @@ def metric_vs_degree(summaries, path):
     fig, axes = plt.subplots(
         1, len(tasks), figsize=(5.5 * len(tasks), 4.2), squeeze=False, layout="constrained"
     )
-    color = _colors(sorted({s.budget for s in summaries}))
+    color = colors(sorted({s.budget for s in summaries}))
     for ax, task in zip(axes[0], tasks, strict=True):
         mine = [s for s in summaries if s.task == task]
         for budget in sorted({s.budget for s in mine}):
@@ -139,7 +137,7 @@ def metric_vs_degree(summaries, path):
             Line2D([], [], color="0.4", linestyle="--", label="non-polynomial (mlp), band: CI"),
         ]
         ax.legend(handles=handles, fontsize=8)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def _mean_curve(trials):
@@ -175,7 +173,7 @@ def learning_curves(rows, path):
         elif len(r["curve_step"]):
             groups[key][r["arm"]].append(r)
     arms = sorted(degree, key=lambda a: (degree[a] is None, degree[a] or 0.0, a))
-    color = _colors(arms)
+    color = colors(arms)
     plain = FuncFormatter(lambda v, _: f"{v:g}")  # 0.3, not 3 x 10^-1, on log axes
     keys = sorted(groups) or [("(no finished trials)", 0)]
     ncols = min(3, len(keys))
@@ -213,7 +211,7 @@ def learning_curves(rows, path):
     if shown:  # arms keep one colour across panels, so one legend serves them all
         fig.legend(handles=list(shown.values()), loc="outside right upper", fontsize=8)
     fig.suptitle("mean of finished seeds; band: min to max", fontsize=10)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def _normalized(group):
@@ -276,7 +274,7 @@ def ranking_vs_theory(summaries, path):
     for s in summaries:
         if math.isfinite(s.mean):
             groups[(s.task, s.budget)].append(s)
-    color = _colors(sorted(groups))
+    color = colors(sorted(groups))
     for key, group in sorted(groups.items()):
         scores = _normalized(group)
         if scores is None:
@@ -316,91 +314,4 @@ def ranking_vs_theory(summaries, path):
     )
     if right.get_legend_handles_labels()[0]:
         right.legend(fontsize=8)
-    return _save(fig, path)
-
-
-def _arm_key(capacity):
-    return lambda a: (capacity.degrees.get(a) is None, capacity.degrees.get(a) or 0.0, a)
-
-
-def _plain_log(ax, axes="xy"):
-    """Log axes labelled 0.3, not 3 x 10^-1, at 1, 2 and 5 per decade (minor ticks unlabelled:
-    over a wide range their labels overlap)."""
-    plain = FuncFormatter(lambda v, _: f"{v:g}")
-    for name in axes:
-        axis = getattr(ax, f"{name}axis")
-        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-        axis.set_major_formatter(plain)
-        axis.set_minor_formatter(NullFormatter())
-
-
-def scaling_curves(capacity, path):
-    """Log-log test loss vs actual block parameters: per arm the means with 95% intervals and the
-    fitted L(P) = L_inf + a P^-alpha, one colour per arm."""
-    stats, fits = capacity.stats, capacity.fit.fits
-    arms = sorted(stats, key=_arm_key(capacity))
-    color = _colors(arms)
-    fig, ax = plt.subplots(figsize=(7, 4.8), layout="constrained")
-    for arm in arms:
-        pts = [s for _, s in sorted(stats[arm].items()) if math.isfinite(s["mean"])]
-        if not pts:
-            continue
-        x = np.array([s["params"] for s in pts], dtype=float)
-        y = np.array([s["mean"] for s in pts])
-        lo = np.array([s["ci_low"] if math.isfinite(s["ci_low"]) else s["mean"] for s in pts])
-        hi = np.array([s["ci_high"] if math.isfinite(s["ci_high"]) else s["mean"] for s in pts])
-        lo = np.where(lo > 0, lo, y)  # a loss is positive: no bar below zero on a log axis
-        c = color[arm]
-        ax.errorbar(x, y, yerr=[y - lo, hi - y], color=c, marker="o", ls="none", capsize=3)
-        if arm in fits:
-            f = fits[arm]
-            grid = np.geomspace(x.min() / 1.3, x.max() * 1.3, 100)
-            label = f"{arm}: {f.L_inf:.3g} + {f.a:.3g} P^-{f.alpha:.2f}"
-            ax.plot(grid, [f.predict(p) for p in grid], color=c, label=label)
-        else:
-            ax.plot([], [], color=c, marker="o", label=f"{arm} (no fit)")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    _plain_log(ax)
-    ax.set(xlabel="block parameters P (actual count)", ylabel="test loss, mean and 95% CI")
-    ax.set_title("test loss vs budget, fitted L(P) = L_inf + a P^-alpha", fontsize=10)
-    ax.legend(fontsize=8)
-    return _save(fig, path)
-
-
-def efficiency(capacity, path):
-    """Each arm's parameter multiplier against d = 3 with its bootstrap interval, beside seed 000's
-    prediction h(3) / h(d); above 1 the arm needs more parameters than d = 3 for the same loss.
-    An infinite multiplier or bound is drawn at the top edge and marked."""
-    from blocklab.analysis.capacity import predicted_multiplier
-
-    eff = capacity.fit.efficiency
-    arms = sorted(eff, key=_arm_key(capacity))
-    values = [v for a in arms for v in (eff[a].multiplier, eff[a].ci_low, eff[a].ci_high)]
-    shown = [v for v in values if math.isfinite(v) and v > 0]
-    top = max(shown + [1.2]) * 1.15
-    bottom = max(min(shown + [0.8]) / 1.15, 1e-3)  # a bound near 0 is cut at the frame
-    fig, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
-    for i, arm in enumerate(arms):
-        e = eff[arm]
-        m = e.multiplier if math.isfinite(e.multiplier) else top
-        lo = e.ci_low if math.isfinite(e.ci_low) else m
-        hi = e.ci_high if math.isfinite(e.ci_high) else top
-        bars = [[max(m - lo, 0.0)], [max(hi - m, 0.0)]]
-        ax.errorbar([i], [m], yerr=bars, color="C0", marker="o", capsize=4, label="measured")
-        if not math.isfinite(e.multiplier):
-            ax.annotate("inf", (i, top), ha="center", va="bottom", fontsize=8)
-        pred = predicted_multiplier(arm, capacity.degrees.get(arm))
-        if pred is not None:
-            ax.plot([i], [pred], color="C3", marker="x", ms=9, ls="none", label="h(3) / h(d)")
-    ax.axhline(1.0, color="0.4", linestyle=":", linewidth=1)
-    ax.set_xticks(range(len(arms)), arms)
-    ax.set_yscale("log")
-    ax.set_ylim(bottom, top * 1.1)
-    _plain_log(ax, "y")
-    ax.set(ylabel="parameters needed / those of d = 3")
-    ax.set_title("multiplier vs d = 3 with 95% CI; > 1: needs more than d = 3", fontsize=10)
-    handles, labels = ax.get_legend_handles_labels()
-    unique = dict(zip(labels, handles, strict=True))  # one entry per kind, not per arm
-    ax.legend(unique.values(), unique.keys(), fontsize=8)
-    return _save(fig, path)
+    return save(fig, path)

@@ -3,59 +3,48 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
-from blocklab.bench import CEILING_FROM, CEILING_TARGET, SPEEDUP_TARGETS, BenchConfig, run_bench
 from blocklab.errors import UserError
-from blocklab.sweep import device_name
 
-_DEFAULTS = BenchConfig()
+# what `bench.BenchConfig` takes from the command line; a flag left out keeps the config's default
+SETTINGS = ("widths", "members", "depth", "degree", "batch_size", "seconds", "repeats", "threads")
 
 
 def add_parser(sub) -> None:
+    # the defaults are BenchConfig's, read when the command runs: the module that holds them
+    # imports torch, which the command line's help must not
     p = sub.add_parser("bench", help="training speed: one network at a time vs an ensemble")
-    p.add_argument("--widths", type=int, nargs="+", default=list(_DEFAULTS.widths))
-    p.add_argument("--members", type=int, default=_DEFAULTS.members, help="ensemble size E (16)")
-    p.add_argument("--depth", type=int, default=_DEFAULTS.depth, help="layers (4)")
-    p.add_argument("--degree", type=int, default=_DEFAULTS.degree, help="polynomial degree (3)")
-    p.add_argument("--batch-size", type=int, default=_DEFAULTS.batch_size, help="(128)")
-    p.add_argument(
-        "--seconds",
-        type=float,
-        default=_DEFAULTS.seconds,
-        help="time of the shorter timed run (0.5)",
-    )
-    p.add_argument(
-        "--repeats",
-        type=int,
-        default=_DEFAULTS.repeats,
-        help="timed runs per length, fastest kept (3)",
-    )
+    p.add_argument("--widths", type=int, nargs="+", help="network widths (32 64 128 256)")
+    p.add_argument("--members", type=int, help="ensemble size E (16)")
+    p.add_argument("--depth", type=int, help="layers (4)")
+    p.add_argument("--degree", type=int, help="polynomial degree (3)")
+    p.add_argument("--batch-size", type=int, help="(128)")
+    p.add_argument("--seconds", type=float, help="time of the shorter timed run (0.5)")
+    p.add_argument("--repeats", type=int, help="timed runs per length, fastest kept (3)")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     p.add_argument("--threads", type=int, help="torch threads (default: torch's, all cores)")
     p.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.set_defaults(handler=run)
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
+    from blocklab.bench import BenchConfig, run_bench
+    from blocklab.sweep import device_name
+
     device = device_name(args.device)
+    given = {k: getattr(args, k) for k in SETTINGS if getattr(args, k) is not None}
+    if "widths" in given:
+        given["widths"] = tuple(given["widths"])
+    cfg = dataclasses.replace(BenchConfig(), device=device, **given)
     for name in ("members", "depth", "degree", "batch_size", "repeats", "threads"):
-        value = getattr(args, name)
+        value = getattr(cfg, name)
         if value is not None and value < 1:
             raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
-    if min(args.widths) < 1 or not args.seconds > 0:
+    if min(cfg.widths) < 1 or not cfg.seconds > 0:
         raise UserError("--widths must be >= 1 and --seconds > 0")
-    cfg = BenchConfig(
-        members=args.members,
-        depth=args.depth,
-        degree=args.degree,
-        batch_size=args.batch_size,
-        widths=tuple(args.widths),
-        seconds=args.seconds,
-        repeats=args.repeats,
-        device=device,
-        threads=args.threads,
-    )
     result = run_bench(cfg)
     if args.json:
         print(json.dumps(result, indent=2))
@@ -65,6 +54,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _table(r: dict) -> str:
+    from blocklab.bench import CEILING_FROM, CEILING_TARGET, SPEEDUP_TARGETS
+
     lines = [
         f"{r['device']}, {r['threads']} torch threads; E = {r['members']} networks of degree "
         f"{r['degree']}, depth {r['depth']}, batch {r['batch_size']}; the fastest of "

@@ -11,8 +11,9 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from blocklab import report_attention as ra
-from blocklab.experiments.collapse import LOG_FLOOR, STAGES, curves, depth_mean, slope
+from blocklab.analysis.collapse import LOG_FLOOR, STAGES, curves, depth_mean, slope
+from blocklab.reports import Report, figures, markdown
+from blocklab.reports.markdown import number, spread
 
 QUESTION = (
     "Seed 003 (after Dong et al. 2021, 'Attention is not all you need'): does a stack of "
@@ -27,7 +28,8 @@ QUESTION = (
 )
 
 
-def write_report(out_dir, result, config: dict[str, Any], provenance: dict[str, Any]) -> Path:
+def write(out_dir, cfg, result) -> Report:
+    markdown.require_finished(result)
     out = Path(out_dir)
     figures = [curves_figure(result, out / "collapse_ratio_vs_layer.png")]
     figures.append(paths_figure(result.paths, out / "collapse_path_shares.png"))
@@ -40,22 +42,24 @@ def write_report(out_dir, result, config: dict[str, Any], provenance: dict[str, 
                 f["setting"],
                 f["predicted"],
                 f["measured"],
-                f["verdict"] + (f" ({ra.number(f['p_holm'], 3)})" if f["p"] is not None else ""),
+                f["verdict"] + (f" ({number(f['p_holm'], 3)})" if f["p"] is not None else ""),
                 f["agrees"],
             ]
             for f in result.findings
         ],
     )
-    return ra.write(
+    extra = {"accuracy": result.accuracy, "paths": result.paths, "bound": result.bound}
+    return markdown.report(
         out,
+        cfg,
+        result,
+        extra=extra,
         title="Rank collapse through depth",
         question=QUESTION,
         findings=findings,
-        results=results_table(result, config["depth"]),
+        results=results_table(result, cfg.depth),
         figures=figures,
-        notes=notes(result, config),
-        config=config,
-        provenance=provenance,
+        notes=notes(result, cfg),
     )
 
 
@@ -88,12 +92,12 @@ def results_table(result, depth: int):
                 [
                     variant,
                     stage,
-                    ra.spread(comp),
+                    spread(comp),
                     f"{comp['at_floor']}/{comp['n']}",
                     _mean(depth_mean(c) for c in seeds),
                     _mean(slope(c) for c in seeds),
-                    ra.spread(last[(variant, stage, "frobenius")]),
-                    ra.spread(acc) if stage == "trained" and acc else "-",
+                    spread(last[(variant, stage, "frobenius")]),
+                    spread(acc) if stage == "trained" and acc else "-",
                 ]
             )
     return header, rows
@@ -104,7 +108,7 @@ def _mean(values) -> str:
     return f"{sum(values) / len(values):.2f}" if values else "-"
 
 
-def notes(result, config: dict[str, Any]) -> list[str]:
+def notes(result, cfg) -> list[str]:
     p = result.paths
     shares = ", ".join(f"k={k}: {s:.3g}" for k, s in enumerate(p["shares"]))
     out = [
@@ -123,7 +127,7 @@ def notes(result, config: dict[str, Any]) -> list[str]:
         "across seeds); a variant is 'above pure' when its mean log10 ratio over layers 1..L "
         "exceeds pure's (two-sided paired t-test across seeds: the same seeds give every variant "
         f"the same embedding and attention weights at init). Holm over all tests, alpha = "
-        f"{config['alpha']:g}. The bound is a check (it must hold), not a test.",
+        f"{cfg.alpha:g}. The bound is a check (it must hold), not a test.",
         f"Seed 003 Theorem 2.1 with skips as dummy heads, L = {p['depth']}, H = {p['heads']}: "
         f"the share of the (H+1)^L paths through k attention layers is C(L, k) H^k / (H+1)^L "
         f"({shares}); mean length {p['mean_length']:.3g}. Short paths collapse little.",
@@ -145,7 +149,7 @@ def notes(result, config: dict[str, Any]) -> list[str]:
             "Seed 003 Theorem 2.2's bound is defined for pure single-head softmax attention only; "
             "this configuration has none."
         )
-    return out + ra.failures(result)
+    return out + markdown.failures(result)
 
 
 def curves_figure(result, path: Path) -> str:
@@ -163,7 +167,7 @@ def curves_figure(result, path: Path) -> str:
             if st != stage:
                 continue
             group.sort(key=lambda s: s["layer"])
-            ra._errorbar(ax, [s["layer"] for s in group], group, label=variant, ms=4)
+            figures.errorbar(ax, [s["layer"] for s in group], group, label=variant, ms=4)
         bound = result.bound.get(stage)
         if bound:
             b = bound["log10_bound"]
@@ -175,7 +179,7 @@ def curves_figure(result, path: Path) -> str:
     axes[0][0].set_ylabel("log10 ||res(X_l)|| / ||res(X_0)||")
     # the bound leaves any useful range within a layer or two: keep the data in view
     axes[0][0].set_ylim(lowest - 0.5, max(highest, 0.0) + 0.5)
-    return ra.save_figure(fig, path)
+    return figures.save_figure(fig, path)
 
 
 def paths_figure(paths: dict[str, Any], path: Path) -> str:
@@ -187,4 +191,4 @@ def paths_figure(paths: dict[str, Any], path: Path) -> str:
         ylabel="share of paths",
         title=f"seed 003 Thm 2.1: L={paths['depth']}, H={paths['heads']}",
     )
-    return ra.save_figure(fig, path)
+    return figures.save_figure(fig, path)

@@ -3,18 +3,19 @@ drawn in the manner of seed 001's figures 2, 3 and 4 from the run's own trials."
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from blocklab.analysis import depth_width as dw  # noqa: E402
-from blocklab.report_attention import findings_table, number, save_figure, write  # noqa: E402
+from blocklab.analysis import depth_width as dw
+from blocklab.experiments.depth_width import FIT_FILE
+from blocklab.reports import Report, markdown
+from blocklab.reports.figures import save_figure
+from blocklab.reports.markdown import findings_table, number
 
 QUESTION = (
     "Seed 001 (Levine et al. 2020): at a fixed non-embedding size N = 12 L dx^2, is a deeper "
@@ -25,8 +26,15 @@ QUESTION = (
 )
 
 
-def write_report(out_dir, result, config: dict[str, Any], provenance: dict[str, Any]) -> Path:
+def write(out_dir, cfg, result) -> Report:
+    """The report, and FIT_FILE for `blocklab advise --fit` when the run found a fit."""
+    markdown.require_finished(result)
     out = Path(out_dir)
+    fit_path = out / FIT_FILE
+    if result.fit is not None:
+        fit_path.write_text(json.dumps(result.fit.to_dict(), indent=2) + "\n")
+    elif fit_path.exists():
+        fit_path.unlink()  # a fit from an earlier, different run must not pass for this one's
     figs = [_loss_plot(result, out / "depth_width_loss.png")]
     figs.append(_fit_plot(result, out / "depth_width_fit.png"))
     figs.append(_projection_plot(result, out / "depth_width_projection.png"))
@@ -45,16 +53,18 @@ def write_report(out_dir, result, config: dict[str, Any], provenance: dict[str, 
         ]
         for s in result.summaries
     ]
-    return write(
+    fit = result.fit.to_dict() if result.fit else None
+    return markdown.report(
         out,
+        cfg,
+        result,
+        extra={"fit": fit, "fit_error": result.fit_error},
         title="Depth-to-width transitions (seed 001, section 5.2)",
         question=QUESTION,
         findings=findings_table(result.findings),
         results=(header, rows),
         figures=figs,
         notes=_notes(result),
-        config=config,
-        provenance=provenance,
     )
 
 

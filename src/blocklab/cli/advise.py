@@ -1,0 +1,96 @@
+"""`blocklab advise`: depth and width for a budget from a transition fit (seed 001's eq. 10-11,
+or a depth-width run's own fit)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from blocklab.errors import UserError
+from blocklab.experiments.depth_width import FIT_FILE
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("advise", help="optimal depth and width for a budget (seed 001's fit)")
+    p.add_argument("--params", help="non-embedding budget N = 12 L dx^2 (1.3e9, 175B, 1T)")
+    p.add_argument("--depth", type=int, help="print N_transition(L) with its error")
+    p.add_argument("--fit", help="a depth-width run directory (its fit.json) or a fit file")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Depth and width for a budget from a transition fit (the paper's eq. 11 by default)."""
+    from blocklab.analysis import depth_width as dw
+
+    if args.params is None and args.depth is None:
+        raise UserError("give --params N (a budget) or --depth L (a transition size), or both")
+    fit = _load_fit(args.fit) if args.fit else dw.PAPER_FIT
+    payload: dict[str, Any] = {"fit": fit.to_dict()}
+    lines = [
+        f"fit: {fit.source}: a = {fit.a:.4g} +- {fit.sigma_a:.2g}, b = {fit.b:.4g} +- "
+        f"{fit.sigma_b:.2g} (depths {min(fit.depths):g}-{max(fit.depths):g})"
+    ]
+    if args.params is not None:
+        advice = dw.advise(_count(args.params), fit)
+        payload["advice"] = advice.to_dict()
+        lo, hi = advice.depth_range
+        near = f"depths {lo}-{hi} are" if lo < hi else "no other depth is"
+        lines += [
+            f"budget N = {advice.n_params:.4g} non-embedding parameters (N = 12 L dx^2)",
+            f"depth L = {advice.depth} (L* = {advice.depth_exact:.2f} +- "
+            f"{advice.depth_sigma:.2f}; {near} within the fit's 1-sigma)",
+            f"width dx = {advice.width:.0f} +- {advice.width_sigma:.0f} (sqrt(N / (12 L)))",
+        ]
+        if advice.extrapolated:
+            lines.append("extrapolated: L* lies outside the depths the fit was measured at")
+    if args.depth is not None:
+        if args.depth < 1:
+            raise UserError(f"--depth must be >= 1, got {args.depth}")
+        n, dn = dw.n_transition(args.depth, fit)
+        payload["transition"] = {"depth": args.depth, "n_params": n, "error": dn}
+        lines.append(
+            f"N_transition({args.depth}) = {n:.4g} +- {dn:.2g} ({100 * dn / n:.1f}%, eq. 10): "
+            f"the size at which depth {args.depth} is optimal"
+        )
+    print(json.dumps(payload, indent=2) if args.json else "\n".join(lines))
+    return 0
+
+
+def _load_fit(where: str):
+    from blocklab.analysis import depth_width as dw
+
+    path = Path(where)
+    if path.is_dir():
+        path = path / FIT_FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(
+            f"no fit at {path}: `blocklab depth-width --out DIR` writes DIR/{FIT_FILE} "
+            "when its runs give two or more transitions"
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read the fit {path}: {exc}") from None
+    return dw.Fit.from_dict(data)
+
+
+SUFFIXES = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+
+
+def _count(text: str) -> float:
+    """'1.3e9', '1_300_000_000', '1.3B', '175b', '1T', '760M', '30k' -> a number."""
+    s = text.strip().replace("_", "").replace(",", "")
+    scale = SUFFIXES.get(s[-1:].lower(), 1.0) if s else 1.0
+    try:
+        value = float(s[:-1] if scale != 1.0 else s) * scale
+    except ValueError:
+        raise UserError(
+            f"--params: {text!r} is not a number (e.g. 1.3e9, 1.3B, 175B, 1T)"
+        ) from None
+    if not (math.isfinite(value) and value > 0):
+        raise UserError(f"--params must be a positive number, got {text!r}")
+    return value

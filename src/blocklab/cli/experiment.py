@@ -1,0 +1,117 @@
+"""The subcommand of every registered experiment (`blocklab.experiments`), built from its manifest:
+every config field a flag (`config.add_flags`), a TOML file, `--full`, and the run flags. One path
+runs them all: resolve the config, open the store, run, write the report, print it or its JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+from pathlib import Path
+from typing import Any
+
+from blocklab import config as cfgmod
+from blocklab.errors import UserError
+from blocklab.executors import ENSEMBLE, EXECUTORS, Resources, default_workers
+from blocklab.experiments import Command, Experiment
+from blocklab.options import parse_pairs
+from blocklab.store import Store
+
+
+def add_parser(sub, experiment: type[Experiment], command: Command) -> None:
+    """`command`'s last word as a subcommand of `sub`, running `experiment`."""
+    p = sub.add_parser(command.words.split()[-1], help=command.help)
+    p.add_argument("--config", help="TOML file with config keys (flags override it)")
+    if experiment.task_options:
+        p.add_argument(
+            "--task-option",
+            action="append",
+            metavar="KEY=VALUE",
+            help="task option, repeatable (e.g. --task-option n_in=8)",
+        )
+    out = command.out
+    p.add_argument("--out", default=out, help=f"output directory: store, report, plots ({out})")
+    if experiment.pool:
+        _pool_flags(p)
+    p.add_argument("--json", action="store_true", help="print results as JSON on stdout")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    if hasattr(experiment.Config, "full"):
+        p.add_argument("--full", action="store_true", help="the full form (quick by default)")
+    cfgmod.add_flags(p, experiment.Config, skip=experiment.no_flags)
+    p.set_defaults(handler=lambda args: run(experiment, args))
+
+
+def _pool_flags(p: argparse.ArgumentParser) -> None:
+    """Where trained trials run (`executors.Resources`)."""
+    p.add_argument("--workers", type=int, default=default_workers(), help="processes")
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    p.add_argument(
+        "--ensemble",
+        type=int,
+        default=ENSEMBLE,
+        help=f"most trials of one architecture trained together ({ENSEMBLE}; 1: each alone)",
+    )
+    p.add_argument(
+        "--executor",
+        default="local",
+        help=f"where the trials run: {', '.join(EXECUTORS)} (local: a process pool)",
+    )
+    p.add_argument(
+        "--executor-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="executor option, repeatable (ray: address=HOST:PORT; slurm: partition=P, "
+        "time=MINUTES, folder=DIR, ...)",
+    )
+
+
+def run(experiment: type[Experiment], args: argparse.Namespace) -> int:
+    from blocklab.reports.markdown import config_json, plain
+
+    cfg = resolve(experiment, args)
+    out, store = _open_run(args)
+    resources = _resources(args) if experiment.pool else None
+    result = experiment.run(cfg, store, resources=resources, progress=not args.quiet)
+    report = importlib.import_module(experiment.report).write(out, cfg, result)
+    if args.json:
+        payload = {**report.json, "report": str(report.path), "config": config_json(cfg)}
+        print(json.dumps(plain(payload), indent=2))
+    else:
+        print("\n".join([*report.text, f"\nreport: {report.path}"]))
+    return 0
+
+
+def resolve(experiment: type[Experiment], args: argparse.Namespace) -> Any:
+    """Defaults (the quick form, or the full form with --full) < TOML < flags."""
+    cls = experiment.Config
+    defaults = cls.full() if getattr(args, "full", False) else cls()
+    flags = cfgmod.overrides(args, cls, skip=experiment.no_flags)
+    if experiment.task_options and args.task_option:
+        flags["task_options"] = parse_pairs(args.task_option, "task")
+    return cfgmod.resolve(cls, defaults, args.config, flags)
+
+
+def _open_run(args: argparse.Namespace) -> tuple[Path, Store]:
+    """Check the run flags, open the store and make sure the report can be written."""
+    from blocklab.sweep import device_name
+
+    device_name(getattr(args, "device", "cpu"))  # a bad or missing device fails here
+    out = Path(args.out)
+    store = Store(out)
+    probe = out / ".write-test"
+    try:
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UserError(f"output directory {out} is not writable: {exc.strerror}") from None
+    return out, store
+
+
+def _resources(args: argparse.Namespace) -> Resources:
+    """Where the trials run, from the pool flags; the slurm executor keeps its job files in the
+    run directory unless told otherwise."""
+    options = parse_pairs(args.executor_option or [], "executor")
+    if args.executor == "slurm":
+        options.setdefault("folder", str(Path(args.out) / "slurm"))
+    return Resources(args.workers, args.device, args.ensemble, args.executor, options)

@@ -1,0 +1,104 @@
+"""The `blocklab` command. Bad input: one line on stderr, exit 2, no traceback."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import signal
+import sys
+from typing import Any
+
+from blocklab.cli import advise, bench, experiment, runs, seprank, theory
+from blocklab.errors import Interrupted, UserError, WorkerDied
+from blocklab.experiments import EXPERIMENTS
+
+# the help line of a first word under which several commands sit
+GROUPS = {
+    "sanford": "seed 002: qSA and Match2/Match3 separations",
+    "seprank": "separation rank by grid tensors (seeds 000 and 001)",
+}
+# the commands that are not experiments: their words and what adds their parser
+EXPLICIT = {
+    "advise": advise.add_parser,
+    "bench": bench.add_parser,
+    "runs": runs.add_parser,
+    "seprank measure": seprank.add_parser,
+    "theory": theory.add_parser,
+}
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse prints usage too; one line is the contract
+        raise UserError(f"{self.prog}: {message}")
+
+
+def version() -> str:
+    """The installed distribution's version, else the source tree's."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("blocklab")
+    except metadata.PackageNotFoundError:
+        from blocklab import __version__
+
+        return __version__
+
+
+class _Version(argparse.Action):
+    """--version, looked up only when asked for: reading the installed metadata takes a moment
+    that every other command would otherwise pay."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"blocklab {version()}")
+        parser.exit()
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="blocklab", description=__doc__)
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    commands = dict(EXPLICIT)
+    for name in EXPERIMENTS.names():
+        found = EXPERIMENTS.get(name)
+        for command in found.commands:
+            adder = functools.partial(experiment.add_parser, experiment=found, command=command)
+            commands[command.words] = adder
+    groups: dict[str, Any] = {}  # first word -> the subparsers of its commands
+    for words in sorted(commands):
+        first, *rest = words.split()
+        where = sub
+        if rest:
+            if first not in groups:
+                group = sub.add_parser(first, help=GROUPS.get(first, f"the {first} commands"))
+                groups[first] = group.add_subparsers(
+                    dest="which", required=True, parser_class=Parser
+                )
+            where = groups[first]
+        commands[words](where)
+    return parser
+
+
+def _sigterm(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _sigterm)  # a kill stops like Ctrl-C: finished trials are kept
+    try:
+        args = build_parser().parse_args(argv)
+        return args.handler(args)
+    except UserError as exc:
+        print(f"blocklab: error: {exc}", file=sys.stderr)
+        return 2
+    except WorkerDied as exc:
+        print(f"blocklab: {exc}; rerun the same command to resume", file=sys.stderr)
+        return 1
+    except Interrupted as exc:
+        print(f"blocklab: {exc}; rerun the same command to resume", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("blocklab: interrupted", file=sys.stderr)
+        return 130

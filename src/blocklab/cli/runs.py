@@ -1,0 +1,89 @@
+"""`blocklab runs`: list, show and export the trials (and measured points) a run directory holds."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from blocklab.errors import UserError
+from blocklab.store import DB_NAME, Store
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("runs", help="list, show and export stored trials")
+    p.add_argument("action", nargs="?", default="list", choices=("list", "show", "export"))
+    p.add_argument("id", nargs="?", help="trial id (show) or CSV path (export)")
+    p.add_argument("--out", default="runs/demo", help="directory holding blocklab.sqlite")
+    p.add_argument("--experiment", help="only this experiment's trials")
+    p.add_argument("--status", choices=("done", "diverged", "failed"))
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    path = Path(args.out)
+    if not (path / DB_NAME).exists() and not path.is_file():
+        raise UserError(f"no store at {path} (run a sweep with --out {path} first)")
+    store = Store(path)
+    if args.action == "show":
+        if not args.id:
+            raise UserError("runs show needs a trial id (see `blocklab runs list`)")
+        rec = store.get(args.id)
+        if rec is None:
+            raise UserError(f"no trial {args.id!r} in {store.path}")
+        print(json.dumps(rec, indent=2) if args.json else _show(rec))
+        return 0
+    records = store.records(experiment=args.experiment)
+    if args.status:
+        records = [r for r in records if r["status"] == args.status]
+    if args.action == "export":
+        if not args.id:
+            raise UserError("runs export needs a CSV path, e.g. `blocklab runs export trials.csv`")
+        try:
+            n = store.export_csv(args.id, records)
+        except OSError as exc:
+            raise UserError(f"cannot write {args.id}: {exc.strerror}") from None
+        print(f"wrote {n} trials to {args.id}")
+        return 0
+    if args.json:
+        print(
+            json.dumps(
+                [
+                    {k: r[k] for k in ("id", "experiment", "status", "seed", "metrics")}
+                    for r in records
+                ],
+                indent=2,
+            )
+        )
+        return 0
+    for r in records:
+        print(f"{r['id']}  {r['experiment']:<13} {r['status']:<8} {_describe(r)}")
+    print(f"{len(records)} trials in {store.path}", file=sys.stderr)
+    return 0
+
+
+def _describe(rec: dict[str, Any]) -> str:
+    """One line of what a stored record is: trained trials and measured points alike."""
+    c, m = rec["config"], rec["metrics"]
+    parts = [c.get("task"), c.get("arm", {}).get("label") or c.get("block")]
+    parts += [f"{k}={c[k]}" for k in ("budget", "depth", "width") if c.get(k) is not None]
+    if c.get("train", {}).get("lr") is not None:
+        parts.append(f"lr={c['train']['lr']}")
+    parts.append(f"seed={rec['seed']}")
+    if m.get("test_metric") is not None:
+        parts.append(f"{m.get('metric', 'metric')}={m['test_metric']:.4g}")
+    parts += [f"{k}={m[k]}" for k in ("exact_rank", "float_rank") if m.get(k) is not None]
+    return " ".join(str(x) for x in parts if x)
+
+
+def _show(rec: dict[str, Any]) -> str:
+    lines = [f"{k}: {rec[k]}" for k in ("id", "experiment", "status", "seed")]
+    lines.append("config: " + json.dumps(rec["config"], sort_keys=True))
+    lines.append("metrics: " + json.dumps(rec["metrics"], sort_keys=True))
+    lines.append("provenance: " + json.dumps(rec["provenance"], sort_keys=True))
+    if rec.get("error"):
+        lines.append("error: " + rec["error"])
+    return "\n".join(lines)

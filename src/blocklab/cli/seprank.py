@@ -1,0 +1,63 @@
+"""`blocklab seprank measure`: the grid-tensor separation rank of one network (the seprank
+experiments beside it are registered experiments)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from blocklab.numerics import MAX_POINTS, RTOL
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("measure", help="the grid rank of one network")
+    p.add_argument(
+        "--block",
+        default="linearized_attention",
+        help="a block or a degree: linearized_attention, softmax_attention(heads=2), 3, e, mlp",
+    )
+    p.add_argument("--depth", type=int, default=2, help="layers (2)")
+    p.add_argument("--width", type=int, default=4, help="width dx (4)")
+    p.add_argument("--positions", type=int, default=2, help="positions N, the variables (2)")
+    p.add_argument(
+        "--dim", type=int, help="inputs per position (default: the width for token mixers, else 1)"
+    )
+    p.add_argument("--templates", type=int, help="M per position (default: M^N <= 65,536)")
+    p.add_argument("--partition", default="half", help="half, interleaved, random[:SEED]")
+    p.add_argument("--position", type=int, default=-1, help="output position read (-1)")
+    p.add_argument("--entry", type=int, default=0, help="output entry read (0)")
+    p.add_argument("--rtol", type=float, default=RTOL, help="relative tolerance")
+    p.add_argument("--seed", type=int, default=0, help="weights and templates (0)")
+    p.add_argument("--eps", type=float, help="also print the epsilon-rank at this eps")
+    p.add_argument("--exact", action="store_true", help="also the exact rank over F_p")
+    p.add_argument("--norm", default="none", help="none, layer or rms (none)")
+    p.add_argument("--residual", action=argparse.BooleanOptionalAction, default=False)
+    p.add_argument("--max-points", type=int, default=MAX_POINTS, help="grid limit")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from blocklab.experiments import _seprank as seprank
+    from blocklab.reports.markdown import plain
+
+    result = seprank.measure_network(
+        args.block,
+        args.depth,
+        args.width,
+        args.positions,
+        args.dim,
+        templates=args.templates,
+        partition=args.partition,
+        position=args.position,
+        entry=args.entry,
+        rtol=args.rtol,
+        seed=args.seed,
+        eps=args.eps,
+        exact=args.exact,
+        norm=args.norm,
+        residual=args.residual,
+        max_points=args.max_points,
+    )
+    print(json.dumps(plain(result), indent=2) if args.json else seprank.format_measure(result))
+    return 0

@@ -1,0 +1,163 @@
+"""Seed 002's Match2 / Match3 separation (Sanford, Hsu, Telgarsky 2023), trained and measured.
+
+One layer of standard vs third-order (tensor) attention on Match2 and Match3 at equal
+parameters. Both networks have the same width, embedding, feed-forward and readout; the tensor
+block's attention dimension is 2/3 of the width so that its five projections cost what the
+standard block's three and an output map cost (6 W a = 4 W^2). The seed predicts: standard
+attention solves Match2 with O(1) dimension but needs m H = Omega(N / log N) for Match3; tensor
+attention solves Match3.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from blocklab.errors import UserError
+from blocklab.experiments import EXPERIMENTS, Command, Experiment, Findings, _trials
+from blocklab.specs import TrainConfig
+from blocklab.store import Store
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+def _train(steps: int) -> TrainConfig:
+    return TrainConfig(steps=steps, batch_size=64, lr=3e-3, eval_points=20)
+
+
+@dataclass(frozen=True)
+class MatchConfig:
+    tasks: tuple[str, ...] = field(default=("match2", "match3"), metadata=_help("match2, match3"))
+    seq_len: int = field(
+        default=6, metadata=_help("sequence length N (modulus M chosen to balance)")
+    )
+    widths: tuple[int, ...] = field(
+        default=(6, 12), metadata=_help("model widths, multiples of 3 (equal parameters)")
+    )
+    n_train: int = field(default=16384, metadata=_help("training examples"))
+    seeds: int = field(default=3, metadata=_help("seeds per configuration"))
+    solved: float = field(default=0.95, metadata=_help("test accuracy that counts as solved"))
+    alpha: float = field(default=0.05, metadata=_help("level of the paired tests"))
+    train: TrainConfig = field(default_factory=lambda: _train(2000))
+
+    def __post_init__(self):
+        _trials.check_positive(self, ("seeds", "seq_len", "n_train"))
+        if not self.tasks or any(t not in ("match2", "match3") for t in self.tasks):
+            raise ValueError(f"tasks must be among match2, match3, got {self.tasks}")
+        if not self.widths or any(w < 3 or w % 3 for w in self.widths):
+            raise ValueError(f"widths must be positive multiples of 3, got {self.widths}")
+        if not 0 < self.alpha < 1 or not 0 < self.solved <= 1:
+            raise ValueError("alpha must be in (0, 1) and solved in (0, 1]")
+
+    @classmethod
+    def full(cls) -> MatchConfig:
+        return cls(widths=(6, 12, 24, 48), seq_len=8, seeds=5, n_train=65536, train=_train(6000))
+
+
+MATCH_SHAPE = _trials.NetShape(depth=1, norm="layer", residual=True, ff="relu4x")
+
+
+def match_arms(width: int):
+    """Standard and tensor attention of equal cost at one width (see the module docstring)."""
+    from blocklab.models import parse_arm
+
+    return [
+        ("standard", parse_arm(f"softmax_attention(head_dim={width})")),
+        ("tensor", parse_arm(f"tensor_attention(head_dim={2 * width // 3})")),
+    ]
+
+
+def plan(cfg: MatchConfig) -> list[tuple[dict[str, Any], Any]]:
+    out = []
+    for task in cfg.tasks:
+        opts = {"seq_len": cfg.seq_len, "n_train": cfg.n_train}
+        for width in cfg.widths:
+            shape = replace(MATCH_SHAPE, width=width)
+            counts = {
+                model: _trials.total_params(task, opts, arm, shape)
+                for model, arm in match_arms(width)
+            }
+            if len(set(counts.values())) != 1:
+                raise UserError(f"arms differ in size at width {width}: {counts}")
+            for model, arm in match_arms(width):
+                for seed in range(cfg.seeds):
+                    spec = _trials.spec(task, opts, arm, shape, cfg.train, seed)
+                    out.append(({"width": width, "model": model}, spec))
+    return out
+
+
+def run(cfg: MatchConfig, store: Store, *, resources=None, progress=True) -> Findings:
+    rows, summaries, failed = _trials.run_planned(
+        plan(cfg),
+        store,
+        "sanford-match",
+        ("task", "width", "model"),
+        resources=resources,
+        progress=progress,
+    )
+    return Findings(rows, summaries, findings(cfg, summaries), failed)
+
+
+PREDICTIONS = {
+    ("match2", "standard"): True,
+    ("match2", "tensor"): True,
+    ("match3", "standard"): False,  # at small width: m H = Omega(N / log N) is needed
+    ("match3", "tensor"): True,
+}
+
+
+def findings(cfg: MatchConfig, summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from blocklab.analysis.stats import holm, paired_p
+
+    by = {(s["task"], s["width"], s["model"]): s for s in summaries}
+    findings, pvals = [], []
+    for task in cfg.tasks:
+        for width in cfg.widths:
+            std, ten = by.get((task, width, "standard")), by.get((task, width, "tensor"))
+            if not std or not ten:
+                continue
+            seeds = sorted(set(std["values"]) & set(ten["values"]))
+            p = (
+                paired_p([ten["values"][s] for s in seeds], [std["values"][s] for s in seeds])
+                if len(seeds) >= 2
+                else float("nan")
+            )
+            pvals.append(p)
+            for model, s in (("standard", std), ("tensor", ten)):
+                solved = bool(s["n"]) and s["mean"] >= cfg.solved
+                predicted = PREDICTIONS[(task, model)]
+                findings.append(
+                    {
+                        "task": task,
+                        "width": width,
+                        "model": model,
+                        "predicted": "solves" if predicted else "does not solve (small width)",
+                        "measured": f"{s['mean']:.3f} accuracy "
+                        + ("(solved)" if solved else "(not solved)"),
+                        "agrees": solved == predicted,
+                        "p_tensor_vs_standard": p,
+                    }
+                )
+    finite = [p for p in pvals if not math.isnan(p)]
+    adjusted = iter(holm(finite)) if finite else iter(())
+    adj = {i: next(adjusted) for i, p in enumerate(pvals) if not math.isnan(p)}
+    for i, f in enumerate(findings):
+        f["p_holm"] = adj.get(i // 2, float("nan"))
+    return findings
+
+
+@EXPERIMENTS.register
+class SanfordMatch(Experiment):
+    Config = MatchConfig
+    run = staticmethod(run)
+    report = "blocklab.reports.sanford_match"
+    commands = (
+        Command(
+            "sanford match",
+            "standard vs tensor attention on Match2 and Match3",
+            "runs/sanford-match",
+        ),
+    )

@@ -1,0 +1,220 @@
+"""The capacity part of the degree sweep's report (`blocklab.analysis.capacity`): design checks,
+verdict, test loss per budget, scaling fits and the parameter efficiency against d = 3, with their
+two figures.
+"""
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from blocklab.analysis.capacity import PREDICTED_EFFECT, REFERENCE, predicted_multiplier
+from blocklab.reports.markdown import markdown_table
+from blocklab.reports.markdown import short as fmt
+from blocklab.reports.plots import colors, save
+
+
+def check_lines(capacity):
+    """The design checks, one line each, and the verdict or why there is none."""
+    lines = [
+        f"- {'passed' if c.passed else 'FAILED'}: {c.name}: {c.detail}" for c in capacity.checks
+    ]
+    if capacity.verdict is not None:
+        return lines, capacity.verdict
+    failed = [c for c in capacity.checks if not c.passed]
+    if failed:
+        why = "; ".join(f"design check failed: {c.name}: {c.detail}" for c in failed)
+    else:
+        why = f"no scaling fit for the reference arm {REFERENCE} (is it among the degrees?)"
+    return lines, f"{why} — no verdict"
+
+
+def _ci(pair):
+    lo, hi = pair
+    return f"[{fmt(lo)}, {fmt(hi)}]"
+
+
+def _mult(x):
+    return "inf" if x is not None and math.isinf(x) else fmt(x)
+
+
+def capacity_section(capacity):
+    """Markdown: design checks, verdict, per-budget losses, scaling fits, efficiency vs d = 3."""
+    fit = capacity.fit
+    checks, verdict = check_lines(capacity)
+    lines = ["## Design checks", "", *checks, "", "## Verdict", "", verdict, ""]
+    lines += [
+        "## Test loss per budget",
+        "",
+        "Mean over (teacher, seed) with std and 95% Student-t interval; plateaued: share of "
+        "trials whose smoothed validation loss had stopped falling (see the design checks). "
+        "With several teachers, the spread within a teacher (mean std over seeds) and between "
+        "teachers (std of their means) are shown apart.",
+        "",
+    ]
+    body = []
+    for arm, by_b in capacity.stats.items():
+        for b, st in by_b.items():
+            body.append(
+                (
+                    arm,
+                    str(b),
+                    str(st["params"]),
+                    f"{fmt(st['mean'])} ± {fmt(st['std'])}",
+                    f"[{fmt(st['ci_low'])}, {fmt(st['ci_high'])}]",
+                    f"{st['plateaued_fraction']:.0%}",
+                    fmt(st["within_teacher_std"]),
+                    fmt(st["between_teacher_std"]),
+                )
+            )
+    header = ("arm", "budget", "params", "test loss", "95% CI", "plateaued", "within", "between")
+    lines += markdown_table(header, body)
+    lines += [
+        "",
+        "## Scaling fits",
+        "",
+        "Per arm, L(P) = L_inf + a P^-alpha fit by least squares on log loss to the per-budget "
+        "means against the actual parameter counts (SciPy); intervals: "
+        f"{fit.level:.0%} bootstrap percentiles over {fit.n_boot} draws that resample teachers, "
+        "then seeds within them, the same draws for every arm (paired).",
+        "",
+    ]
+    body = [
+        (arm, fmt(f.L_inf), _ci(f.ci["L_inf"]), fmt(f.a), fmt(f.alpha), _ci(f.ci["alpha"]))
+        for arm, f in fit.fits.items()
+    ]
+    lines += markdown_table(("arm", "L_inf", "95% CI", "a", "alpha", "95% CI"), body)
+    lines += ["", "![test loss vs budget](scaling.png)", ""]
+    if fit.reference is None:
+        return lines + [f"No parameter-efficiency multipliers: {REFERENCE} was not fitted.", ""]
+    ref = fit.efficiency[fit.reference]
+    lines += [
+        "## Parameter efficiency against d = 3",
+        "",
+        f"The loss {fit.reference} reaches at P_ref = {ref.ref_params:.0f} parameters (the middle "
+        f"of its measured log range) is {ref.target_loss:.4g}. For each arm: the parameters its "
+        "fitted curve needs for that loss, divided by P_ref (above 1: it needs more than "
+        f"{fit.reference}; inf: its fitted floor L_inf lies above the target). Seed 000's "
+        "prediction beside it: equal degree proxy (eq. 17) means B_X h(X) = B_3 h(3), so the "
+        "multiplier is h(3) / h(X). Measurement and prediction are never fitted to each other.",
+        "",
+    ]
+    body = []
+    for arm, e in fit.efficiency.items():
+        pred = predicted_multiplier(arm, capacity.degrees.get(arm))
+        body.append(
+            (
+                arm,
+                _mult(e.multiplier),
+                f"[{_mult(e.ci_low)}, {_mult(e.ci_high)}]",
+                "-" if pred is None else f"{pred:.4f}",
+                "yes" if e.extrapolated else "no",
+            )
+        )
+    lines += markdown_table(("arm", "multiplier", "95% CI", "predicted", "extrapolated"), body)
+    res = fit.resolution
+    lines += [
+        "",
+        (
+            f"Resolution: the intervals' median half-width is {res:.3g} (in multiplier units); "
+            f"the predicted difference between d = 3 and d = 2 or 4 is {PREDICTED_EFFECT:.3f}. "
+            + (
+                "This run can resolve it."
+                if res < PREDICTED_EFFECT / 2
+                else "This run cannot resolve it: more seeds, teachers or budgets narrow the "
+                "intervals (roughly as one over the square root of the number of units)."
+            )
+            if res is not None
+            else "Resolution: no finite interval."
+        ),
+        "",
+        "![parameter efficiency](efficiency.png)",
+        "",
+    ]
+    return lines
+
+
+def _arm_key(capacity):
+    return lambda a: (capacity.degrees.get(a) is None, capacity.degrees.get(a) or 0.0, a)
+
+
+def _plain_log(ax, axes="xy"):
+    """Log axes labelled 0.3, not 3 x 10^-1, at 1, 2 and 5 per decade (minor ticks unlabelled:
+    over a wide range their labels overlap)."""
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    for name in axes:
+        axis = getattr(ax, f"{name}axis")
+        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(NullFormatter())
+
+
+def scaling_curves(capacity, path):
+    """Log-log test loss vs actual block parameters: per arm the means with 95% intervals and the
+    fitted L(P) = L_inf + a P^-alpha, one colour per arm."""
+    stats, fits = capacity.stats, capacity.fit.fits
+    arms = sorted(stats, key=_arm_key(capacity))
+    color = colors(arms)
+    fig, ax = plt.subplots(figsize=(7, 4.8), layout="constrained")
+    for arm in arms:
+        pts = [s for _, s in sorted(stats[arm].items()) if math.isfinite(s["mean"])]
+        if not pts:
+            continue
+        x = np.array([s["params"] for s in pts], dtype=float)
+        y = np.array([s["mean"] for s in pts])
+        lo = np.array([s["ci_low"] if math.isfinite(s["ci_low"]) else s["mean"] for s in pts])
+        hi = np.array([s["ci_high"] if math.isfinite(s["ci_high"]) else s["mean"] for s in pts])
+        lo = np.where(lo > 0, lo, y)  # a loss is positive: no bar below zero on a log axis
+        c = color[arm]
+        ax.errorbar(x, y, yerr=[y - lo, hi - y], color=c, marker="o", ls="none", capsize=3)
+        if arm in fits:
+            f = fits[arm]
+            grid = np.geomspace(x.min() / 1.3, x.max() * 1.3, 100)
+            label = f"{arm}: {f.L_inf:.3g} + {f.a:.3g} P^-{f.alpha:.2f}"
+            ax.plot(grid, [f.predict(p) for p in grid], color=c, label=label)
+        else:
+            ax.plot([], [], color=c, marker="o", label=f"{arm} (no fit)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _plain_log(ax)
+    ax.set(xlabel="block parameters P (actual count)", ylabel="test loss, mean and 95% CI")
+    ax.set_title("test loss vs budget, fitted L(P) = L_inf + a P^-alpha", fontsize=10)
+    ax.legend(fontsize=8)
+    return save(fig, path)
+
+
+def efficiency(capacity, path):
+    """Each arm's parameter multiplier against d = 3 with its bootstrap interval, beside seed 000's
+    prediction h(3) / h(d); above 1 the arm needs more parameters than d = 3 for the same loss.
+    An infinite multiplier or bound is drawn at the top edge and marked."""
+    eff = capacity.fit.efficiency
+    arms = sorted(eff, key=_arm_key(capacity))
+    values = [v for a in arms for v in (eff[a].multiplier, eff[a].ci_low, eff[a].ci_high)]
+    shown = [v for v in values if math.isfinite(v) and v > 0]
+    top = max(shown + [1.2]) * 1.15
+    bottom = max(min(shown + [0.8]) / 1.15, 1e-3)  # a bound near 0 is cut at the frame
+    fig, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
+    for i, arm in enumerate(arms):
+        e = eff[arm]
+        m = e.multiplier if math.isfinite(e.multiplier) else top
+        lo = e.ci_low if math.isfinite(e.ci_low) else m
+        hi = e.ci_high if math.isfinite(e.ci_high) else top
+        bars = [[max(m - lo, 0.0)], [max(hi - m, 0.0)]]
+        ax.errorbar([i], [m], yerr=bars, color="C0", marker="o", capsize=4, label="measured")
+        if not math.isfinite(e.multiplier):
+            ax.annotate("inf", (i, top), ha="center", va="bottom", fontsize=8)
+        pred = predicted_multiplier(arm, capacity.degrees.get(arm))
+        if pred is not None:
+            ax.plot([i], [pred], color="C3", marker="x", ms=9, ls="none", label="h(3) / h(d)")
+    ax.axhline(1.0, color="0.4", linestyle=":", linewidth=1)
+    ax.set_xticks(range(len(arms)), arms)
+    ax.set_yscale("log")
+    ax.set_ylim(bottom, top * 1.1)
+    _plain_log(ax, "y")
+    ax.set(ylabel="parameters needed / those of d = 3")
+    ax.set_title("multiplier vs d = 3 with 95% CI; > 1: needs more than d = 3", fontsize=10)
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))  # one entry per kind, not per arm
+    ax.legend(unique.values(), unique.keys(), fontsize=8)
+    return save(fig, path)

@@ -1,0 +1,74 @@
+"""Figure helpers the reports share: saving a figure beside its report, and means over seeds
+with their 95% intervals, drawn as lines against one key."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+
+
+def save_figure(fig, path: Path) -> str:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path.name
+
+
+def errorbar(ax, xs, group, **kw):
+    means = [s["mean"] for s in group]
+    err = [
+        [0 if not s["n"] > 1 else s["mean"] - s["lo"] for s in group],
+        [0 if not s["n"] > 1 else s["hi"] - s["mean"] for s in group],
+    ]
+    ax.errorbar(xs, means, yerr=err, capsize=3, marker="o", **kw)
+
+
+def lines_plot(
+    summaries: list[dict[str, Any]],
+    path: Path,
+    *,
+    x: str,
+    series: tuple[str, ...],
+    panels: str | None = None,
+    ylabel: str,
+    logx: bool = True,
+    hline: float | None = None,
+) -> str:
+    """One panel per value of `panels`, one line per value of `series`, x against the mean with
+    its 95% interval."""
+    panel_keys = sorted({s[panels] for s in summaries}, key=str) if panels else [None]
+    fig, axes = plt.subplots(
+        1, len(panel_keys), figsize=(4.2 * len(panel_keys), 3.4), squeeze=False
+    )
+    for ax, pk in zip(axes[0], panel_keys, strict=True):
+        groups = defaultdict(list)
+        for s in summaries:
+            if (panels is None or s[panels] == pk) and s["n"]:
+                groups[tuple(s[k] for k in series)].append(s)
+        for key, group in sorted(groups.items(), key=lambda kv: str(kv[0])):
+            group.sort(key=lambda s: s[x])
+            label = ", ".join(
+                f"{k}={v}" if k not in ("model",) else str(v)
+                for k, v in zip(series, key, strict=True)
+            )
+            errorbar(ax, [s[x] for s in group], group, label=label)
+        if hline is not None:
+            ax.axhline(hline, color="grey", lw=0.8, ls=":")
+        if logx:
+            ax.set_xscale("log", base=2)
+        ax.set_xlabel(x)
+        ax.set_ylabel(ylabel)
+        if pk is not None:
+            ax.set_title(f"{panels} = {pk}")
+        ax.legend(fontsize=7)
+    return save_figure(fig, path)
+
+
+def group_by(rows, keys):
+    groups = defaultdict(list)
+    for r in rows:
+        groups[tuple(r[k] for k in keys)].append(r)
+    return groups

@@ -1,0 +1,149 @@
+"""What every report shares: Markdown tables, the report's skeleton (question, prediction and
+measurement, results, figures, notes, configuration, provenance), plain JSON, and the findings an
+experiment prints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from blocklab.errors import UserError
+from blocklab.reports import Report
+
+
+def markdown_table(header, body):
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return out + ["| " + " | ".join(cells) + " |" for cells in body]
+
+
+def plain(x):
+    # JSON has no NaN or Infinity: a missing statistic is null.
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: plain(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [plain(v) for v in x]
+    return x
+
+
+def config_json(cfg: Any) -> dict[str, Any]:
+    """A config as the JSON a report and `--json` show (tuples as lists, other values as text)."""
+    return plain(json.loads(json.dumps(dataclasses.asdict(cfg), default=str)))
+
+
+def short(x) -> str:
+    """Four significant digits; '-' for a missing or non-finite value."""
+    return "-" if x is None or not math.isfinite(x) else f"{x:.4g}"
+
+
+def number(x: Any, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+
+
+def spread(s: dict[str, Any]) -> str:
+    if not s["n"]:
+        return "-"
+    text = f"{s['mean']:.3f}"
+    if s["n"] > 1:
+        text += f" ± {s['std']:.3f} [{s['lo']:.3f}, {s['hi']:.3f}]"
+    return text + (f" ({s['diverged']} diverged)" if s.get("diverged") else "")
+
+
+def write(
+    out_dir: str | Path,
+    cfg: Any,
+    *,
+    title: str,
+    question: str,
+    findings: tuple[list[str], list[list[str]]],
+    results: tuple[list[str], list[list[str]]],
+    figures: list[str],
+    notes: list[str],
+) -> Path:
+    """report.md: the question, prediction beside measurement, the results, figures and notes,
+    then the configuration and the provenance of the run."""
+    from blocklab.sweep import provenance
+
+    config = config_json(cfg)
+    lines = [f"# {title}", "", "## Question", "", question, "", "## Prediction and measurement", ""]
+    lines += markdown_table(*findings)
+    lines += ["", "## Results", ""]
+    lines += markdown_table(*results)
+    lines += [""] + [f"![{Path(f).stem}]({f})" for f in figures]
+    if notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    lines += ["", "## Configuration", "", "```json", json.dumps(config, indent=2), "```", ""]
+    lines += ["## Provenance", ""] + [f"- {k}: {v}" for k, v in provenance().items()]
+    path = Path(out_dir) / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+FINDING_HEADER = ["part", "setting", "predicted", "measured", "verdict"]
+
+
+def findings_table(findings: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The findings of an experiment whose findings carry FINDING_HEADER's keys, one row each."""
+    return FINDING_HEADER, [[str(f.get(k, "-")) for k in FINDING_HEADER] for f in findings]
+
+
+def results_table(summaries: list[dict[str, Any]], keys: dict[str, str]):
+    """(header, rows): one row per configuration, sorted by `keys` (summary key -> column)."""
+    header = [*keys.values(), "parameters", "test accuracy (mean ± std [95% CI])", "seeds"]
+    ordered = sorted(summaries, key=lambda s: tuple(s[k] for k in keys))
+    rows = [
+        [
+            *(f"{s[k]:g}" if isinstance(s[k], float) else str(s[k]) for k in keys),
+            str(s["params"]),
+            spread(s),
+            str(s["n"]),
+        ]
+        for s in ordered
+    ]
+    return header, rows
+
+
+def failures(result) -> list[str]:
+    return [f"failed: {f['trial']}: {f['error'].splitlines()[0]}" for f in result.failed]
+
+
+def require_finished(result) -> None:
+    """A run of trained trials with none finished has nothing to report: say where the failures
+    are instead."""
+    if not result.rows:
+        raise UserError("no trial finished; see `blocklab runs --out DIR list --status failed`")
+
+
+def findings_report(path: Path, result, **extra: Any) -> Report:
+    """An experiment's findings: one line each (what was predicted beside what was measured), or
+    as JSON its findings, summaries, `extra` and failures."""
+    payload = {"findings": result.findings, "summaries": result.summaries, **extra}
+    payload["failed"] = result.failed
+    lines = []
+    for f in result.findings:
+        where = " ".join(str(f[k]) for k in ("part", "setting", "task") if k in f)
+        where += "".join(f" {k}={f[k]}" for k in ("q", "width", "model") if k in f)
+        verdict = f" -> {f['verdict']}" if "verdict" in f else ""
+        lines.append(
+            f"{where.strip()}: predicted {f['predicted']}; measured {f['measured']}{verdict}"
+        )
+    return Report(path, payload, lines + failures(result))
+
+
+def report(
+    out_dir: str | Path, cfg: Any, result, extra: dict[str, Any] | None = None, **sections
+) -> Report:
+    """The report of an experiment that tests predictions: report.md (`write`, with `sections`)
+    and its findings as the command prints them (`findings_report`, with `extra`)."""
+    return findings_report(write(out_dir, cfg, **sections), result, **(extra or {}))

@@ -1,0 +1,131 @@
+"""What a trial is, free of torch: the training config, the trial spec and its id, the degrees and
+switches a network takes by name, and how trials group into units of work. Configs and the command
+line read these without importing torch; `sweep` runs the specs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from blocklab.errors import UserError
+
+if TYPE_CHECKING:
+    from blocklab.models import Arm
+
+NORMS = ("none", "layer", "rms")
+ACTIVATIONS = ("none", "relu", "gelu", "tanh")  # after each block (models.ACTIVATIONS builds them)
+FEED_FORWARD = {"none": 0, "relu4x": 4}  # name -> hidden expansion of the position-wise MLP
+
+
+def format_degree(d: float) -> str:
+    if abs(d - math.e) < 1e-12:
+        return "e"
+    return f"{d:g}"
+
+
+def parse_degree(text: str) -> float:
+    s = str(text).strip().lower()
+    try:
+        d = math.e if s == "e" else float(s)
+    except ValueError:
+        raise UserError(f"degree {text!r} is not a number or 'e'") from None
+    if not math.isfinite(d) or d < 1:
+        raise UserError(f"degree must be a real number >= 1, got {text!r}")
+    return d
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = field(default=1000, metadata={"help": "optimizer steps per trial"})
+    batch_size: int = field(default=128, metadata={"help": "examples per step"})
+    lr: float = field(default=3e-3, metadata={"help": "peak learning rate"})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
+    warmup: float = field(default=0.05, metadata={"help": "fraction of steps of linear warmup"})
+    clip: float = field(default=1.0, metadata={"help": "gradient-norm clipping threshold"})
+    eval_points: int = field(default=40, metadata={"help": "validation evaluations per run"})
+    threshold: float | None = field(
+        default=None,
+        metadata={"help": "validation loss that counts as converged; None: the task's own"},
+    )
+    blowup: float = field(
+        default=100.0, metadata={"help": "diverged when the loss exceeds this times its start"}
+    )
+
+    def __post_init__(self):
+        for name in ("steps", "batch_size", "eval_points"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if not 0 <= self.warmup < 1:
+            raise ValueError(f"warmup must be a fraction in [0, 1), got {self.warmup}")
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    task: str
+    task_options: dict[str, Any]
+    arm: Arm
+    budget: int
+    depth: int
+    width: int
+    bias: bool
+    norm: str
+    activation: str
+    residual: bool
+    train: TrainConfig
+    seed: int
+    data_seed: int | None = None  # None: the task's data follow the trial seed
+    ff: str = "none"  # feed-forward sublayer per layer (FEED_FORWARD)
+    flatten: bool = False  # a sequence task fed as one flat vector (fully connected baseline)
+    # measures taken at initialization and after training, e.g. ("collapse", "seprank(templates=3)")
+    measures: tuple[str, ...] = ()
+    scaled_residual: bool = False  # residual branches times 1/sqrt(depth) (models.Net)
+
+    def config(self) -> dict[str, Any]:
+        config = dataclasses.asdict(self)
+        # fields at their defaults stay out, so trials made before they existed keep their ids
+        for name, default in (("measures", ()), ("scaled_residual", False)):
+            if config[name] == default:
+                del config[name]
+        return config
+
+    @functools.cached_property
+    def id(self) -> str:
+        text = json.dumps(self.config(), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def describe(self) -> str:
+        shape = f"L={self.depth} w={self.width} lr={self.train.lr:g}"
+        return f"{self.task} B={self.budget} {self.arm.label} {shape} seed={self.seed}"
+
+
+def ensemble_key(spec: TrialSpec) -> str | None:
+    """Trials with equal keys can train as one ensemble: they differ only in seeds and learning
+    rate. None for trials that train alone (those taking measures of the network)."""
+    if spec.measures:
+        return None
+    config = spec.config()
+    del config["seed"], config["data_seed"]
+    config["train"] = {**config["train"], "lr": None}
+    return json.dumps(config, sort_keys=True, default=str)
+
+
+def plan_units(todo: list[TrialSpec], ensemble: int, workers: int) -> list[list[TrialSpec]]:
+    """Units of work: trials sharing an architecture in ensembles of at most `ensemble` members,
+    made smaller when that leaves some of the `workers` idle."""
+    size = max(1, min(ensemble, math.ceil(len(todo) / max(1, workers))))
+    groups: dict[str, list[TrialSpec]] = {}
+    for spec in todo:
+        groups.setdefault(ensemble_key(spec) or spec.id, []).append(spec)
+    units = []
+    for group in groups.values():  # split evenly: 9 at size 8 is 5 + 4, not 8 + 1
+        parts = math.ceil(len(group) / size)
+        units += [group[i::parts] for i in range(parts)]
+    return units
