@@ -1,0 +1,204 @@
+"""The shape of the code, as ARCHITECTURE.md states it: imports flow one way, files stay short,
+the registries it names exist, the command line's help costs no torch, and one file adds an
+experiment (this module adds one, with its report, and runs it through the command line)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from importlib import import_module, metadata
+from pathlib import Path
+
+import pytest
+
+import blocklab
+from blocklab.cli import build_parser, main
+from blocklab.experiments import EXPERIMENTS, Command, Experiment
+from blocklab.registry import Registry
+from blocklab.reports import Report
+
+ROOT = Path(__file__).resolve().parent.parent
+SRC = Path(blocklab.__file__).resolve().parent
+
+# bottom to top: a module may import its own layer and those below it (ARCHITECTURE.md)
+LAYERS = [
+    {"", "errors", "options", "registry", "config", "store", "theory", "specs", "numerics"}
+    | {"executors"},
+    {"blocks", "tasks", "measures", "analysis"},
+    {"models", "budget"},
+    {"train", "ensemble", "sweep", "bench"},
+    {"experiments"},
+    {"reports"},
+    {"cli", "__main__"},
+]
+LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
+
+
+def _component(module: str) -> str:
+    """'blocklab.experiments.collapse' -> 'experiments'; 'blocklab' -> ''."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _home(path: Path) -> str:
+    """The component a source file belongs to: its folder, or its own name at the top."""
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return "" if parts == ("__init__",) else parts[0]
+
+
+def _imports(tree: ast.AST):
+    """Every blocklab module a file imports, at the top or inside a function, except under
+    `if TYPE_CHECKING:` (annotations only)."""
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            skip.update(id(n) for n in ast.walk(node))
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name.split(".")[0] == "blocklab")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "blocklab":
+            if node.module == "blocklab":  # `from blocklab import sweep, __version__`
+                for a in node.names:
+                    is_module = (SRC / a.name).is_dir() or (SRC / f"{a.name}.py").exists()
+                    yield f"blocklab.{a.name}" if is_module else "blocklab"
+            else:
+                yield node.module
+
+
+def test_imports_flow_one_way():
+    wrong = []
+    for path in sorted(SRC.rglob("*.py")):
+        here = _home(path)
+        for module in _imports(ast.parse(path.read_text())):
+            there = _component(module)
+            if LAYER[there] > LAYER[here]:
+                wrong.append(f"{path.relative_to(SRC)} imports {module}")
+    assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
+
+
+def test_every_source_file_is_in_a_layer():
+    names = {_home(p) for p in SRC.rglob("*.py")}
+    assert names <= set(LAYER), names - set(LAYER)
+
+
+def test_no_source_file_is_over_400_lines():
+    long = {str(p.relative_to(SRC)): n for p in SRC.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 400}  # fmt: skip
+    assert not long, long
+
+
+def test_the_registries_architecture_names_exist():
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    named = re.findall(r"`(blocklab(?:\.\w+)+)\.([A-Z]+)`", text)
+    assert len(named) >= 4
+    for module, name in named:
+        assert isinstance(getattr(import_module(module), name), Registry), (module, name)
+    for path in re.findall(r"`((?:src/blocklab|tests|benchmarks)/[\w/]+\.py)`", text):
+        assert "NAME" in path or (ROOT / path).exists(), path  # NAME: the file one adds
+
+
+def test_help_imports_neither_torch_nor_matplotlib():
+    """`blocklab --help` and every `blocklab SUBCOMMAND --help`, in a fresh interpreter; numpy
+    too, which alone would take a third of the half second the help may take."""
+    script = """
+import contextlib, io, sys
+from blocklab.cli import build_parser, main
+
+def paths(parser, words=()):
+    yield words
+    for action in parser._subparsers._actions if parser._subparsers else ():
+        for name, sub in (getattr(action, "choices", None) or {}).items():
+            yield from paths(sub, (*words, name))
+
+for words in list(paths(build_parser())):
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+        main([*words, "--help"])
+print(sorted(m for m in ("torch", "numpy", "scipy", "matplotlib") if m in sys.modules))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    try:
+        expected = metadata.version("blocklab")
+    except metadata.PackageNotFoundError:  # a source tree on the path, not installed
+        expected = blocklab.__version__
+    assert capsys.readouterr().out == f"blocklab {expected}\n"
+    proc = subprocess.run(
+        [sys.executable, "-m", "blocklab", "--version"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and proc.stdout.startswith("blocklab ")
+
+
+# --- one file adds an experiment: this module's toy, with its report here too ----------------
+
+
+@dataclass(frozen=True)
+class SquaresConfig:
+    n: int = field(default=3, metadata={"help": "how many squares"})
+
+    def __post_init__(self):
+        if self.n < 1:
+            raise ValueError(f"n must be >= 1, got {self.n}")
+
+    @classmethod
+    def full(cls) -> SquaresConfig:
+        return cls(n=10)
+
+
+def squares(cfg: SquaresConfig, store, *, resources=None, progress=True) -> list[int]:
+    return [i * i for i in range(cfg.n)]
+
+
+def write(out_dir, cfg: SquaresConfig, result: list[int]) -> Report:
+    path = Path(out_dir) / "report.md"
+    path.write_text(f"# Squares\n\n{result}\n")
+    return Report(path, {"squares": result}, [f"squares: {result}"])
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    monkeypatch.setattr(EXPERIMENTS, "_items", dict(EXPERIMENTS._items))  # undone after the test
+
+    @EXPERIMENTS.register
+    class Squares(Experiment):
+        Config = SquaresConfig
+        run = staticmethod(squares)
+        report = __name__
+        commands = (Command("squares", "the first n squares, the smallest experiment", "runs/sq"),)
+        pool = False
+
+    return Squares
+
+
+def test_one_file_adds_an_experiment(toy, tmp_path, capsys):
+    assert toy.name == __name__ and EXPERIMENTS.get(__name__) is toy
+    assert "the first n squares, the smallest experiment" in build_parser().format_help()
+    with pytest.raises(SystemExit):
+        main(["squares", "--help"])
+    assert "how many squares (default: 3)" in " ".join(capsys.readouterr().out.split())
+
+    assert main(["squares", "--n", "4", "--out", str(tmp_path), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload == {
+        "squares": [0, 1, 4, 9],
+        "report": str(tmp_path / "report.md"),
+        "config": {"n": 4},
+    }
+    assert (tmp_path / "report.md").read_text() == "# Squares\n\n[0, 1, 4, 9]\n"
+
+    assert main(["squares", "--full", "--out", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"squares: {[i * i for i in range(10)]}"
+    assert main(["squares", "--n", "0", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("blocklab: error:")
