@@ -24,15 +24,17 @@ from blocklab.reports import Report
 ROOT = Path(__file__).resolve().parent.parent
 SRC = Path(blocklab.__file__).resolve().parent
 
-# bottom to top: a module may import its own layer and those below it (ARCHITECTURE.md)
+# bottom to top: a module may import its own layer and those below it (ARCHITECTURE.md).
+# analysis sits beside the reports, above the experiments: an experiment gathers and stores its
+# trials, and every statistic of them is computed above it.
 LAYERS = [
     {"", "errors", "options", "registry", "config", "store", "theory", "specs", "numerics"}
     | {"executors"},
-    {"blocks", "tasks", "measures", "analysis"},
+    {"blocks", "tasks", "measures"},
     {"models", "budget"},
     {"train", "ensemble", "sweep", "bench"},
     {"experiments"},
-    {"reports"},
+    {"analysis", "reports"},
     {"cli", "__main__"},
 ]
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}

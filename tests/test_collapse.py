@@ -151,8 +151,10 @@ def test_bound_check_can_fail():
 def test_tiny_run_is_stored_reported_and_resumes(tmp_path):
     cfg = CollapseConfig(variants=("pure", "skip", "norm"), **TINY)
     store = Store(tmp_path)
-    result = collapse.run(cfg, store, resources=executors.Resources(device="cpu"), progress=False)
-    assert not result.failed and len(result.rows) == 3 * 2
+    trials = collapse.run(cfg, store, resources=executors.Resources(device="cpu"), progress=False)
+    assert not trials.failed and len(trials.rows) == 3 * 2
+    result = report.analyze(cfg, trials)
+    assert result.rows == trials.rows and result.failed == []
     stamps = {r["id"]: r["finished_at"] for r in store.records(experiment="collapse")}
     assert len(stamps) == 6
     layers = {s["layer"] for s in result.summaries}
@@ -168,14 +170,14 @@ def test_tiny_run_is_stored_reported_and_resumes(tmp_path):
     checks = [f for f in result.findings if f["test"] == "check"]
     assert len(checks) == 2 and all(f["verdict"].startswith("holds") for f in checks)
 
-    text = report.write(tmp_path, cfg, result).path.read_text()
+    text = report.write(tmp_path, cfg, trials).path.read_text()
     assert "## Prediction and measurement" in text and "seed 003 bound" in text
     for name in ("collapse_ratio_vs_layer.png", "collapse_path_shares.png"):
         assert (tmp_path / name).stat().st_size > 0
 
     again = collapse.run(cfg, store, resources=executors.Resources(device="cpu"), progress=False)
     assert {r["id"]: r["finished_at"] for r in store.records(experiment="collapse")} == stamps
-    assert again.summaries == result.summaries
+    assert report.analyze(cfg, again).summaries == result.summaries
 
 
 def test_pure_attention_collapses_at_init_and_skip_keeps_it_up(tmp_path):
@@ -183,9 +185,10 @@ def test_pure_attention_collapses_at_init_and_skip_keeps_it_up(tmp_path):
     attention's ratio falls far below 1 with depth at random init; with skips it stays near 1.
     Ignoring the residual connection would make both collapse."""
     cfg = CollapseConfig(variants=("pure", "skip"), n_train=256, seeds=3, train=SHORT)
-    result = collapse.run(
+    trials = collapse.run(
         cfg, Store(tmp_path), resources=executors.Resources(device="cpu"), progress=False
     )
+    result = report.analyze(cfg, trials)
     last = {
         (r["variant"], r["seed"]): r["measures"]["collapse"]["init"]["composite"]["median"][-1]
         for r in result.rows

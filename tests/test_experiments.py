@@ -12,6 +12,8 @@ import torch
 from blocklab.cli import main
 from blocklab.experiments import _trials, needle, sanford_match, sanford_qsa
 from blocklab.models import parse_arm
+from blocklab.reports import needle as needle_report
+from blocklab.reports import sanford_qsa as qsa_report
 from blocklab.specs import TrainConfig
 
 SHORT = TrainConfig(steps=20, batch_size=32, eval_points=2)
@@ -78,12 +80,29 @@ def test_needle_verdicts_follow_the_tests():
         return {"model": model, "seq_len": 8, "tau1": 3.0, "successes": k, "fraction": k / 100}
 
     rows = [row("softmax", 90), row("linear", 10), row("linearized", 88)]
-    found = {f["model"]: f for f in needle.findings(cfg, rows, [])}
+    found = {f["model"]: f for f in needle_report.findings(cfg, rows, [])}
     assert found["linear"]["verdict"] == "softmax better" and found["linear"]["p_holm"] < 1e-10
     assert found["linearized"]["verdict"] == "no significant difference"
     rows = [row("softmax", 10), row("linear", 90), row("linearized", 10)]
-    found = {f["model"]: f for f in needle.findings(cfg, rows, [])}
+    found = {f["model"]: f for f in needle_report.findings(cfg, rows, [])}
     assert found["linear"]["verdict"] == "linear better"
+
+
+def test_needle_analysis_adds_the_intervals_and_tests_the_counts():
+    """The run returns success counts only; the report's analysis adds each share's interval
+    and the tests."""
+    cfg = needle.NeedleConfig(seq_lens=(8,), tau1s=(3.0,), trained_seq_lens=(), draws=100)
+    counts = (("softmax", 90), ("linear", 10), ("linearized", 88))
+    random = [
+        {"model": m, "seq_len": 8, "tau1": 3.0, "successes": k, "draws": 100} for m, k in counts
+    ]
+    result = needle_report.analyze(cfg, needle.NeedleTrials([], [], random))
+    by = {r["model"]: r for r in result.random}
+    assert by["softmax"]["fraction"] == 0.9 and by["softmax"]["lo"] < 0.9 < by["softmax"]["hi"]
+    assert by["linear"]["hi"] < by["linearized"]["lo"]
+    assert result.summaries == [] and result.rows == [] and result.failed == []
+    verdicts = {f["model"]: f["verdict"] for f in result.findings}
+    assert verdicts == {"linear": "softmax better", "linearized": "no significant difference"}
 
 
 def test_qsa_findings_read_the_threshold_crossing():
@@ -94,7 +113,7 @@ def test_qsa_findings_read_the_threshold_crossing():
 
     summaries = [s(1, 2, 0.95), s(1, 4, 0.97), s(1, 8, 0.99)]
     summaries += [s(4, 2, 0.2), s(4, 4, 0.5), s(4, 8, 0.93)]
-    found = sanford_qsa.findings(cfg, summaries)
+    found = qsa_report.findings(cfg, summaries)
     assert [f["first_m"] for f in found[:2]] == [2, 8]
     assert "non-decreasing" in found[-1]["measured"] and "NOT" not in found[-1]["measured"]
 

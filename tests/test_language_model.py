@@ -15,6 +15,7 @@ from blocklab.cli import main
 from blocklab.errors import UserError
 from blocklab.experiments import depth_width
 from blocklab.models import Net, parse_arm
+from blocklab.reports import depth_width as report
 from blocklab.tasks.base import Split
 
 ARM = parse_arm("softmax_attention(heads=2,causal=true)")
@@ -118,9 +119,9 @@ def test_fit_needs_two_depths():
         return dw.TransitionSearch(depth, depth + 1, t, dw.FOUND, ())
 
     none = dw.TransitionSearch(3, 4, None, dw.NEVER_WORSE, ())
-    fit, why = depth_width.fit_found([search(1, 20.0), none])
+    fit, why = report.fit_found([search(1, 20.0), none])
     assert fit is None and "1 transition" in why
-    fit, why = depth_width.fit_found([search(1, 20.0), search(2, 30.0), none])
+    fit, why = report.fit_found([search(1, 20.0), search(2, 30.0), none])
     assert why is None and fit.n_points == 2 and fit.b == pytest.approx(math.log(1.5))
 
 
@@ -136,8 +137,7 @@ def test_depth_width_command_end_to_end(tmp_path, capsys):
     assert len(payload["summaries"]) == 4 and all(s["n"] == 2 for s in payload["summaries"])
     assert all(s["mean"] > 0 for s in payload["summaries"])  # test losses in nats per token
     assert [f["part"] for f in payload["findings"]][0] == "transition"
-    report = (out / "report.md").read_text()
-    assert "Depth-to-width" in report
+    assert "Depth-to-width" in (out / "report.md").read_text()
     for fig in ("depth_width_loss.png", "depth_width_fit.png", "depth_width_projection.png"):
         assert (out / fig).stat().st_size > 0
     # the fit file exists exactly when the run found a fit
@@ -216,7 +216,7 @@ def test_best_depth_per_budget_matches_budgets_by_what_was_asked():
     rows += [summary(2, 30000, 3.4), summary(3, 30000, 3.45), summary(3, 90000, 3.0)]
     for r in rows:
         r["n"] = 3
-    best = depth_width.best_depths(rows)
+    best = report.best_depths(rows)
     # 90000 has one depth only: nothing to compare
     assert best == [
         {"budget": 3000, "depth": 1, "loss": 4.0},
@@ -224,9 +224,7 @@ def test_best_depth_per_budget_matches_budgets_by_what_was_asked():
     ]
 
 
-def test_report_draws_a_found_fit(tmp_path):
-    from blocklab.reports import depth_width as report
-
+def test_report_draws_a_found_fit(tmp_path, monkeypatch):
     summaries, searches = [], []
     for depth in (1, 2, 3):
         for nominal in (3000, 30000):
@@ -239,20 +237,23 @@ def test_report_draws_a_found_fit(tmp_path):
     for depth, width in ((1, 20.0), (2, 30.0)):
         t = dw.Transition(depth, depth + 1, width, 2.0, 12 * depth * width**2)
         searches.append(dw.TransitionSearch(depth, depth + 1, t, dw.FOUND, ()))
-    fit, error = depth_width.fit_found(searches)
+    fit, error = report.fit_found(searches)
     cfg = depth_width.DepthWidthConfig(depths=(1, 2, 3), budgets=(3000, 30000))
-    best = depth_width.best_depths(summaries)
-    result = depth_width.Result(
-        [{"status": "done"}],  # a report needs one finished trial
+    best = report.best_depths(summaries)
+    trials = depth_width.DepthWidthTrials([{"status": "done"}], [], {"source": "test"})
+    result = report.Result(
+        trials.rows,  # a report needs one finished trial
         summaries,
         searches,
         fit,
         error,
         best,
-        depth_width.findings(cfg, searches, fit, best),
+        report.findings(cfg, searches, fit, best),
         [],
         {"source": "test"},
     )
-    text = report.write(tmp_path, cfg, result).path.read_text()
+    # the analysis of these hand-made summaries, as the report receives it
+    monkeypatch.setattr(report, "analyze", lambda cfg, trials: result)
+    text = report.write(tmp_path, cfg, trials).path.read_text()
     assert f"b = {fit.b:.4f}" in text and "transition at dx = 20 +- 2" in text
     assert (tmp_path / "depth_width_fit.png").stat().st_size > 0

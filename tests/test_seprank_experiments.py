@@ -18,6 +18,8 @@ from blocklab.experiments import seprank_depth_width as dw
 from blocklab.measures import exact_rank as ex
 from blocklab.measures import separation_rank
 from blocklab.models import parse_arm
+from blocklab.reports import seprank_degree as dg_report
+from blocklab.reports import seprank_depth_width as dw_report
 from blocklab.store import Store
 
 P = ex.PRIME
@@ -96,14 +98,13 @@ TINY_DW = dw.DepthWidthConfig(widths=(2, 4), depths=(1, 2), templates=48, seeds=
 
 
 def test_depth_width_tiny_run_respects_the_bounds_resumes_and_reports(tmp_path, monkeypatch):
-    from blocklab.reports import seprank_depth_width as report
-
     calls = []
     measure = sr.measure
     monkeypatch.setattr(dw, "measure", lambda *a, **k: calls.append(a) or measure(*a, **k))
     store = Store(tmp_path)
-    result = dw.run(TINY_DW, store, progress=False)
-    assert len(calls) == len(result.rows) == 2 * 2 * 2
+    trials = dw.run(TINY_DW, store, progress=False)
+    assert len(calls) == len(trials.rows) == 2 * 2 * 2 and trials.failed == []
+    result = dw_report.analyze(TINY_DW, trials)
     for s in result.summaries:
         lower, upper = theory.sep_rank_bounds(s["depth"], s["width"], 1)
         # Theorems 1-2 hold almost everywhere; at L = 1 the upper bound dx + H is met exactly
@@ -116,8 +117,8 @@ def test_depth_width_tiny_run_respects_the_bounds_resumes_and_reports(tmp_path, 
     # a rerun finds every record and computes nothing
     calls.clear()
     again = dw.run(TINY_DW, Store(tmp_path), progress=False)
-    assert calls == [] and again.summaries == result.summaries
-    text = report.write(tmp_path, TINY_DW, result).path.read_text()
+    assert calls == [] and dw_report.analyze(TINY_DW, again).summaries == result.summaries
+    text = dw_report.write(tmp_path, TINY_DW, trials).path.read_text()
     assert "## Prediction and measurement" in text and "Theorem" in text
     for fig in ("seprank_depth_width.png", "seprank_spectra.png"):
         assert (tmp_path / fig).stat().st_size > 0
@@ -126,7 +127,7 @@ def test_depth_width_tiny_run_respects_the_bounds_resumes_and_reports(tmp_path, 
 def test_depth_width_ranks_at_two_positions(tmp_path):
     # L = 1: y_B = f(x_B) + sum_a (Q x_B)_a (K x_A)_a (v . x_A): dx mixed terms and one local one
     cfg = dw.DepthWidthConfig(widths=(3, 5), depths=(1,), templates=32, seeds=1)
-    result = dw.run(cfg, Store(tmp_path), progress=False)
+    result = dw_report.analyze(cfg, dw.run(cfg, Store(tmp_path), progress=False))
     assert [s["exact"]["min"] for s in result.summaries] == [4, 6]
 
 
@@ -151,19 +152,19 @@ def test_depth_width_verdicts_report_a_violation_and_the_regimes():
     cfg = dw.DepthWidthConfig(widths=(2, 10), depths=(1, 2), seeds=1)
     over = 3 ** theory.sep_rank_bounds(1, 2, 1)[1] * 2  # twice the upper bound
     bad = [_dw_summary(1, 2, int(over)), _dw_summary(1, 10, 1)]  # 1 < 3^lower = 2.4
-    verdicts = {f["part"]: f["verdict"] for f in dw.depth_width_findings(cfg, bad)}
+    verdicts = {f["part"]: f["verdict"] for f in dw_report.depth_width_findings(cfg, bad)}
     assert verdicts["upper bound"].startswith("VIOLATED")
     assert verdicts["lower bound"].startswith("VIOLATED")
     # below the threshold (dx = 10, L = 1 -> 2) log3 rank triples; above it (dx = 2) it grows less
     ok = [_dw_summary(1, 2, 3), _dw_summary(2, 2, 15), _dw_summary(1, 10, 11)]
     ok.append(_dw_summary(2, 10, 1001))
-    found = {f["part"]: f for f in dw.depth_width_findings(cfg, ok)}
+    found = {f["part"]: f for f in dw_report.depth_width_findings(cfg, ok)}
     assert found["depth threshold"]["verdict"] == "consistent"
     ok[-1] = _dw_summary(2, 10, 30)  # slower growth below than above: the claim fails
-    found = {f["part"]: f for f in dw.depth_width_findings(cfg, ok)}
+    found = {f["part"]: f for f in dw_report.depth_width_findings(cfg, ok)}
     assert found["depth threshold"]["verdict"] == "NOT consistent"
     ok[-1] = _dw_summary(2, 10, 4096, saturated=True)
-    found = {f["part"]: f for f in dw.depth_width_findings(cfg, ok)}
+    found = {f["part"]: f for f in dw_report.depth_width_findings(cfg, ok)}
     assert found["depth threshold"]["verdict"].startswith("not testable")
 
 
@@ -192,9 +193,9 @@ TINY_DEG = dg.DegreeConfig(degrees=("2", "e", "3", "4"), width=3, templates=90, 
 
 
 def test_degree_tiny_run(tmp_path):
-    from blocklab.reports import seprank_degree as report
-
-    result = dg.run(TINY_DEG, Store(tmp_path), progress=False)
+    trials = dg.run(TINY_DEG, Store(tmp_path), progress=False)
+    assert trials.failed == []
+    result = dg_report.analyze(TINY_DEG, trials)
     by = {(s["arm"], s["depth"]): s for s in result.summaries}
     assert sorted(p for a, p in by if a == "3") == [1, 2, 3, 4, 5]  # 3^5 + 1 > 90: saturated
     assert by[("3", 5)]["exact_saturated"] and by[("3", 5)]["exact"]["min"] == 90
@@ -208,7 +209,8 @@ def test_degree_tiny_run(tmp_path):
     assert ("equal budget", "agrees") in parts  # B = 12 w^2: 65, 82, 65
     assert all(v != "DIFFERS" for _, v in parts)
     assert (
-        "## Prediction and measurement" in report.write(tmp_path, TINY_DEG, result).path.read_text()
+        "## Prediction and measurement"
+        in dg_report.write(tmp_path, TINY_DEG, trials).path.read_text()
     )
     for fig in ("seprank_degree.png", "seprank_degree_params.png"):
         assert (tmp_path / fig).stat().st_size > 0
@@ -221,16 +223,18 @@ def test_degree_verdicts_catch_a_wrong_rank():
         spread = {"min": rank, "max": rank, "mean": rank, "values": [rank]}
         rows.append(s | {"depth": p, "predicted": 2**p + 1, "exact": spread, "float": spread})
         rows[-1] |= {"exact_saturated": False, "float_saturated": False}
-    found = dg.degree_findings(dg.DegreeConfig(degrees=("2",)), rows)
+    found = dg_report.degree_findings(dg.DegreeConfig(degrees=("2",)), rows)
     assert found[0]["verdict"] == "DIFFERS at p=2, p=3, p=4"
     assert found[1]["part"] == "slope per layer" and found[1]["verdict"] == "DIFFERS"
 
 
 def test_order_reads_ties():
-    assert dg._order({"2": 1.0, "3": 2.0, "4": 1.0}, dict.fromkeys("234", 0.0)) == "3 > 2 = 4"
+    assert (
+        dg_report._order({"2": 1.0, "3": 2.0, "4": 1.0}, dict.fromkeys("234", 0.0)) == "3 > 2 = 4"
+    )
     h = {str(d): theory.h(d) for d in (4, 2, 3)}
-    assert dg._order(h, dict.fromkeys(h, 0.0)) == "3 > 2 = 4"  # h(2) == h(4) exactly
-    assert dg._order({"2": 1.0, "3": 1.5}, {"2": 0.3, "3": 0.3}) == "2 = 3"
+    assert dg_report._order(h, dict.fromkeys(h, 0.0)) == "3 > 2 = 4"  # h(2) == h(4) exactly
+    assert dg_report._order({"2": 1.0, "3": 1.5}, {"2": 0.3, "3": 0.3}) == "2 = 3"
 
 
 def test_configs_refuse_bad_grids():

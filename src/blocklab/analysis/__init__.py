@@ -1,1 +1,4 @@
-"""Analysis of finished trials: seed statistics and verdicts (stats), and the theory beside them."""
+"""Statistics of finished trials, above the experiments that run and store them: summaries over
+seeds (summary), intervals, paired tests and verdicts (stats), fits (power_law, scaling,
+depth_width) and the statistics one experiment's report needs (capacity, collapse), with the
+theory beside them. The reports call them from their `analyze`; nothing here runs a trial."""

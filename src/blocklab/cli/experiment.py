@@ -1,6 +1,7 @@
 """The subcommand of every registered experiment (`blocklab.experiments`), built from its manifest:
 every config field a flag (`config.add_flags`), a TOML file, `--full`, and the run flags. One path
-runs them all: resolve the config, open the store, run, write the report, print it or its JSON.
+runs them all: resolve the config, open the store, run the trials, analyze them and write the
+report (the report module), print it or its JSON.
 """
 
 from __future__ import annotations
@@ -72,8 +73,9 @@ def run(experiment: type[Experiment], args: argparse.Namespace) -> int:
     cfg = resolve(experiment, args)
     out, store = _open_run(args)
     resources = _resources(args) if experiment.pool else None
-    result = experiment.run(cfg, store, resources=resources, progress=not args.quiet)
-    report = importlib.import_module(experiment.report).write(out, cfg, result)
+    trials = experiment.run(cfg, store, resources=resources, progress=not args.quiet)
+    # the report module analyzes the trials (summaries, tests, fits, findings) and writes
+    report = importlib.import_module(experiment.report).write(out, cfg, trials)
     if args.json:
         payload = {**report.json, "report": str(report.path), "config": config_json(cfg)}
         print(json.dumps(plain(payload), indent=2))

@@ -1,11 +1,19 @@
-"""Experiments, one file each: a frozen config in, stored trials and a report out.
+"""Experiments, one file each: a frozen config in, stored trials out.
 
 An experiment module declares its config (a frozen dataclass whose defaults are the quick form,
 with a classmethod `full()` where there is a full form), a `run(cfg, store, *, resources=None,
-progress=True)` that stores its trials and returns a result, and a manifest: a subclass of
-`Experiment`, decorated with `@EXPERIMENTS.register`, naming the config, the run, the report
-module and the command words. The command line builds a subcommand from each manifest, every
-config field a flag. Private modules (`_trials`, `_seprank`) hold what several experiments share.
+progress=True)` that plans its trials, runs and stores them and returns what they measured, and
+a manifest: a subclass of `Experiment`, decorated with `@EXPERIMENTS.register`, naming the
+config, the run, the report module and the command words. The command line builds a subcommand
+from each manifest, every config field a flag. Private modules (`_trials`, `_seprank`) hold what
+several experiments share.
+
+An experiment gathers; it does not conclude. `run` returns `Trials`: one flat row per finished
+trial, the trials that raised, and (in a subclass) facts the run measured or computed that are
+not statistics of the rows, such as the chosen learning rates or the corpus. Everything computed
+from the rows (summaries over seeds, tests, fits, findings) is the report module's
+`analyze(cfg, trials)`, built on `blocklab.analysis`, which sits above the experiments; its
+`write(out_dir, cfg, trials)` analyzes and writes.
 
 An experiment module imports what needs torch or numpy inside the functions that run, so the
 command line reads every config without them and `blocklab --help` answers at once (a test holds
@@ -15,7 +23,7 @@ every experiment to it).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from blocklab.registry import Registry, import_submodules
@@ -37,8 +45,9 @@ class Experiment:
 
     name: ClassVar[str]
     Config: ClassVar[type]
-    run: ClassVar[Callable[..., Any]]  # run(cfg, store, *, resources, progress) -> result
-    # the module whose write(out_dir, cfg, result) -> blocklab.reports.Report reports a result
+    run: ClassVar[Callable[..., Any]]  # run(cfg, store, *, resources, progress) -> Trials
+    # the module whose write(out_dir, cfg, trials) -> blocklab.reports.Report analyzes and
+    # reports what the run returned
     report: ClassVar[str]
     commands: ClassVar[tuple[Command, ...]]
     # the trials train on an executor: the run takes --workers, --device, --ensemble, --executor
@@ -49,15 +58,13 @@ class Experiment:
 
 
 @dataclass
-class Findings:
-    """What an experiment that tests predictions returns: its rows, their summaries over seeds,
-    one finding per prediction (what the seed predicts beside what was measured), and the trials
-    that raised."""
+class Trials:
+    """What an experiment's run returns: one flat row per finished trial (done or diverged) and
+    the trials that raised (id, description, error). An experiment that measures more than its
+    rows adds fields in a subclass."""
 
     rows: list[dict[str, Any]]
-    summaries: list[dict[str, Any]]
-    findings: list[dict[str, Any]]
-    failed: list[dict[str, Any]] = field(default_factory=list)
+    failed: list[dict[str, Any]]
 
 
 EXPERIMENTS: Registry[type[Experiment]] = Registry("experiment")

@@ -254,17 +254,6 @@ def help_text(text: str) -> dict[str, str]:
     return {"help": text}
 
 
-def spread_of(values: list[float | None]) -> dict[str, Any]:
-    xs = [v for v in values if v is not None]
-    if not xs:
-        return {"mean": None, "min": None, "max": None, "values": values}
-    return {"mean": sum(xs) / len(xs), "min": min(xs), "max": max(xs), "values": values}
-
-
-def log3(x: float | None) -> float | None:
-    return math.log(x, 3) if x else None
-
-
 def check_grid(positions: int, templates: int) -> None:
     if positions < 2:
         raise ValueError(f"positions must be >= 2 (a partition needs two sides), got {positions}")
@@ -273,49 +262,6 @@ def check_grid(positions: int, templates: int) -> None:
             f"the grid has templates^positions = {templates}^{positions} points, over "
             f"{MAX_POINTS:,}: use fewer templates or positions"
         )
-
-
-def float_finding(summaries, rtol: float) -> dict[str, Any]:
-    """How far the float64 numerical rank follows the exact rank."""
-    pairs = [
-        (s, s["float"]["min"], s["exact"]["min"])
-        for s in summaries
-        if s["exact"]["min"] is not None and s["float"]["min"] is not None
-    ]
-    equal = [p for p in pairs if p[1] == p[2]]
-    over = [p for p in pairs if p[1] > p[2]]
-    lost = [p for p in pairs if p[1] < p[2] and not p[0]["exact_saturated"]]
-    return {
-        "part": "float64 rank",
-        "setting": f"rtol = {rtol:g}",
-        "predicted": "a lower bound of the exact grid rank; equal while the spectrum stays "
-        "above rtol",
-        "measured": f"equal at {len(equal)} of {len(pairs)} points; below at "
-        f"{len(lost)} unsaturated points"
-        + (
-            " (e.g. " + ", ".join(point_label(s) + f": {f} vs {e}" for s, f, e in lost[:3]) + ")"
-            if lost
-            else ""
-        ),
-        "verdict": "lower bound holds"
-        if not over
-        else "float rank ABOVE the exact rank at "
-        + ", ".join(point_label(s) for s, _, _ in over)
-        + ": noise counted (raise rtol)",
-    }
-
-
-def point_label(s: dict[str, Any]) -> str:
-    if "width" in s and "arm" not in s:
-        return f"L={s['depth']} dx={s['width']}"
-    return f"d={s['arm']} p={s['depth']}"
-
-
-def values_text(s: dict[str, Any]) -> str:
-    lo, hi = s["min"], s["max"]
-    text = "-" if lo is None else str(lo) if lo == hi else f"{lo}-{hi}"
-    missing = sum(v is None for v in s["values"])
-    return text + (f" ({missing} overflowed)" if missing and lo is not None else "")
 
 
 def config_dict(cfg) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""What the fixed-shape experiments share: trial specs, running them, flat rows, seed summaries.
+"""What the fixed-shape experiments share: trial specs, running them, flat rows.
 
 The degree sweep solves shapes from budgets; the attention experiments (sanford, needle) fix the
 shapes themselves and equalize parameters by construction, then run here. Like the experiments,
@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from blocklab.experiments import Trials
 from blocklab.specs import TrainConfig, TrialSpec
 from blocklab.store import Store
 
@@ -106,14 +107,12 @@ def run_planned(
     planned: list[tuple[dict[str, Any], TrialSpec]],
     store: Store,
     experiment: str,
-    keys: tuple[str, ...],
     *,
     resources: Resources | None,
     progress: bool,
-    value: str = "test_metric",
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """Run (keys, spec) pairs: the finished rows (tagged with their keys), their summaries of
-    `value` over seeds grouped by `keys`, and the trials that raised."""
+) -> Trials:
+    """Run (keys, spec) pairs: the finished rows, each tagged with its keys, and the trials that
+    raised."""
     from blocklab import sweep
 
     specs = [s for _, s in planned]
@@ -135,7 +134,7 @@ def run_planned(
         for k, s in planned
         if records.get(s.id, {}).get("status") in ("done", "diverged")
     ]
-    return rows, summarize(rows, keys, value), failed
+    return Trials(rows, failed)
 
 
 def row(spec: TrialSpec, rec: dict[str, Any], **keys: Any) -> dict[str, Any]:
@@ -161,34 +160,3 @@ def row(spec: TrialSpec, rec: dict[str, Any], **keys: Any) -> dict[str, Any]:
         "measures": m.get("measures", {}),
         **keys,
     }
-
-
-def summarize(
-    rows: list[dict[str, Any]], keys: tuple[str, ...], value: str = "test_metric"
-) -> list[dict[str, Any]]:
-    """Per group of `keys`: mean, std and 95% t-interval of `value` (the test metric, or e.g.
-    the test loss) over seeds; diverged trials are counted, not averaged."""
-    from blocklab.analysis.stats import interval
-
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault(tuple(r[k] for k in keys), []).append(r)
-    out = []
-    for key, group in groups.items():
-        values = [r[value] for r in group if r["status"] == "done"]
-        mean, std, lo, hi, n = interval(values)
-        out.append(
-            {
-                **dict(zip(keys, key, strict=True)),
-                "mean": mean,
-                "std": std,
-                "lo": lo,
-                "hi": hi,
-                "n": n,
-                "diverged": sum(r["status"] == "diverged" for r in group),
-                "params": group[0]["params"],
-                "seeds": sorted(r["seed"] for r in group),
-                "values": {r["seed"]: r[value] for r in group if r["status"] == "done"},
-            }
-        )
-    return out

@@ -12,7 +12,8 @@ Predictions (Dong et al.; seed 003): pure attention's ratio falls with depth, do
 (Theorem 2.2 bounds it by (4 beta res0^2 / sqrt(d_qk))^((3^L - 1)/2)); skip connections keep it up,
 since a depth-L network with skips is a sum over (H+1)^L paths that include the short ones
 (Theorem 2.1 with skips as dummy heads); an MLP slows the collapse; layer norm does not stop it.
-The statistics and tests of the measured curves are `blocklab.analysis.collapse`.
+The statistics and tests of the measured curves are `blocklab.analysis.collapse`, which the
+report (`blocklab.reports.collapse`) applies to the rows this run returns.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from blocklab import theory
-from blocklab.experiments import EXPERIMENTS, Command, Experiment, _trials
+from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
 from blocklab.specs import TrainConfig
 from blocklab.store import Store
 
@@ -144,38 +145,16 @@ def plan(cfg: CollapseConfig) -> list[tuple[dict[str, Any], Any]]:
 
 
 @dataclass
-class Result:
-    rows: list[dict[str, Any]]  # one per finished trial, with its measures
-    summaries: list[dict[str, Any]]  # log10 ratio over seeds per (variant, stage, norm, layer)
-    accuracy: list[dict[str, Any]]  # test metric over seeds per variant
+class CollapseTrials(Trials):
+    # rows: one per finished trial, with its measures at init and after training
     paths: dict[str, Any]  # seed 003 Theorem 2.1: path shares by length
-    bound: dict[str, Any]  # seed 003 Theorem 2.2 for pure single-head softmax attention
-    findings: list[dict[str, Any]]
-    failed: list[dict[str, Any]]
 
 
-def run(cfg: CollapseConfig, store: Store, *, resources=None, progress=True) -> Result:
-    from blocklab.analysis import collapse as stats
-
-    rows, accuracy, failed = _trials.run_planned(
-        plan(cfg),
-        store,
-        "collapse",
-        ("variant",),
-        resources=resources,
-        progress=progress,
+def run(cfg: CollapseConfig, store: Store, *, resources=None, progress=True) -> CollapseTrials:
+    trials = _trials.run_planned(
+        plan(cfg), store, "collapse", resources=resources, progress=progress
     )
-    logs = stats.curves(rows)
-    bound = stats.bound_check(rows, cfg.depth)
-    return Result(
-        rows=rows,
-        summaries=stats.summarize_curves(logs),
-        accuracy=accuracy,
-        paths=path_shares(cfg),
-        bound=bound,
-        findings=stats.findings(cfg, logs, bound),
-        failed=failed,
-    )
+    return CollapseTrials(trials.rows, trials.failed, path_shares(cfg))
 
 
 def path_shares(cfg: CollapseConfig) -> dict[str, Any]:

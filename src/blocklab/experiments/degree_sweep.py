@@ -9,7 +9,8 @@ For every (budget, arm) a learning rate is chosen from a grid on the validation 
 first seed and teacher (one fixed rate across degrees would favour whichever degree it suits);
 when the best rate lies at an edge of the grid the grid is extended past it and searched again,
 up to `lr_extend` times. Then every (teacher, seed) trains at that rate and is scored on the test
-split. `blocklab.analysis.capacity` turns the rows into design checks, scaling fits and a verdict.
+split. The report (`blocklab.reports.degree_sweep`) turns the rows into summaries, paired tests,
+and with `blocklab.analysis.capacity` design checks, scaling fits and a verdict.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from blocklab.errors import UserError
-from blocklab.experiments import EXPERIMENTS, Command, Experiment
+from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials
 from blocklab.specs import ACTIVATIONS, FEED_FORWARD, NORMS, TrainConfig, TrialSpec
 from blocklab.store import Store
 
@@ -200,12 +201,11 @@ def _score(record: dict[str, Any] | None, higher_is_better: bool) -> float:
 
 
 @dataclass
-class SweepResult:
-    rows: list[dict[str, Any]]  # one per final trial (done or diverged), for analysis
+class DegreeSweepTrials(Trials):
+    # rows: one per final trial (done or diverged); failed: the final trials that raised.
     # "budget/arm" -> the chosen lr, the rates tried with their validation scores, and whether
     # the choice still lies at an edge of what was tried
     lr_choice: dict[str, dict[str, Any]]
-    failed: list[dict[str, Any]]  # trials that raised: id, description, error
 
 
 def _beyond(grid: list[float], low: bool) -> float:
@@ -264,7 +264,7 @@ def run(
     *,
     resources: Resources | None = None,
     progress: bool = True,
-) -> SweepResult:
+) -> DegreeSweepTrials:
     from blocklab import sweep
     from blocklab.tasks import make_task
 
@@ -297,11 +297,11 @@ def run(
         else:
             rows.append(row(spec, rec, task.metric, task.higher_is_better))
     lr_choice = {f"{b}/{label}": c for (b, label), c in choice.items()}
-    return SweepResult(rows, lr_choice, failed)
+    return DegreeSweepTrials(rows, failed, lr_choice)
 
 
 def row(spec: TrialSpec, rec: dict[str, Any], metric: str, higher: bool) -> dict[str, Any]:
-    """The flat per-trial row that analysis, plots and reports read."""
+    """The flat per-trial row that the report's analysis and plots read."""
     m, c = rec["metrics"], rec["curves"]
     return {
         "id": spec.id,

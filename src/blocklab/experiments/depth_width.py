@@ -5,7 +5,8 @@ feed-forward relu4x; 12 L dx^2 parameters per network besides the embedding) tra
 model on the `text` task at every depth of a grid and at a series of non-embedding budgets
 N = 12 L dx^2, dx rounded to a multiple of the heads. Repeats (seeds) give each point's test-loss
 std, as appendix D's repeats do. Between adjacent depths the transition width is found as in
-section 5.2.2 and the transitions are fitted to log dx = a + b L (analysis/depth_width.py).
+section 5.2.2 and the transitions are fitted to log dx = a + b L: the report does both from the
+rows this run returns (`blocklab.reports.depth_width`, with `blocklab.analysis.depth_width`).
 
 The seed's prediction: below a width the deeper network is no better for its size (or worse),
 above it the deeper network wins, and that transition width grows exponentially with depth
@@ -18,15 +19,11 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from blocklab.errors import UserError
-from blocklab.experiments import EXPERIMENTS, Command, Experiment, _trials
+from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
 from blocklab.specs import TrainConfig, TrialSpec
 from blocklab.store import Store
-
-if TYPE_CHECKING:
-    from blocklab.analysis import depth_width as dw
 
 # a run's transition fit, beside its report, for `blocklab advise --fit`
 FIT_FILE = "fit.json"
@@ -120,163 +117,20 @@ def plan(cfg: DepthWidthConfig) -> list[tuple[dict[str, Any], TrialSpec]]:
 
 
 @dataclass
-class Result:
-    rows: list[dict[str, Any]]
-    summaries: list[dict[str, Any]]  # per (depth, width): test loss over seeds
-    searches: list[Any]  # dw.TransitionSearch per adjacent pair of depths
-    fit: dw.Fit | None
-    fit_error: str | None  # why there is no fit
-    best: list[dict[str, Any]]  # per budget: the depth of least mean test loss
-    findings: list[dict[str, Any]]
-    failed: list[dict[str, Any]]
+class DepthWidthTrials(Trials):
     corpus: dict[str, Any]  # the text task's facts (files, tokens, vocabulary)
 
 
-def run(cfg: DepthWidthConfig, store: Store, *, resources=None, progress=True) -> Result:
+def run(cfg: DepthWidthConfig, store: Store, *, resources=None, progress=True) -> DepthWidthTrials:
     from blocklab import sweep
-    from blocklab.analysis import depth_width as dw
 
     opts = cfg.task_options()
     # the tokenizer is trained (and cached) here once, not by every worker at the same time
     corpus = sweep.task_data("text", json.dumps(opts, sort_keys=True), 0).info
-    rows, summaries, failed = _trials.run_planned(
-        plan(cfg),
-        store,
-        "depth-width",
-        ("depth", "width", "nominal"),
-        resources=resources,
-        progress=progress,
-        value="test_loss",
+    trials = _trials.run_planned(
+        plan(cfg), store, "depth-width", resources=resources, progress=progress
     )
-    summaries = with_sizes(summaries, rows)
-    points = {
-        depth: [dw.Point(s["budget"], s["width"], s["mean"], s["std"], s["n"]) for s in group]
-        for depth, group in _by_depth(summaries).items()
-    }
-    searches = dw.transitions(points, alpha=cfg.alpha)
-    fit, fit_error = fit_found(searches)
-    best = best_depths(summaries)
-    return Result(
-        rows,
-        summaries,
-        searches,
-        fit,
-        fit_error,
-        best,
-        findings(cfg, searches, fit, best),
-        failed,
-        corpus,
-    )
-
-
-def with_sizes(summaries: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The test-loss summaries per (depth, width), with the size 12 L dx^2 and mean accuracy."""
-    out = [dict(s) for s in summaries]
-    for s in out:
-        s["budget"] = 12 * s["depth"] * s["width"] ** 2
-        shape = (s["depth"], s["width"])
-        done = [r for r in rows if r["status"] == "done" and (r["depth"], r["width"]) == shape]
-        s["accuracy"] = sum(r["test_metric"] for r in done) / len(done) if done else math.nan
-    return sorted(out, key=lambda s: (s["depth"], s["width"]))
-
-
-def _by_depth(summaries: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
-    out: dict[int, list[dict[str, Any]]] = {}
-    for s in summaries:
-        if s["n"] >= 1:
-            out.setdefault(s["depth"], []).append(s)
-    return {d: sorted(g, key=lambda s: s["budget"]) for d, g in sorted(out.items())}
-
-
-def fit_found(searches: list[Any]) -> tuple[dw.Fit | None, str | None]:
-    """The weighted fit over the transitions found; it needs two depths (three for chi2_red)."""
-    from blocklab.analysis import depth_width as dw
-
-    found = [s.transition for s in searches if s.transition is not None]
-    if len({t.depth_shallow for t in found}) < 2:
-        return None, f"{len(found)} transition(s) found; a fit needs two depths or more"
-    try:
-        fit = dw.fit_transitions(
-            [t.depth_shallow for t in found], [t.width for t in found], [t.error for t in found]
-        )
-    except UserError as exc:
-        return None, str(exc)
-    return fit, None
-
-
-def best_depths(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per budget asked for: the depth of least mean test loss, as figure 3(c) colours each
-    range of sizes by its best depth (the realized sizes 12 L dx^2 differ a little by depth)."""
-    by_budget: dict[int, list[dict[str, Any]]] = {}
-    for s in summaries:
-        if s["n"] >= 1:
-            by_budget.setdefault(s["nominal"], []).append(s)
-    out = []
-    for budget, group in sorted(by_budget.items()):
-        if len({s["depth"] for s in group}) < 2:
-            continue
-        best = min(group, key=lambda s: s["mean"])
-        out.append({"budget": budget, "depth": best["depth"], "loss": best["mean"]})
-    return out
-
-
-def findings(cfg, searches, fit, best) -> list[dict[str, Any]]:
-    from blocklab.analysis import depth_width as dw
-
-    sizes = [12 * d * width_for(n, d, cfg.heads) ** 2 for d in cfg.depths for n in cfg.budgets]
-    lo, hi = min(sizes), max(sizes)
-    out = []
-    for s in searches:
-        t = s.transition
-        measured = (
-            f"transition at dx = {t.width:g} +- {t.error:g} (N ~ {t.n_params:.3g})"
-            if t is not None
-            else f"no transition: {s.reason}"
-        )
-        # the paper's fit, extrapolated when L is outside its depths 6-30
-        n, dn = dw.n_transition(s.depth_shallow)
-        inside = lo <= n + dn and n - dn <= hi
-        out.append(
-            {
-                "part": "transition",
-                "setting": f"L = {s.depth_shallow} vs {s.depth_deep}",
-                "predicted": f"deeper no better below a size, better above; eq. 10-11 put it at "
-                f"N = {n:.2g} +- {dn:.1g}, "
-                + ("inside" if inside else "outside")
-                + f" the measured sizes {lo:.2g}-{hi:.2g}",
-                "measured": measured,
-                "verdict": "as the paper's fit places it"
-                if (t is not None) == inside
-                else "unlike the paper's fit",
-            }
-        )
-    if fit is not None:
-        z = fit.b / fit.sigma_b if fit.sigma_b > 0 else float("inf")
-        out.append(
-            {
-                "part": "fit",
-                "setting": f"{fit.n_points} transitions",
-                "predicted": "log dx = a + b L with b > 0 (paper: a = 5.039, b = 0.0555)",
-                "measured": f"a = {fit.a:.3f} +- {fit.sigma_a:.3f}, b = {fit.b:.4f} +- "
-                f"{fit.sigma_b:.4f}, chi2_red = {fit.chi2_red:.3g}, R^2 = {fit.r2:.3f}",
-                "verdict": "b > 0 (one-sided z test, 5%)"
-                if z > 1.6449
-                else "b not significantly above 0",
-            }
-        )
-    if best:
-        order = [b["depth"] for b in best]
-        grows = all(x <= y for x, y in zip(order, order[1:], strict=False))
-        out.append(
-            {
-                "part": "best depth",
-                "setting": "per budget",
-                "predicted": "the best depth grows with the budget (figure 3(c))",
-                "measured": ", ".join(f"N~{b['budget']:.2g}: L={b['depth']}" for b in best),
-                "verdict": "non-decreasing" if grows else "not monotone",
-            }
-        )
-    return out
+    return DepthWidthTrials(trials.rows, trials.failed, corpus)
 
 
 @EXPERIMENTS.register

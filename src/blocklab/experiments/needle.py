@@ -30,7 +30,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from blocklab.experiments import EXPERIMENTS, Command, Experiment, _trials
+from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
 from blocklab.specs import TrainConfig
 from blocklab.store import Store
 
@@ -194,12 +194,9 @@ def plan_trained(cfg: NeedleConfig):
 
 
 @dataclass
-class Result:
-    random: list[dict[str, Any]]  # per (kernel, seq_len, tau1): successes of draws
-    rows: list[dict[str, Any]]  # trained trials
-    summaries: list[dict[str, Any]]
-    findings: list[dict[str, Any]]
-    failed: list[dict[str, Any]]
+class NeedleTrials(Trials):
+    # per (kernel, seq_len, tau1): how many of the random draws separate
+    random: list[dict[str, Any]]
 
 
 def _random_id(cfg: NeedleConfig, seq_len: int, tau1: float) -> str:
@@ -208,7 +205,7 @@ def _random_id(cfg: NeedleConfig, seq_len: int, tau1: float) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16], config
 
 
-def run(cfg: NeedleConfig, store: Store, *, resources=None, progress=True) -> Result:
+def run(cfg: NeedleConfig, store: Store, *, resources=None, progress=True) -> NeedleTrials:
     from blocklab.sweep import provenance
 
     random_rows = []
@@ -236,96 +233,12 @@ def run(cfg: NeedleConfig, store: Store, *, resources=None, progress=True) -> Re
                         "tau1": tau1,
                         "successes": k,
                         "draws": cfg.draws,
-                        **_binomial_ci(k, cfg.draws),
                     }
                 )
-    rows, summaries, failed = _trials.run_planned(
-        plan_trained(cfg),
-        store,
-        "needle-trained",
-        ("seq_len", "tau1", "model"),
-        resources=resources,
-        progress=progress,
+    trained = _trials.run_planned(
+        plan_trained(cfg), store, "needle-trained", resources=resources, progress=progress
     )
-    return Result(random_rows, rows, summaries, findings(cfg, random_rows, summaries), failed)
-
-
-def _binomial_ci(k: int, n: int) -> dict[str, float]:
-    from scipy.stats import binomtest
-
-    ci = binomtest(k, n).proportion_ci(0.95, method="exact")  # Clopper-Pearson
-    return {"fraction": k / n, "lo": float(ci.low), "hi": float(ci.high)}
-
-
-PREDICTED = {
-    "linearized": "softmax ahead; the identity kernel gives the needle weight tau1/T, averaged "
-    "away as T grows",
-    "linear": "softmax ahead (seed 004); elu + 1 is exponential for negative scores, so it may "
-    "keep up",
-}
-
-
-def findings(cfg, random_rows, summaries) -> list[dict[str, Any]]:
-    """Softmax against each other kernel: Fisher's exact test on the random-weight success counts
-    per setting, a paired t-test across seeds on trained accuracy; Holm over all of them."""
-    from scipy.stats import fisher_exact
-
-    from blocklab.analysis.stats import holm, paired_p
-
-    out, pvals = [], []
-    by = {(r["model"], r["seq_len"], r["tau1"]): r for r in random_rows}
-    trained = {(s["seq_len"], s["model"]): s for s in summaries}
-    for other in PREDICTED:
-        for seq_len in cfg.seq_lens:
-            for tau1 in cfg.tau1s:
-                sm, ot = by[("softmax", seq_len, tau1)], by[(other, seq_len, tau1)]
-                table = [
-                    [sm["successes"], cfg.draws - sm["successes"]],
-                    [ot["successes"], cfg.draws - ot["successes"]],
-                ]
-                pvals.append(float(fisher_exact(table).pvalue))
-                out.append(
-                    {
-                        "part": "random weights",
-                        "setting": f"T={seq_len}, tau1={tau1:g}",
-                        "model": other,
-                        "predicted": PREDICTED[other],
-                        "measured": f"separating draws: softmax {sm['successes']}/{cfg.draws}, "
-                        f"{other} {ot['successes']}/{cfg.draws}",
-                        "difference": sm["fraction"] - ot["fraction"],
-                    }
-                )
-        for seq_len in cfg.trained_seq_lens:
-            sm, ot = trained.get((seq_len, "softmax")), trained.get((seq_len, other))
-            if not sm or not ot:
-                continue
-            seeds = sorted(set(sm["values"]) & set(ot["values"]))
-            a, b = [sm["values"][k] for k in seeds], [ot["values"][k] for k in seeds]
-            pvals.append(paired_p(a, b) if len(seeds) >= 2 else float("nan"))
-            out.append(
-                {
-                    "part": "trained",
-                    "setting": f"T={seq_len}, tau1={sm['tau1']:g}",
-                    "model": other,
-                    "predicted": PREDICTED[other],
-                    "measured": f"test accuracy: softmax {sm['mean']:.3f}, {other} "
-                    f"{ot['mean']:.3f}",
-                    "difference": sm["mean"] - ot["mean"],
-                }
-            )
-    finite = [i for i, p in enumerate(pvals) if not math.isnan(p)]
-    adjusted = dict(zip(finite, holm([pvals[i] for i in finite]), strict=True)) if finite else {}
-    for i, f in enumerate(out):
-        f["p"], f["p_holm"] = pvals[i], float(adjusted.get(i, float("nan")))
-        significant = f["p_holm"] < cfg.alpha
-        f["verdict"] = (
-            "no significant difference"
-            if not significant
-            else "softmax better"
-            if f["difference"] > 0
-            else f"{f['model']} better"
-        )
-    return out
+    return NeedleTrials(trained.rows, trained.failed, random_rows)
 
 
 @EXPERIMENTS.register

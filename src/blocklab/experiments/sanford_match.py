@@ -10,12 +10,11 @@ attention solves Match3.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from blocklab.errors import UserError
-from blocklab.experiments import EXPERIMENTS, Command, Experiment, Findings, _trials
+from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
 from blocklab.specs import TrainConfig
 from blocklab.store import Store
 
@@ -89,64 +88,10 @@ def plan(cfg: MatchConfig) -> list[tuple[dict[str, Any], Any]]:
     return out
 
 
-def run(cfg: MatchConfig, store: Store, *, resources=None, progress=True) -> Findings:
-    rows, summaries, failed = _trials.run_planned(
-        plan(cfg),
-        store,
-        "sanford-match",
-        ("task", "width", "model"),
-        resources=resources,
-        progress=progress,
+def run(cfg: MatchConfig, store: Store, *, resources=None, progress=True) -> Trials:
+    return _trials.run_planned(
+        plan(cfg), store, "sanford-match", resources=resources, progress=progress
     )
-    return Findings(rows, summaries, findings(cfg, summaries), failed)
-
-
-PREDICTIONS = {
-    ("match2", "standard"): True,
-    ("match2", "tensor"): True,
-    ("match3", "standard"): False,  # at small width: m H = Omega(N / log N) is needed
-    ("match3", "tensor"): True,
-}
-
-
-def findings(cfg: MatchConfig, summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from blocklab.analysis.stats import holm, paired_p
-
-    by = {(s["task"], s["width"], s["model"]): s for s in summaries}
-    findings, pvals = [], []
-    for task in cfg.tasks:
-        for width in cfg.widths:
-            std, ten = by.get((task, width, "standard")), by.get((task, width, "tensor"))
-            if not std or not ten:
-                continue
-            seeds = sorted(set(std["values"]) & set(ten["values"]))
-            p = (
-                paired_p([ten["values"][s] for s in seeds], [std["values"][s] for s in seeds])
-                if len(seeds) >= 2
-                else float("nan")
-            )
-            pvals.append(p)
-            for model, s in (("standard", std), ("tensor", ten)):
-                solved = bool(s["n"]) and s["mean"] >= cfg.solved
-                predicted = PREDICTIONS[(task, model)]
-                findings.append(
-                    {
-                        "task": task,
-                        "width": width,
-                        "model": model,
-                        "predicted": "solves" if predicted else "does not solve (small width)",
-                        "measured": f"{s['mean']:.3f} accuracy "
-                        + ("(solved)" if solved else "(not solved)"),
-                        "agrees": solved == predicted,
-                        "p_tensor_vs_standard": p,
-                    }
-                )
-    finite = [p for p in pvals if not math.isnan(p)]
-    adjusted = iter(holm(finite)) if finite else iter(())
-    adj = {i: next(adjusted) for i, p in enumerate(pvals) if not math.isnan(p)}
-    for i, f in enumerate(findings):
-        f["p_holm"] = adj.get(i // 2, float("nan"))
-    return findings
 
 
 @EXPERIMENTS.register

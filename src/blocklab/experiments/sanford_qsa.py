@@ -9,11 +9,10 @@ network below width ~ N d.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from blocklab.experiments import EXPERIMENTS, Command, Experiment, Findings, _trials
+from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
 from blocklab.specs import TrainConfig
 from blocklab.store import Store
 
@@ -91,65 +90,10 @@ def plan(cfg: QsaConfig) -> list[tuple[dict[str, Any], Any]]:
     return out
 
 
-def run(cfg: QsaConfig, store: Store, *, resources=None, progress=True) -> Findings:
-    rows, summaries, failed = _trials.run_planned(
-        plan(cfg),
-        store,
-        "sanford-qsa",
-        ("q", "m", "model"),
-        resources=resources,
-        progress=progress,
+def run(cfg: QsaConfig, store: Store, *, resources=None, progress=True) -> Trials:
+    return _trials.run_planned(
+        plan(cfg), store, "sanford-qsa", resources=resources, progress=progress
     )
-    return Findings(rows, summaries, findings(cfg, summaries), failed)
-
-
-def findings(cfg: QsaConfig, summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per q: the smallest m whose mean test accuracy reaches `solved`, beside the seed's range."""
-    findings = []
-    log_n = math.log2(cfg.seq_len)
-    for q in cfg.qs:
-        att = sorted(
-            (s for s in summaries if s["q"] == q and s["model"] == "attention"),
-            key=lambda s: s["m"],
-        )
-        solved = [s["m"] for s in att if s["n"] and s["mean"] >= cfg.solved]
-        first = solved[0] if solved else None
-        monotone = all(s["m"] in solved for s in att if first is not None and s["m"] >= first)
-        below_bound = [m for m in solved if m < q / log_n]
-        mlp = [s for s in summaries if s["q"] == q and s["model"] == "fully connected"]
-        best_mlp = max((s["mean"] for s in mlp if s["n"]), default=None)
-        findings.append(
-            {
-                "q": q,
-                "predicted": f"success iff m >~ q = {q} (necessary: m >= q/log2 N = "
-                f"{q / log_n:.2f}; sufficient: m = O(d + q log N))",
-                "measured": (
-                    f"first m reaching {cfg.solved:.0%}: {first}"
-                    + ("" if monotone else " (not every larger m reaches it)")
-                    if first is not None
-                    else f"no m up to {max(cfg.dims)} reaches {cfg.solved:.0%}"
-                ),
-                "first_m": first,
-                "consistent_with_lower_bound": not below_bound,
-                "fully_connected_best": best_mlp,
-            }
-        )
-    firsts = [f["first_m"] for f in findings]
-    known = [m for m in firsts if m is not None]
-    grows = all(a <= b for a, b in zip(known, known[1:], strict=False))
-    findings.append(
-        {
-            "q": "all",
-            "predicted": "the m needed grows with q",
-            "measured": "first m per q: "
-            + ", ".join(f"q={q}: {m}" for q, m in zip(cfg.qs, firsts, strict=True))
-            + ("; non-decreasing in q" if grows else "; NOT non-decreasing in q"),
-            "first_m": None,
-            "consistent_with_lower_bound": all(f["consistent_with_lower_bound"] for f in findings),
-            "fully_connected_best": None,
-        }
-    )
-    return findings
 
 
 @EXPERIMENTS.register

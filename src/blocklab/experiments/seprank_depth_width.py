@@ -13,22 +13,11 @@ fast that every depth but the first saturates at a feasible grid.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from blocklab import theory
-from blocklab.experiments import EXPERIMENTS, Command, Experiment, Findings
-from blocklab.experiments._seprank import (
-    build_net,
-    check_grid,
-    float_finding,
-    help_text,
-    log3,
-    measure,
-    measured,
-    spread_of,
-)
+from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials
+from blocklab.experiments._seprank import build_net, check_grid, help_text, measure, measured
 from blocklab.numerics import RTOL
 from blocklab.store import Store
 
@@ -72,7 +61,7 @@ def attention_arm(heads: int) -> Arm:
     return parse_arm(f"linearized_attention(heads={heads})")
 
 
-def run(cfg: DepthWidthConfig, store: Store, *, resources=None, progress=True) -> Findings:
+def run(cfg: DepthWidthConfig, store: Store, *, resources=None, progress=True) -> Trials:
     """Every point in this process, on the CPU: the exact rank is CPU arithmetic (`resources` is
     not used)."""
     from blocklab.measures.exact_rank import PRIME
@@ -91,154 +80,7 @@ def run(cfg: DepthWidthConfig, store: Store, *, resources=None, progress=True) -
 
                 rec = measured(store, "seprank-depth-width", point, seed, compute, progress)
                 rows.append({"width": dx, "depth": depth, "seed": seed, **rec["metrics"]})
-    summaries = depth_width_summaries(cfg, rows)
-    return Findings(rows, summaries, depth_width_findings(cfg, summaries))
-
-
-def monomials(dx: int, depth: int) -> int:
-    """C(dx + C, dx), C = (3^L - 1)/2 (the inputs one output integrates, seed 001 eq. 4): the
-    number of monomials of degree <= C in dx variables. A reference the N = 2 grid is compared
-    with, not a bound from the seeds."""
-    return math.comb(dx + (3**depth - 1) // 2, dx)
-
-
-def depth_width_summaries(cfg: DepthWidthConfig, rows) -> list[dict[str, Any]]:
-    out = []
-    for dx in cfg.widths:
-        for depth in cfg.depths:
-            group = [r for r in rows if r["width"] == dx and r["depth"] == depth]
-            lower, upper = theory.sep_rank_bounds(depth, dx, cfg.heads)
-            exact = [r["exact_rank"] for r in group]
-            floats = [r["float_rank"] for r in group]
-            out.append(
-                {
-                    "width": dx,
-                    "depth": depth,
-                    "heads": cfg.heads,
-                    "regime": theory.sep_rank_regime(depth, dx),
-                    "log3_lower": lower,
-                    "log3_upper": upper,
-                    "grid": min(group[0]["shape"] or [cfg.templates] * 2),
-                    "exact": spread_of(exact),
-                    "exact_saturated": any(r["exact_saturated"] for r in group),
-                    "float": spread_of(floats),
-                    "float_saturated": any(r.get("float_saturated") for r in group),
-                    "float_rank_at": group[0].get("float_rank_at"),
-                    "monomials": monomials(dx, depth) if cfg.positions == 2 else None,
-                    "n": len(group),
-                }
-            )
-    return out
-
-
-def growth_steps(summaries) -> list[dict[str, Any]]:
-    """log3 rank(L') / log3 rank(L) between consecutive measured depths of one width, where both
-    exact ranks are unsaturated: ~3^(L'-L) when log3 sep ~ 3^L (Theorem 1), (L'/L) when
-    log3 sep ~ L (Theorem 2). A step is below the threshold when L' < log3 dx, above when
-    L > log3 dx."""
-    steps = []
-    by_width: dict[int, list] = {}
-    for s in summaries:
-        by_width.setdefault(s["width"], []).append(s)
-    for dx, group in by_width.items():
-        group.sort(key=lambda s: s["depth"])
-        for s, t in zip(group, group[1:], strict=False):
-            if s["exact_saturated"] or t["exact_saturated"] or s["exact"]["min"] in (None, 1):
-                continue
-            side = (
-                "below"
-                if t["regime"] == "theorem 1"
-                else "above"
-                if s["regime"] == "theorem 2"
-                else "across"
-            )
-            growth = math.log(t["exact"]["min"]) / math.log(s["exact"]["min"])
-            steps.append({"width": dx, "from": s["depth"], "to": t["depth"], "side": side})
-            steps[-1]["growth"] = growth
-    return steps
-
-
-def depth_width_findings(cfg: DepthWidthConfig, summaries) -> list[dict[str, Any]]:
-    measured_ = [s for s in summaries if s["exact"]["max"] is not None]
-    out = []
-    # 1. The upper bounds hold almost everywhere: a violation is a bug or a refutation.
-    over = [s for s in measured_ if log3(s["exact"]["max"]) > s["log3_upper"] + 1e-9]
-    out.append(
-        {
-            "part": "upper bound",
-            "setting": f"{len(measured_)} (L, dx) points",
-            "predicted": "rank <= 3^upper (Theorem 1 eq. 7 / Theorem 2 eq. 8)",
-            "measured": "every exact rank is below its upper bound"
-            if not over
-            else "EXCEEDED at "
-            + ", ".join(f"L={s['depth']} dx={s['width']} ({s['exact']['max']})" for s in over),
-            "verdict": "holds" if not over else "VIOLATED: a bug or a refutation of the bound",
-        }
-    )
-    # 2. The lower bounds, where the grid can reach them.
-    reach = [s for s in measured_ if s["log3_lower"] > 0 and 3 ** s["log3_lower"] <= s["grid"]]
-    under = [s for s in reach if log3(s["exact"]["min"]) < s["log3_lower"] - 1e-9]
-    trivial = sum(s["log3_lower"] <= 0 for s in measured_)
-    out.append(
-        {
-            "part": "lower bound",
-            "setting": f"{len(reach)} points with 1 < 3^lower <= grid ({trivial} trivial: "
-            "lower <= 0)",
-            "predicted": "rank >= 3^lower where the grid can show it",
-            "measured": "every reachable point is at or above its lower bound"
-            if reach and not under
-            else "no reachable point"
-            if not reach
-            else "BELOW at "
-            + ", ".join(f"L={s['depth']} dx={s['width']} ({s['exact']['min']})" for s in under),
-            "verdict": "not testable at this grid"
-            if not reach
-            else "holds"
-            if not under
-            else "VIOLATED (or a Schwartz-Zippel accident: rerun with more seeds)",
-        }
-    )
-    # 3. The regimes: double-exponential growth below the threshold, exponential above.
-    steps = growth_steps(summaries)
-    below = [s["growth"] for s in steps if s["side"] == "below"]
-    above = [s["growth"] for s in steps if s["side"] == "above"]
-    shown = "; ".join(
-        f"dx={s['width']} L={s['from']}->{s['to']} ({s['side']}): x{s['growth']:.2f}" for s in steps
-    )
-    testable = below and above
-    out.append(
-        {
-            "part": "depth threshold",
-            "setting": "growth of log3 rank per added layer (exact, unsaturated steps)",
-            "predicted": "faster below L = log3 dx (log3 sep ~ 3^L, Theorem 1) than above it "
-            "(log3 sep ~ dx L, Theorem 2): every step below grows more than every step above",
-            "measured": shown or "no unsaturated consecutive depths",
-            "verdict": "not testable at this grid (needs unsaturated steps on both sides)"
-            if not testable
-            else "consistent"
-            if min(below) > max(above)
-            else "NOT consistent",
-        }
-    )
-    # 4. Generic weights give one rank: seeds must agree.
-    spread = [s for s in measured_ if s["exact"]["min"] != s["exact"]["max"]]
-    out.append(
-        {
-            "part": "seeds",
-            "setting": f"{cfg.seeds} weight and template draws per point",
-            "predicted": "one rank almost everywhere: identical across seeds",
-            "measured": "identical at every point"
-            if not spread
-            else "spread at "
-            + ", ".join(
-                f"L={s['depth']} dx={s['width']} ({s['exact']['min']}-{s['exact']['max']})"
-                for s in spread
-            ),
-            "verdict": "holds" if not spread else "seeds disagree (see the measured spread)",
-        }
-    )
-    out.append(float_finding(summaries, cfg.rtol))
-    return out
+    return Trials(rows, [])
 
 
 @EXPERIMENTS.register

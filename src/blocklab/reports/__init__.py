@@ -1,6 +1,9 @@
-"""Reports, one module per experiment (named by its manifest's `report`): `write(out_dir, cfg,
-result)` writes report.md and its figures into the run directory and returns a `Report`, what the
-command line prints. `markdown`, `figures` and `plots` are the pieces they share.
+"""Reports, one module per experiment (named by its manifest's `report`): `analyze(cfg, trials)`
+turns what the experiment's run returned (`blocklab.experiments.Trials`) into its summaries over
+seeds, tests, fits and findings, with the statistics of `blocklab.analysis`; `write(out_dir, cfg,
+trials)` analyzes, writes report.md and its figures into the run directory and returns a
+`Report`, what the command line prints. `markdown`, `figures` and `plots` are the pieces they
+share.
 """
 
 from __future__ import annotations
@@ -23,3 +26,15 @@ class Report:
     path: Path
     json: dict[str, Any]
     text: list[str]
+
+
+@dataclass
+class Findings:
+    """An analyzed run of an experiment that tests predictions: its rows, their summaries over
+    seeds, one finding per prediction (what the seed predicts beside what was measured), and the
+    trials that raised."""
+
+    rows: list[dict[str, Any]]
+    summaries: list[dict[str, Any]]
+    findings: list[dict[str, Any]]
+    failed: list[dict[str, Any]]

@@ -1,8 +1,9 @@
-"""What the two separation-rank reports share: ranks over seeds as text, and the notes on the
-exact and the float64 rank."""
+"""What the two separation-rank reports share: ranks over seeds as text, the finding on how far
+the float64 rank follows the exact one, and the notes on the exact and the float64 rank."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from blocklab.measures.exact_rank import PRIME
@@ -30,3 +31,50 @@ FLOAT_NOTE = (
     "exact grid rank and can be far below it; the spectra figure shows where the exact rank "
     "sits in the float spectrum."
 )
+
+
+def log3(x: float | None) -> float | None:
+    return math.log(x, 3) if x else None
+
+
+def float_finding(summaries, rtol: float) -> dict[str, Any]:
+    """How far the float64 numerical rank follows the exact rank."""
+    pairs = [
+        (s, s["float"]["min"], s["exact"]["min"])
+        for s in summaries
+        if s["exact"]["min"] is not None and s["float"]["min"] is not None
+    ]
+    equal = [p for p in pairs if p[1] == p[2]]
+    over = [p for p in pairs if p[1] > p[2]]
+    lost = [p for p in pairs if p[1] < p[2] and not p[0]["exact_saturated"]]
+    return {
+        "part": "float64 rank",
+        "setting": f"rtol = {rtol:g}",
+        "predicted": "a lower bound of the exact grid rank; equal while the spectrum stays "
+        "above rtol",
+        "measured": f"equal at {len(equal)} of {len(pairs)} points; below at "
+        f"{len(lost)} unsaturated points"
+        + (
+            " (e.g. " + ", ".join(point_label(s) + f": {f} vs {e}" for s, f, e in lost[:3]) + ")"
+            if lost
+            else ""
+        ),
+        "verdict": "lower bound holds"
+        if not over
+        else "float rank ABOVE the exact rank at "
+        + ", ".join(point_label(s) for s, _, _ in over)
+        + ": noise counted (raise rtol)",
+    }
+
+
+def point_label(s: dict[str, Any]) -> str:
+    if "width" in s and "arm" not in s:
+        return f"L={s['depth']} dx={s['width']}"
+    return f"d={s['arm']} p={s['depth']}"
+
+
+def values_text(s: dict[str, Any]) -> str:
+    lo, hi = s["min"], s["max"]
+    text = "-" if lo is None else str(lo) if lo == hi else f"{lo}-{hi}"
+    missing = sum(v is None for v in s["values"])
+    return text + (f" ({missing} overflowed)" if missing and lo is not None else "")

@@ -6,12 +6,15 @@ bound as a reference curve and the path shares of Theorem 2.1.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
 
+from blocklab.analysis import collapse as stats
 from blocklab.analysis.collapse import LOG_FLOOR, STAGES, curves, depth_mean, slope
+from blocklab.analysis.summary import summarize
 from blocklab.reports import Report, figures, markdown
 from blocklab.reports.markdown import number, spread
 
@@ -28,8 +31,36 @@ QUESTION = (
 )
 
 
-def write(out_dir, cfg, result) -> Report:
-    markdown.require_finished(result)
+@dataclass
+class Result:
+    rows: list[dict[str, Any]]  # one per finished trial, with its measures
+    summaries: list[dict[str, Any]]  # log10 ratio over seeds per (variant, stage, norm, layer)
+    accuracy: list[dict[str, Any]]  # test metric over seeds per variant
+    paths: dict[str, Any]  # seed 003 Theorem 2.1: path shares by length
+    bound: dict[str, Any]  # seed 003 Theorem 2.2 for pure single-head softmax attention
+    findings: list[dict[str, Any]]
+    failed: list[dict[str, Any]]
+
+
+def analyze(cfg, trials) -> Result:
+    """The curves' summaries over seeds, the accuracy per variant, the check against seed 003's
+    bound and the findings with their tests (`blocklab.analysis.collapse`)."""
+    logs = stats.curves(trials.rows)
+    bound = stats.bound_check(trials.rows, cfg.depth)
+    return Result(
+        rows=trials.rows,
+        summaries=stats.summarize_curves(logs),
+        accuracy=summarize(trials.rows, ("variant",)),
+        paths=trials.paths,
+        bound=bound,
+        findings=stats.findings(cfg, logs, bound),
+        failed=trials.failed,
+    )
+
+
+def write(out_dir, cfg, trials) -> Report:
+    markdown.require_finished(trials)
+    result = analyze(cfg, trials)
     out = Path(out_dir)
     figures = [curves_figure(result, out / "collapse_ratio_vs_layer.png")]
     figures.append(paths_figure(result.paths, out / "collapse_path_shares.png"))

@@ -1,5 +1,6 @@
-"""Report of the degree sweep (`blocklab degree-sweep`, `blocklab demo`): a terminal table, a
-Markdown report with figures, and a JSON dict.
+"""Report of the degree sweep (`blocklab degree-sweep`, `blocklab demo`): its analysis (summaries,
+paired tests and the capacity analysis), a terminal table, a Markdown report with figures, and a
+JSON dict.
 
 Every number comes from the rows (one per finished trial) or from blocklab.theory; nothing else.
 """
@@ -7,10 +8,21 @@ Every number comes from the rows (one per finished trial) or from blocklab.theor
 import dataclasses
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from blocklab.analysis.capacity import analyze, efficiency_claims
-from blocklab.analysis.stats import TEST, compare, layer_degrees, ranking_vs_theory, summarize
+from blocklab.analysis.capacity import CapacityResult, efficiency_claims
+from blocklab.analysis.capacity import analyze as analyze_capacity
+from blocklab.analysis.stats import (
+    TEST,
+    Summary,
+    Verdict,
+    compare,
+    layer_degrees,
+    ranking_vs_theory,
+    summarize,
+)
 from blocklab.reports import Report, plots
 from blocklab.reports.capacity import capacity_section, check_lines, efficiency, scaling_curves
 from blocklab.reports.markdown import (
@@ -252,21 +264,41 @@ def to_json(rows, alpha=0.05):
     )
 
 
-def write(out_dir, cfg, result) -> Report:
-    """The capacity analysis (`blocklab.analysis.capacity`), the report, and what the command
-    prints: the table, the design checks, the efficiency against d = 3 and the verdict, which
-    exists only when the run passes its design checks."""
-    require_finished(result)
-    paired = compare(result.rows, alpha=cfg.alpha)
-    cap = analyze(
-        result.rows,
-        result.lr_choice,
+@dataclass
+class Result:
+    rows: list[dict[str, Any]]
+    lr_choice: dict[str, dict[str, Any]]  # "budget/arm" -> the rate chosen and those tried
+    failed: list[dict[str, Any]]
+    summaries: list[Summary]  # per (task, budget, arm): the test metric over seeds
+    verdicts: list[Verdict]  # per (task, budget): the paired tests of the best arm
+    capacity: CapacityResult  # design checks, scaling fits, efficiency and the verdict
+
+
+def analyze(cfg, trials) -> Result:
+    """The summaries over seeds, the paired tests and the capacity analysis
+    (`blocklab.analysis.capacity`) of the sweep's rows."""
+    verdicts = compare(trials.rows, alpha=cfg.alpha)
+    cap = analyze_capacity(
+        trials.rows,
+        trials.lr_choice,
         list(cfg.budgets),
         tol=cfg.plateau_tol,
         n_boot=cfg.n_boot,
-        paired=paired,
+        paired=verdicts,
         width=cfg.width if cfg.mode == "width" else None,
     )
+    return Result(
+        trials.rows, trials.lr_choice, trials.failed, summarize(trials.rows), verdicts, cap
+    )
+
+
+def write(out_dir, cfg, trials) -> Report:
+    """The analysis (`analyze`), the report, and what the command prints: the table, the design
+    checks, the efficiency against d = 3 and the verdict, which exists only when the run passes
+    its design checks."""
+    require_finished(trials)
+    result = analyze(cfg, trials)
+    cap = result.capacity
     path = write_report(
         out_dir,
         result.rows,
@@ -280,7 +312,7 @@ def write(out_dir, cfg, result) -> Report:
     payload.update(cap.to_json())
     payload.update(lr_choice=result.lr_choice, failed=result.failed)
     checks, verdict = check_lines(cap)
-    lines = [table(summarize(result.rows)), "\ndesign checks:", *checks]
+    lines = [table(result.summaries), "\ndesign checks:", *checks]
     if cap.fit.efficiency:
         caveat = "" if cap.passed else " -- measured, but not a verdict: a design check failed"
         lines.append(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from blocklab.analysis import depth_width as dw
-from blocklab.experiments.depth_width import FIT_FILE
+from blocklab.analysis.summary import summarize
+from blocklab.errors import UserError
+from blocklab.experiments.depth_width import FIT_FILE, width_for
 from blocklab.reports import Report, markdown
 from blocklab.reports.figures import save_figure
 from blocklab.reports.markdown import findings_table, number
@@ -26,9 +29,49 @@ QUESTION = (
 )
 
 
-def write(out_dir, cfg, result) -> Report:
+@dataclass
+class Result:
+    rows: list[dict[str, Any]]
+    summaries: list[dict[str, Any]]  # per (depth, width): test loss over seeds
+    searches: list[dw.TransitionSearch]  # per adjacent pair of depths
+    fit: dw.Fit | None
+    fit_error: str | None  # why there is no fit
+    best: list[dict[str, Any]]  # per budget: the depth of least mean test loss
+    findings: list[dict[str, Any]]
+    failed: list[dict[str, Any]]
+    corpus: dict[str, Any]  # the text task's facts (files, tokens, vocabulary)
+
+
+def analyze(cfg, trials) -> Result:
+    """The test loss over seeds per depth and width, the transitions between adjacent depths,
+    their fit, the best depth per budget and the findings."""
+    summaries = summarize(trials.rows, ("depth", "width", "nominal"), value="test_loss")
+    summaries = with_sizes(summaries, trials.rows)
+    points = {
+        depth: [dw.Point(s["budget"], s["width"], s["mean"], s["std"], s["n"]) for s in group]
+        for depth, group in _by_depth(summaries).items()
+    }
+    searches = dw.transitions(points, alpha=cfg.alpha)
+    fit, fit_error = fit_found(searches)
+    best = best_depths(summaries)
+    found = findings(cfg, searches, fit, best)
+    return Result(
+        trials.rows,
+        summaries,
+        searches,
+        fit,
+        fit_error,
+        best,
+        found,
+        trials.failed,
+        trials.corpus,
+    )
+
+
+def write(out_dir, cfg, trials) -> Report:
     """The report, and FIT_FILE for `blocklab advise --fit` when the run found a fit."""
-    markdown.require_finished(result)
+    markdown.require_finished(trials)
+    result = analyze(cfg, trials)
     out = Path(out_dir)
     fit_path = out / FIT_FILE
     if result.fit is not None:
@@ -66,6 +109,114 @@ def write(out_dir, cfg, result) -> Report:
         figures=figs,
         notes=_notes(result),
     )
+
+
+def with_sizes(summaries: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The test-loss summaries per (depth, width), with the size 12 L dx^2 and mean accuracy."""
+    out = [dict(s) for s in summaries]
+    for s in out:
+        s["budget"] = 12 * s["depth"] * s["width"] ** 2
+        shape = (s["depth"], s["width"])
+        done = [r for r in rows if r["status"] == "done" and (r["depth"], r["width"]) == shape]
+        s["accuracy"] = sum(r["test_metric"] for r in done) / len(done) if done else math.nan
+    return sorted(out, key=lambda s: (s["depth"], s["width"]))
+
+
+def _by_depth(summaries: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    out: dict[int, list[dict[str, Any]]] = {}
+    for s in summaries:
+        if s["n"] >= 1:
+            out.setdefault(s["depth"], []).append(s)
+    return {d: sorted(g, key=lambda s: s["budget"]) for d, g in sorted(out.items())}
+
+
+def fit_found(searches: list[Any]) -> tuple[dw.Fit | None, str | None]:
+    """The weighted fit over the transitions found; it needs two depths (three for chi2_red)."""
+    found = [s.transition for s in searches if s.transition is not None]
+    if len({t.depth_shallow for t in found}) < 2:
+        return None, f"{len(found)} transition(s) found; a fit needs two depths or more"
+    try:
+        fit = dw.fit_transitions(
+            [t.depth_shallow for t in found], [t.width for t in found], [t.error for t in found]
+        )
+    except UserError as exc:
+        return None, str(exc)
+    return fit, None
+
+
+def best_depths(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per budget asked for: the depth of least mean test loss, as figure 3(c) colours each
+    range of sizes by its best depth (the realized sizes 12 L dx^2 differ a little by depth)."""
+    by_budget: dict[int, list[dict[str, Any]]] = {}
+    for s in summaries:
+        if s["n"] >= 1:
+            by_budget.setdefault(s["nominal"], []).append(s)
+    out = []
+    for budget, group in sorted(by_budget.items()):
+        if len({s["depth"] for s in group}) < 2:
+            continue
+        best = min(group, key=lambda s: s["mean"])
+        out.append({"budget": budget, "depth": best["depth"], "loss": best["mean"]})
+    return out
+
+
+def findings(cfg, searches, fit, best) -> list[dict[str, Any]]:
+    """Each adjacent pair's transition beside where the paper's fit puts it, the fit's slope b,
+    and the best depth per budget."""
+    sizes = [12 * d * width_for(n, d, cfg.heads) ** 2 for d in cfg.depths for n in cfg.budgets]
+    lo, hi = min(sizes), max(sizes)
+    out = []
+    for s in searches:
+        t = s.transition
+        measured = (
+            f"transition at dx = {t.width:g} +- {t.error:g} (N ~ {t.n_params:.3g})"
+            if t is not None
+            else f"no transition: {s.reason}"
+        )
+        # the paper's fit, extrapolated when L is outside its depths 6-30
+        n, dn = dw.n_transition(s.depth_shallow)
+        inside = lo <= n + dn and n - dn <= hi
+        out.append(
+            {
+                "part": "transition",
+                "setting": f"L = {s.depth_shallow} vs {s.depth_deep}",
+                "predicted": f"deeper no better below a size, better above; eq. 10-11 put it at "
+                f"N = {n:.2g} +- {dn:.1g}, "
+                + ("inside" if inside else "outside")
+                + f" the measured sizes {lo:.2g}-{hi:.2g}",
+                "measured": measured,
+                "verdict": "as the paper's fit places it"
+                if (t is not None) == inside
+                else "unlike the paper's fit",
+            }
+        )
+    if fit is not None:
+        z = fit.b / fit.sigma_b if fit.sigma_b > 0 else float("inf")
+        out.append(
+            {
+                "part": "fit",
+                "setting": f"{fit.n_points} transitions",
+                "predicted": "log dx = a + b L with b > 0 (paper: a = 5.039, b = 0.0555)",
+                "measured": f"a = {fit.a:.3f} +- {fit.sigma_a:.3f}, b = {fit.b:.4f} +- "
+                f"{fit.sigma_b:.4f}, chi2_red = {fit.chi2_red:.3g}, R^2 = {fit.r2:.3f}",
+                "verdict": "b > 0 (one-sided z test, 5%)"
+                if z > 1.6449
+                else "b not significantly above 0",
+            }
+        )
+    if best:
+        order = [b["depth"] for b in best]
+        grows = all(x <= y for x, y in zip(order, order[1:], strict=False))
+        out.append(
+            {
+                "part": "best depth",
+                "setting": "per budget",
+                "predicted": "the best depth grows with the budget (figure 3(c))",
+                "measured": ", ".join(f"N~{b['budget']:.2g}: L={b['depth']}" for b in best),
+                "verdict": "non-decreasing" if grows else "not monotone",
+            }
+        )
+    return out
 
 
 def _notes(result) -> list[str]:

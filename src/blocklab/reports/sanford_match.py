@@ -3,9 +3,13 @@ Match3 at equal parameters, beside what the seed predicts each solves."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import Any
 
-from blocklab.reports import Report, markdown
+from blocklab.analysis.stats import holm, paired_p
+from blocklab.analysis.summary import summarize
+from blocklab.reports import Findings, Report, markdown
 from blocklab.reports.figures import lines_plot
 from blocklab.reports.markdown import (
     failures,
@@ -24,8 +28,20 @@ QUESTION = (
 )
 
 
-def write(out_dir, cfg, result) -> Report:
-    require_finished(result)
+# the keys the trials differ by besides the seed: accuracy is summarized over the seeds of each
+KEYS = ("task", "width", "model")
+
+
+def analyze(cfg, trials) -> Findings:
+    """The summaries over seeds and, per task, width and block, what the seed predicts beside
+    what was measured, with the paired test of tensor against standard attention."""
+    summaries = summarize(trials.rows, KEYS)
+    return Findings(trials.rows, summaries, findings(cfg, summaries), trials.failed)
+
+
+def write(out_dir, cfg, trials) -> Report:
+    require_finished(trials)
+    result = analyze(cfg, trials)
     out = Path(out_dir)
     fig = lines_plot(
         result.summaries,
@@ -36,7 +52,7 @@ def write(out_dir, cfg, result) -> Report:
         ylabel="test accuracy",
         hline=cfg.solved,
     )
-    findings = (
+    table = (
         [
             "task",
             "width",
@@ -77,7 +93,7 @@ def write(out_dir, cfg, result) -> Report:
         result,
         title="Sanford Match2 / Match3: standard vs tensor attention",
         question=QUESTION,
-        findings=findings,
+        findings=table,
         results=results,
         figures=[fig],
         notes=notes,
@@ -92,3 +108,49 @@ def _balance(cfg) -> dict[str, dict[str, float]]:
         info = make_task(t, seq_len=cfg.seq_len, n_train=cfg.n_train).make(0).info
         out[t] = {"modulus": info["modulus"], "balance": info["balance"]}
     return out
+
+
+PREDICTIONS = {
+    ("match2", "standard"): True,
+    ("match2", "tensor"): True,
+    ("match3", "standard"): False,  # at small width: m H = Omega(N / log N) is needed
+    ("match3", "tensor"): True,
+}
+
+
+def findings(cfg, summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    by = {(s["task"], s["width"], s["model"]): s for s in summaries}
+    findings, pvals = [], []
+    for task in cfg.tasks:
+        for width in cfg.widths:
+            std, ten = by.get((task, width, "standard")), by.get((task, width, "tensor"))
+            if not std or not ten:
+                continue
+            seeds = sorted(set(std["values"]) & set(ten["values"]))
+            p = (
+                paired_p([ten["values"][s] for s in seeds], [std["values"][s] for s in seeds])
+                if len(seeds) >= 2
+                else float("nan")
+            )
+            pvals.append(p)
+            for model, s in (("standard", std), ("tensor", ten)):
+                solved = bool(s["n"]) and s["mean"] >= cfg.solved
+                predicted = PREDICTIONS[(task, model)]
+                findings.append(
+                    {
+                        "task": task,
+                        "width": width,
+                        "model": model,
+                        "predicted": "solves" if predicted else "does not solve (small width)",
+                        "measured": f"{s['mean']:.3f} accuracy "
+                        + ("(solved)" if solved else "(not solved)"),
+                        "agrees": solved == predicted,
+                        "p_tensor_vs_standard": p,
+                    }
+                )
+    finite = [p for p in pvals if not math.isnan(p)]
+    adjusted = iter(holm(finite)) if finite else iter(())
+    adj = {i: next(adjusted) for i, p in enumerate(pvals) if not math.isnan(p)}
+    for i, f in enumerate(findings):
+        f["p_holm"] = adj.get(i // 2, float("nan"))
+    return findings

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import matplotlib.pyplot as plt
 
-from blocklab.reports import Report, markdown
-from blocklab.reports._seprank import EXACT_NOTE, FLOAT_NOTE, ranks
+from blocklab import theory
+from blocklab.analysis.summary import spread
+from blocklab.reports import Findings, Report, markdown
+from blocklab.reports._seprank import EXACT_NOTE, FLOAT_NOTE, float_finding, ranks, values_text
 from blocklab.reports.figures import save_figure
 from blocklab.reports.markdown import findings_table
+from blocklab.specs import format_degree
 
 QUESTION = (
     "Seed 000 (eq. 16-17, Task 1): a stack of p degree-d layers is a polynomial of degree d^p, "
@@ -23,7 +27,14 @@ QUESTION = (
 )
 
 
-def write(out_dir, cfg, result) -> Report:
+def analyze(cfg, trials) -> Findings:
+    """The ranks over seeds per degree and depth, and the findings."""
+    summaries = degree_summaries(cfg, trials.rows)
+    return Findings(trials.rows, summaries, degree_findings(cfg, summaries), trials.failed)
+
+
+def write(out_dir, cfg, trials) -> Report:
+    result = analyze(cfg, trials)
     out = Path(out_dir)
     figs = [
         _degree_plot(result.summaries, cfg, out / "seprank_degree.png"),
@@ -70,6 +81,191 @@ def write(out_dir, cfg, result) -> Report:
         figures=figs,
         notes=notes,
     )
+
+
+def degree_summaries(cfg, rows) -> list[dict[str, Any]]:
+    """Per degree and depth: both ranks over seeds beside d^p + 1."""
+    out = []
+    keys = sorted({(r["degree"], r["depth"]) for r in rows})
+    for d, p in keys:
+        group = [r for r in rows if r["degree"] == d and r["depth"] == p]
+        poly = float(d).is_integer()
+        out.append(
+            {
+                "arm": format_degree(d),
+                "degree": d,
+                "depth": p,
+                "params": group[0]["params"],
+                "polynomial": poly,
+                "predicted": round(d) ** p + 1 if poly else None,
+                "grid": cfg.templates,
+                "exact": spread([r.get("exact_rank") for r in group]),
+                "exact_saturated": any(r.get("exact_saturated") for r in group),
+                "float": spread([r["float_rank"] for r in group]),
+                "float_saturated": any(r.get("float_saturated") for r in group),
+                "n": len(group),
+            }
+        )
+    return out
+
+
+def slope_fit(summaries, d: float, alpha: float) -> dict[str, Any] | None:
+    """Least squares of ln(rank - 1) on p over every unsaturated exact rank (all seeds): rank - 1
+    is the polynomial degree D for two scalar variables, so the slope estimates ln d (eq. 16)."""
+    from scipy import stats
+
+    xs, ys = [], []
+    for s in summaries:
+        if s["degree"] == d and not s["exact_saturated"] and s["exact"]["min"] is not None:
+            for r in s["exact"]["values"]:
+                if r and r > 1:
+                    xs.append(s["depth"])
+                    ys.append(math.log(r - 1))
+    if len(set(xs)) < 2:
+        return None
+    fit = stats.linregress(xs, ys)
+    half = stats.t.ppf(1 - alpha / 2, len(xs) - 2) * fit.stderr if len(xs) > 2 else math.inf
+    return {"slope": fit.slope, "half_width": half, "points": len(xs), "depths": sorted(set(xs))}
+
+
+def _order(values: dict[str, float], tol: dict[str, float]) -> str:
+    """'3 > 2 = 4': descending, ties where two values agree within their tolerances (or to 1e-9
+    relative); names within a tie are sorted, so equal orders read the same."""
+    names = sorted(values, key=lambda k: -values[k])
+    groups = [[names[0]]]
+    for a, b in zip(names, names[1:], strict=False):
+        tie = abs(values[a] - values[b]) <= max(tol[a] + tol[b], 1e-9 * abs(values[a]))
+        if tie:
+            groups[-1].append(b)
+        else:
+            groups.append([b])
+    return " > ".join(" = ".join(sorted(g, key=float_name)) for g in groups)
+
+
+def float_name(name: str) -> float:
+    return math.e if name == "e" else float(name)
+
+
+def degree_findings(cfg, summaries) -> list[dict[str, Any]]:
+    """The d^p + 1 law per degree, its slope per layer and per parameter, equal budgets, the
+    float64 rank, and the real degree kept apart."""
+    out = []
+    w2 = cfg.width**2
+    slopes, tols, h = {}, {}, {}
+    for d in sorted({s["degree"] for s in summaries if s["polynomial"]}):
+        name = format_degree(d)
+        group = [s for s in summaries if s["degree"] == d and not s["exact_saturated"]]
+        wrong = [s for s in group if set(s["exact"]["values"]) != {s["predicted"]}]
+        out.append(
+            {
+                "part": "rank = d^p + 1",
+                "setting": f"d={name}, p={','.join(str(s['depth']) for s in group)}",
+                "predicted": "sep = d^p + 1: degree d^p (seed 000 eq. 16), two scalar variables",
+                "measured": "exact ranks "
+                + ", ".join(values_text(s["exact"]) for s in group)
+                + f"; float64 rank equal at p = {_float_reach(group)}",
+                "verdict": "exact agreement at every unsaturated depth and seed"
+                if group and not wrong
+                else "not testable at this grid"
+                if not group
+                else "DIFFERS at " + ", ".join(f"p={s['depth']}" for s in wrong),
+            }
+        )
+        fit = slope_fit(summaries, d, cfg.alpha)
+        if fit is None:
+            continue
+        slopes[name] = fit["slope"] / (d * w2)
+        tols[name], h[name] = fit["half_width"] / (d * w2), theory.h(d) / w2
+        agrees = abs(fit["slope"] - math.log(d)) <= max(fit["half_width"], 1e-9)
+        out.append(
+            {
+                "part": "slope per layer",
+                "setting": f"d={name}, p={fit['depths'][0]}..{fit['depths'][-1]}, "
+                f"{fit['points']} ranks",
+                "predicted": f"ln(rank - 1) grows by ln d = {math.log(d):.4f} per layer",
+                "measured": f"{fit['slope']:.4f} ± {fit['half_width']:.2g} "
+                f"({1 - cfg.alpha:.0%} interval); per parameter {slopes[name] * w2:.4f} / w^2",
+                "verdict": "agrees" if agrees else "DIFFERS",
+            }
+        )
+    if len(slopes) >= 2:
+        measured_order, predicted_order = _order(slopes, tols), _order(h, dict.fromkeys(h, 0.0))
+        out.append(
+            {
+                "part": "per parameter",
+                "setting": f"slope of ln(rank - 1) per block parameter (d w^2 per layer, w = "
+                f"{cfg.width})",
+                "predicted": f"ordered by h(d) = ln d / d: {predicted_order} (seed 000 eq. 5, 17)",
+                "measured": measured_order
+                + " ("
+                + ", ".join(f"d={k}: {v * w2:.4f}/w^2" for k, v in slopes.items())
+                + ")",
+                "verdict": "matches h(d)" if measured_order == predicted_order else "differs",
+            }
+        )
+    out += _equal_budget(cfg, summaries)
+    out.append(float_finding([s for s in summaries if s["polynomial"]], cfg.rtol))
+    for s in [s for s in summaries if not s["polynomial"]][:1]:
+        group = [t for t in summaries if t["degree"] == s["degree"]]
+        out.append(
+            {
+                "part": "real degree",
+                "setting": f"d={s['arm']} (fractional block), p=1..{group[-1]['depth']}",
+                "predicted": "not a polynomial: no d^p law; the grid (M) is its only bound",
+                "measured": "float64 ranks "
+                + ", ".join(
+                    values_text(t["float"]) + (" (sat.)" if t["float_saturated"] else "")
+                    for t in group
+                ),
+                "verdict": "kept out of the polynomial comparison",
+            }
+        )
+    return out
+
+
+def _equal_budget(cfg, summaries) -> list[dict[str, Any]]:
+    """Budgets B = 12 k w^2, where d = 2, 3, 4 all have integer depth p = 12 k / d."""
+    by = {(s["degree"], s["depth"]): s for s in summaries if s["polynomial"]}
+    degrees = sorted({d for d, _ in by})
+    if not {2.0, 3.0, 4.0} <= set(degrees):
+        return []
+    out = []
+    for k in range(1, cfg.max_depth):
+        points = {d: by.get((d, 12 * k // int(d))) for d in (2.0, 3.0, 4.0)}
+        if any(s is None for s in points.values()):
+            break
+        budget = f"B = {12 * k} w^2"
+        if any(s["exact_saturated"] for s in points.values()):
+            out.append(
+                {
+                    "part": "equal budget",
+                    "setting": budget,
+                    "predicted": "d = 3 highest",
+                    "measured": "saturated grid",
+                    "verdict": "not testable at this grid",
+                }
+            )
+            break
+        ranks = {format_degree(d): s["exact"]["min"] for d, s in points.items()}
+        predicted = {format_degree(d): s["predicted"] for d, s in points.items()}
+        order = _order(ranks, dict.fromkeys(ranks, 0.0))
+        out.append(
+            {
+                "part": "equal budget",
+                "setting": f"{budget}: p = " + ", ".join(f"{12 * k // int(d)}" for d in points),
+                "predicted": "d^p + 1 = "
+                + ", ".join(f"{v} (d={d})" for d, v in predicted.items())
+                + f": {_order(predicted, dict.fromkeys(predicted, 0.0))}",
+                "measured": ", ".join(f"{v} (d={d})" for d, v in ranks.items()) + f": {order}",
+                "verdict": "agrees" if ranks == predicted else "DIFFERS",
+            }
+        )
+    return out
+
+
+def _float_reach(group) -> str:
+    ok = [str(s["depth"]) for s in group if s["float"]["values"] == s["exact"]["values"]]
+    return ",".join(ok) if ok else "none"
 
 
 def _degree_plot(summaries, cfg, path: Path) -> str:

@@ -1,0 +1,58 @@
+"""Summaries over seeds of an experiment's flat rows, and the intervals of its counts.
+
+An experiment stores its trials and returns one flat row per finished trial (status "done" or
+"diverged"); the report of that experiment groups the rows by the keys it compared and summarizes
+a value over the seeds of each group here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from blocklab.analysis.stats import interval
+
+
+def summarize(
+    rows: list[dict[str, Any]], keys: tuple[str, ...], value: str = "test_metric"
+) -> list[dict[str, Any]]:
+    """Per group of `keys`, in the order the rows first give each group: mean, std and 95%
+    t-interval of `value` (the test metric, or e.g. the test loss) over seeds; diverged trials
+    are counted, not averaged."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r[k] for k in keys), []).append(r)
+    out = []
+    for key, group in groups.items():
+        values = [r[value] for r in group if r["status"] == "done"]
+        mean, std, lo, hi, n = interval(values)
+        out.append(
+            {
+                **dict(zip(keys, key, strict=True)),
+                "mean": mean,
+                "std": std,
+                "lo": lo,
+                "hi": hi,
+                "n": n,
+                "diverged": sum(r["status"] == "diverged" for r in group),
+                "params": group[0]["params"],
+                "seeds": sorted(r["seed"] for r in group),
+                "values": {r["seed"]: r[value] for r in group if r["status"] == "done"},
+            }
+        )
+    return out
+
+
+def spread(values: list[float | None]) -> dict[str, Any]:
+    """Mean, min and max of the values that exist (None: not measured), beside all of them."""
+    xs = [v for v in values if v is not None]
+    if not xs:
+        return {"mean": None, "min": None, "max": None, "values": values}
+    return {"mean": sum(xs) / len(xs), "min": min(xs), "max": max(xs), "values": values}
+
+
+def binomial_interval(k: int, n: int, level: float = 0.95) -> dict[str, float]:
+    """The fraction k / n of successes with its exact (Clopper-Pearson) interval."""
+    from scipy.stats import binomtest
+
+    ci = binomtest(k, n).proportion_ci(level, method="exact")
+    return {"fraction": k / n, "lo": float(ci.low), "hi": float(ci.high)}
