@@ -129,6 +129,11 @@ class Ensemble(nn.Module):
             # the structure only; the weights come from `params` through functional_call
             self.net = self.net.to("meta")
             self.params = {n: nn.Parameter(t) for n, t in stacked.items()}
+        # members' frozen parameters (`models.Net.freeze_unused`) stay stacked, each member its
+        # own values, and out of the optimizer
+        for n, p in self.params.items():
+            p.requires_grad_(members[0].get_parameter(n).requires_grad)
+        if path != "stacked":
             for i, p in enumerate(self.params.values()):
                 self.register_parameter(f"stacked_{i}", p)
             self.buffers_ = dict(members[0].named_buffers())
@@ -161,6 +166,9 @@ class StackedAdamW:
 
     @torch.no_grad()
     def grad_norms(self) -> Tensor:
+        for p in self.params:  # a parameter this batch did not reach moves by decay alone
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
         grads = [p.grad.reshape(p.shape[0], -1) for p in self.params]  # (E, n_i)
         per_param = torch.stack([torch.linalg.vector_norm(g, dim=1) for g in grads])  # (k, E)
         return torch.linalg.vector_norm(per_param, dim=0)  # (E,)
@@ -290,7 +298,7 @@ def train_ensemble(
             else (train_x[rows, idx], train_y[rows, idx])
             for idx in (i.to(device) for i in order)
         )
-    opt = StackedAdamW(list(ens.params.values()), cfg.weight_decay)
+    opt = StackedAdamW([p for p in ens.params.values() if p.requires_grad], cfg.weight_decay)
     checkpoints = set(eval_steps(cfg.steps, cfg.eval_points))
     runs = [Tracker(cfg, t) for t in thresholds]
     alive = list(range(size))

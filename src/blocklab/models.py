@@ -243,8 +243,7 @@ class Net(nn.Module):
             self.embed = nn.Embedding(vocab, width)
             self.pos = nn.Parameter(torch.randn(seq_len, width))  # (T, D)
         blocks = [
-            make_block(name, width, width, **kw)
-            for name, kw in arm.layer_blocks(depth, bias, seq_len)
+            checked_block(name, width, **kw) for name, kw in arm.layer_blocks(depth, bias, seq_len)
         ]
         scale = 1.0 / math.sqrt(depth) if scaled_residual else 1.0
         self.layers = nn.ModuleList(
@@ -252,6 +251,9 @@ class Net(nn.Module):
         )
         self.norm_out = make_norm(norm, width)
         self.readout = nn.Linear(width, n_out)
+        # name -> size of the parameters left untrained: those built frozen, and after
+        # `freeze_unused` those that get no gradient
+        self.frozen = {n: p.numel() for n, p in self.named_parameters() if not p.requires_grad}
 
     def forward(self, x: torch.Tensor, lead: int = 1) -> torch.Tensor:
         """`lead` counts the batch dimensions in front: 1 for (B, ...), 2 for an ensemble's
@@ -267,12 +269,49 @@ class Net(nn.Module):
         out = self.readout(h)  # (B, n_out) or (B, T, n_out)
         return out if self.out_shape is None else out.unflatten(-1, self.out_shape)
 
-    def param_counts(self) -> dict[str, int]:
-        def n(m: nn.Module) -> int:
-            return sum(p.numel() for p in m.parameters())
+    def freeze_unused(self, x: torch.Tensor) -> list[tuple[str, int]]:
+        """Stop training the parameters that get no gradient from a forward pass on `x` (unused
+        ones) or were built frozen (requires_grad False): every training path then leaves them
+        out of the optimizer and the trained count. Returns (name, size) of each frozen one."""
+        trainable = [(n, p) for n, p in self.named_parameters() if p.requires_grad]
+        # the probe draws no random numbers that training would otherwise have drawn
+        with torch.random.fork_rng(devices=[x.device] if x.is_cuda else []):
+            out = self(x).float().sum()
+        grads = torch.autograd.grad(out, [p for _, p in trainable], allow_unused=True)
+        for (_, p), g in zip(trainable, grads, strict=True):
+            if g is None:
+                p.requires_grad_(False)
+        # by name: an ensemble later swaps every member's parameters for frozen views
+        self.frozen = {n: p.numel() for n, p in self.named_parameters() if not p.requires_grad}
+        return list(self.frozen.items())
 
-        # "blocks" counts whole layers (blocks and feed-forward): the budgeted part
-        embed = n(self.embed) + (self.pos.numel() if self.pos is not None else 0)
-        counts = {"embed": embed, "blocks": n(self.layers), "readout": n(self.readout)}
-        counts["total"] = n(self)
+    def param_counts(self) -> dict[str, int]:
+        """Trained parameters by part; "blocks" counts whole layers (blocks and feed-forward),
+        the budgeted part. Frozen parameters (`freeze_unused`) are not trained and not counted."""
+
+        def n(prefix: str) -> int:
+            return sum(
+                p.numel()
+                for name, p in self.named_parameters()
+                if name.startswith(prefix) and name not in self.frozen
+            )
+
+        counts = {"embed": n("embed.") + n("pos"), "blocks": n("layers."), "readout": n("readout.")}
+        counts["total"] = n("")
+        if self.frozen:
+            counts["frozen"] = sum(self.frozen.values())
         return counts
+
+
+def checked_block(name: str, width: int, **kwargs: Any) -> nn.Module:
+    """A block of width -> width whose trainable parameters must number what its `count_params`
+    declares: every budget and every verdict rests on that count."""
+    block = make_block(name, width, width, **kwargs)
+    real = sum(p.numel() for p in block.parameters() if p.requires_grad)
+    declared = BLOCKS.get(name).count_params(width, width, **kwargs)
+    if real != declared:
+        raise UserError(
+            f"block {name}: count_params declares {declared} parameters at width {width}, "
+            f"but the built block has {real} trainable ones"
+        )
+    return block

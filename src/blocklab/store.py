@@ -11,6 +11,7 @@ import csv
 import json
 import math
 import sqlite3
+import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,6 +21,9 @@ from blocklab.errors import UserError
 
 FINISHED = ("done", "diverged")  # a failed trial (an exception) is retried on the next run
 DB_NAME = "blocklab.sqlite"
+# which finished trials a rerun reuses: those made by the code here now (current), any (stale),
+# or none (a fresh run, replacing what is stored)
+REUSE = ("current", "stale", "none")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS trials (
@@ -81,7 +85,10 @@ def _switch_to_wal(conn: sqlite3.Connection) -> None:
 
 
 class Store:
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, reuse: str = "current"):
+        if reuse not in REUSE:
+            raise ValueError(f"reuse must be one of {REUSE}, got {reuse!r}")
+        self.reuse = reuse
         path = Path(path)
         if path.is_dir() or not path.suffix:
             path = path / DB_NAME
@@ -103,6 +110,40 @@ class Store:
 
     def finished(self, ids: Iterable[str]) -> set[str]:
         return {r["id"] for r in self._select_ids(list(ids)) if r["status"] in FINISHED}
+
+    def reusable(self, fingerprints: dict[str, str | None]) -> tuple[set[str], set[str]]:
+        """For trial id -> the fingerprint of the code that would make it now: the ids whose
+        finished trial this store's `reuse` lets a rerun keep, and the finished ones made by other
+        code (a trial stored without a fingerprint counts as other code)."""
+        ids = list(fingerprints)
+        stored = {}
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            stored.update(
+                self.conn.execute(
+                    "SELECT id, json_extract(provenance, '$.code.fingerprint') FROM trials "
+                    f"WHERE status IN ({_FINISHED_SQL}) AND id IN ({','.join('?' * len(chunk))})",
+                    tuple(chunk),
+                ).fetchall()
+            )
+        stale = {i for i, fp in stored.items() if fp is None or fp != fingerprints[i]}
+        if self.reuse == "none":
+            return set(), stale
+        if self.reuse == "stale":
+            return set(stored), stale
+        return set(stored) - stale, stale
+
+    def say_stale(self, count: int) -> None:
+        """One line on stderr when a rerun meets `count` finished trials made by other code."""
+        if not count:
+            return
+        what = f"{count} stored trial{'s were' if count > 1 else ' was'} made by other code"
+        how = {
+            "current": "rerunning (--reuse-stale keeps them)",
+            "stale": "reusing (--reuse-stale)",
+            "none": "rerunning (--fresh)",
+        }[self.reuse]
+        print(f"blocklab: {what}: {how}", file=sys.stderr, flush=True)
 
     def put(self, record: dict[str, Any]) -> None:
         self.conn.execute(

@@ -25,11 +25,13 @@ from typing import Any
 import torch
 
 from blocklab import __version__
+from blocklab.blocks import BLOCKS
 from blocklab.ensemble import train_ensemble
 from blocklab.errors import Interrupted, UserError, WorkerDied
 from blocklab.executors import Resources, WorkerLost, make_executor
+from blocklab.fingerprint import code
 from blocklab.models import Net
-from blocklab.specs import TrialSpec, plan_units
+from blocklab.specs import TrialSpec, ensemble_key, plan_units
 from blocklab.store import Store
 from blocklab.tasks import TaskData, make_task
 from blocklab.train import as_record, precision, train
@@ -105,6 +107,7 @@ def _prepare(spec: TrialSpec, device: str, cache: dict | None = None) -> _Prepar
     data = cache[data_seed]
     torch.manual_seed(spec.seed)  # the initialization follows the trial seed
     model = build_model(spec, data).to(device)
+    model.freeze_unused(data.train.x[:2])
     threshold = spec.train.threshold if spec.train.threshold is not None else task.threshold
     return _Prepared(task, data, model, threshold)
 
@@ -238,6 +241,44 @@ def provenance(device: str = "cpu") -> dict[str, Any]:
     }
 
 
+def code_modules(spec: TrialSpec) -> list[str]:
+    """The modules whose code makes this trial besides the engine (`fingerprint.ENGINE`): its
+    blocks (and what they name, such as a wrapped factory's module), task and measures."""
+    from blocklab.measures import parse_measure
+
+    modules = [type(make_task(spec.task, **spec.task_options)).__module__]
+    modules += [type(parse_measure(text)).__module__ for text in spec.measures]
+    for name, kwargs in spec.arm.layer_blocks(1, spec.bias, seq_len=1):
+        cls = BLOCKS.get(name)
+        modules += [cls.__module__, *cls.code_modules(**kwargs)]
+    return modules
+
+
+def check_builds(specs: list[TrialSpec]) -> None:
+    """Build one network of each architecture here, before any work is handed out: a block whose
+    parameters disagree with its `count_params` stops the run with one line (`models.Net`), and
+    parameters that get no gradient are named once (they train frozen, `models.freeze_unused`)."""
+    seen: set[str] = set()
+    for spec in specs:
+        key = ensemble_key(spec) or spec.id
+        if key in seen:
+            continue
+        seen.add(key)
+        data_seed = spec.seed if spec.data_seed is None else spec.data_seed
+        data = task_data(spec.task, json.dumps(spec.task_options, sort_keys=True), data_seed)
+        model = build_model(spec, data)
+        frozen = model.freeze_unused(data.train.x[:2])
+        if frozen:
+            count = sum(n for _, n in frozen)
+            names = ", ".join(name for name, _ in frozen)
+            print(
+                f"blocklab: {spec.arm.label}: {count} parameters get no gradient ({names}); "
+                "they stay frozen at their initial values and are not counted as trained",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
 class Progress:
     """A tqdm bar on a terminal, one plain line per trial otherwise."""
 
@@ -287,9 +328,12 @@ def run(
     sweep keeps everything that finished."""
     res = resources or Resources()
     specs = list({s.id: s for s in specs}.values())  # identical trials run once
-    done = store.finished(s.id for s in specs)
+    codes = {s.id: code(code_modules(s)) for s in specs}
+    done, stale = store.reusable({i: c["fingerprint"] for i, c in codes.items()})
+    store.say_stale(len(stale))
     todo = [s for s in specs if s.id not in done]
     device = device_name(res.device)
+    check_builds(todo)
     prov = provenance(device)
     bar = Progress(len(todo), label, enabled=progress)
     finished = 0
@@ -300,7 +344,11 @@ def run(
     try:
         for index, records in results:
             for spec, record in zip(units[index], records, strict=True):
-                record.update(experiment=experiment, provenance=prov, finished_at=time.time())
+                record.update(
+                    experiment=experiment,
+                    provenance={**prov, "code": codes[spec.id]},
+                    finished_at=time.time(),
+                )
                 store.put(record)
                 finished += 1
                 bar.update(spec, record)

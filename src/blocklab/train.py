@@ -194,7 +194,8 @@ def train(
     kind, tol = data.kind, data.tolerance
     train_split = data.train
     device = train_split.x.device
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    params = [p for p in model.parameters() if p.requires_grad]  # frozen ones stay as they are
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg.steps, cfg.warmup))
     if data.online:
         fresh = online_batches(data, cfg.batch_size, seed)
@@ -218,7 +219,7 @@ def train(
             break
         opt.zero_grad(set_to_none=True)
         batch_loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+        grad_norm = nn.utils.clip_grad_norm_(params, cfg.clip)
         if not torch.isfinite(grad_norm):
             run.diverged_at = step
             break

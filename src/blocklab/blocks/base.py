@@ -41,5 +41,11 @@ class Block(nn.Module):
     def count_params(cls, d_in: int, d_out: int, **kwargs: Any) -> int:
         raise TypeError(f"block {cls.__name__} must define count_params in closed form")
 
+    @classmethod
+    def code_modules(cls, **kwargs: Any) -> tuple[str, ...]:
+        """Modules besides the block's own whose code shapes it (such as a wrapped factory's):
+        their source joins the fingerprint of every trial that uses the block."""
+        return ()
+
     def extra_repr(self) -> str:
         return f"d_in={self.d_in}, d_out={self.d_out}, degree={self.degree}"

@@ -37,6 +37,22 @@ def add_parser(sub, experiment: type[Experiment], command: Command) -> None:
         _pool_flags(p)
     p.add_argument("--json", action="store_true", help="print results as JSON on stdout")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    reuse = p.add_mutually_exclusive_group()
+    reuse.add_argument(
+        "--fresh",
+        dest="reuse",
+        action="store_const",
+        const="none",
+        default="current",
+        help="rerun every trial, replacing what the store holds",
+    )
+    reuse.add_argument(
+        "--reuse-stale",
+        dest="reuse",
+        action="store_const",
+        const="stale",
+        help="keep stored trials made by other code (by default they are rerun)",
+    )
     if hasattr(experiment.Config, "full"):
         p.add_argument("--full", action="store_true", help="the full form (quick by default)")
     cfgmod.add_flags(p, experiment.Config, skip=experiment.no_flags)
@@ -100,7 +116,7 @@ def _open_run(args: argparse.Namespace) -> tuple[Path, Store]:
 
     device_name(getattr(args, "device", "cpu"))  # a bad or missing device fails here
     out = Path(args.out)
-    store = Store(out)
+    store = Store(out, reuse=args.reuse)
     probe = out / ".write-test"
     try:
         probe.write_text("")

@@ -48,11 +48,16 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"cannot write {args.id}: {exc.strerror}") from None
         print(f"wrote {n} trials to {args.id}")
         return 0
+    current = _currency(records)
     if args.json:
         print(
             json.dumps(
                 [
-                    {k: r[k] for k in ("id", "experiment", "status", "seed", "metrics")}
+                    {
+                        **{k: r[k] for k in ("id", "experiment", "status", "seed", "metrics")},
+                        "fingerprint": _fingerprint(r),
+                        "stale": not current[r["id"]],
+                    }
                     for r in records
                 ],
                 indent=2,
@@ -60,9 +65,33 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     for r in records:
-        print(f"{r['id']}  {r['experiment']:<13} {r['status']:<8} {_describe(r)}")
-    print(f"{len(records)} trials in {store.path}", file=sys.stderr)
+        code = f"{_fingerprint(r) or '-':<16} {'' if current[r['id']] else 'stale':<5}"
+        print(f"{r['id']}  {r['experiment']:<13} {r['status']:<8} {code} {_describe(r)}")
+    stale = sum(not ok for ok in current.values())
+    note = f" ({stale} stale: made by code other than this)" if stale else ""
+    print(f"{len(records)} trials in {store.path}{note}", file=sys.stderr)
     return 0
+
+
+def _fingerprint(rec: dict[str, Any]) -> str | None:
+    """The hash of the code that made a stored trial (`blocklab.fingerprint`)."""
+    return (rec.get("provenance") or {}).get("code", {}).get("fingerprint")
+
+
+def _currency(records: list[dict[str, Any]]) -> dict[str, bool]:
+    """Per trial: whether the code here now is the code that made it (one comparison per
+    distinct code record)."""
+    from blocklab.fingerprint import is_current
+
+    seen: dict[str, bool] = {}
+    out = {}
+    for r in records:
+        recorded = (r.get("provenance") or {}).get("code")
+        key = json.dumps(recorded, sort_keys=True)
+        if key not in seen:
+            seen[key] = is_current(recorded)
+        out[r["id"]] = seen[key]
+    return out
 
 
 def _describe(rec: dict[str, Any]) -> str:

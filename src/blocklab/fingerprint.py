@@ -1,0 +1,64 @@
+"""The code that made a trial: a hash of the source of the modules it ran.
+
+A trial's id hashes its config, so an edit to a block's code leaves the id unchanged; the stored
+fingerprint is what tells a rerun that a finished trial was made by other code. The modules are
+the trial's blocks, task and measures (plugins' modules alike) and the engine every trial runs
+through (`ENGINE`); what an experiment decides about a trial is already in its config and id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+# the modules every trial runs through: the network, the training loops, the task interface
+ENGINE = (
+    "blocklab.blocks.base",
+    "blocklab.ensemble",
+    "blocklab.models",
+    "blocklab.tasks.base",
+    "blocklab.train",
+)
+
+
+def source(module: str) -> bytes | None:
+    """The source of an imported (or importable) module, None when it has none here."""
+    mod = sys.modules.get(module)
+    if mod is None:
+        try:
+            mod = importlib.import_module(module)
+        except Exception:  # a plugin that is gone, or breaks on import: no source to compare
+            return None
+    path = getattr(mod, "__file__", None)
+    try:
+        return Path(path).read_bytes() if path else None
+    except OSError:
+        return None
+
+
+def fingerprint(modules: Iterable[str]) -> str | None:
+    """16 hex digits over the modules' names and sources; None when one has no source here."""
+    digest = hashlib.sha256()
+    for name in sorted(set(modules)):
+        text = source(name)
+        if text is None:
+            return None
+        digest.update(name.encode() + b"\0" + hashlib.sha256(text).digest())
+    return digest.hexdigest()[:16]
+
+
+def code(modules: Iterable[str]) -> dict[str, object]:
+    """What a stored trial records about the code that made it."""
+    names = sorted(set(modules) | set(ENGINE))
+    return {"fingerprint": fingerprint(names), "modules": names}
+
+
+def is_current(recorded: dict[str, object] | None) -> bool:
+    """Whether a stored trial's code record matches the code here now; a trial stored without
+    one was made by code this store cannot tell, so it is not current."""
+    if not recorded or not recorded.get("fingerprint"):
+        return False
+    return fingerprint(recorded.get("modules", ())) == recorded["fingerprint"]
