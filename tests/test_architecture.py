@@ -29,7 +29,7 @@ SRC = Path(blocklab.__file__).resolve().parent
 # trials, and every statistic of them is computed above it.
 LAYERS = [
     {"", "errors", "options", "registry", "config", "store", "theory", "specs", "numerics"}
-    | {"executors"},
+    | {"executors", "fingerprint"},
     {"blocks", "tasks", "measures"},
     {"models", "budget"},
     {"train", "ensemble", "sweep", "bench"},

@@ -66,6 +66,16 @@ class Arm:
                 out.append(("fractional", {"degree": float(d), **self.kwargs}))
         return out
 
+    def code_modules(self, bias: bool = False) -> list[str]:
+        """The modules whose code makes this arm's blocks (`blocklab.fingerprint`)."""
+        modules = []
+        for name, kwargs in self.layer_blocks(
+            1 if not self.degrees else len(self.degrees), bias, 1
+        ):
+            cls = BLOCKS.get(name)
+            modules += [cls.__module__, *cls.code_modules(**kwargs)]
+        return modules
+
     def block_params(
         self,
         depth: int,

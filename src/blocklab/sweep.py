@@ -25,7 +25,6 @@ from typing import Any
 import torch
 
 from blocklab import __version__
-from blocklab.blocks import BLOCKS
 from blocklab.ensemble import train_ensemble
 from blocklab.errors import Interrupted, UserError, WorkerDied
 from blocklab.executors import Resources, WorkerLost, make_executor
@@ -248,10 +247,30 @@ def code_modules(spec: TrialSpec) -> list[str]:
 
     modules = [type(make_task(spec.task, **spec.task_options)).__module__]
     modules += [type(parse_measure(text)).__module__ for text in spec.measures]
-    for name, kwargs in spec.arm.layer_blocks(1, spec.bias, seq_len=1):
-        cls = BLOCKS.get(name)
-        modules += [cls.__module__, *cls.code_modules(**kwargs)]
-    return modules
+    return modules + spec.arm.code_modules(spec.bias)
+
+
+def stored_point(
+    store: Store, record: dict[str, Any], modules: list[str], compute: Callable[[], dict]
+) -> tuple[dict[str, Any], bool]:
+    """A measured point that is not a trained trial (a rank, a draw of random networks): the
+    stored record of `record["id"]` when the store lets a rerun keep it, else `record` with the
+    metrics `compute()` returns, stored with the code that made it (`modules` and the engine).
+    Returns the record and whether it was computed now."""
+    codes = code(modules)
+    done, stale = store.reusable({record["id"]: codes["fingerprint"]})
+    store.say_stale(len(stale))
+    if record["id"] in done:
+        return store.records(ids=[record["id"]])[0], False
+    record = {
+        **record,
+        "status": "done",
+        "metrics": compute(),
+        "provenance": {**provenance(), "code": codes},
+        "finished_at": time.time(),
+    }
+    store.put(record)
+    return record, True
 
 
 def check_builds(specs: list[TrialSpec]) -> None:

@@ -220,33 +220,32 @@ def _record_id(experiment: str, config: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def measured(store: Store, experiment: str, config: dict[str, Any], seed: int, compute, progress):
-    """The stored record of (experiment, config, seed), computed and stored first if missing."""
-    config = {**config, "seed": seed}
-    rid = _record_id(experiment, config)
-    rec = store.get(rid)
-    if rec is None or rec["status"] != "done":
-        from blocklab.sweep import provenance
+def measured(
+    store: Store,
+    experiment: str,
+    config: dict[str, Any],
+    seed: int,
+    compute,
+    progress,
+    modules: list[str],
+):
+    """The stored record of (experiment, config, seed), computed and stored first if missing or
+    made by other code; `modules` (besides the rank code here) make the measured network."""
+    from blocklab.sweep import stored_point
 
-        metrics = compute()
-        rec = {
-            "id": rid,
-            "experiment": experiment,
-            "status": "done",
-            "seed": seed,
-            "config": config,
-            "metrics": metrics,
-            "provenance": provenance(),
-        }
-        store.put(rec)
-        if progress:
-            shown = {k: v for k, v in config.items() if k in ("block", "depth", "width", "seed")}
-            print(
-                f"[{experiment}] {shown}: exact {metrics.get('exact_rank')}, float64 "
-                f"{metrics.get('float_rank')} ({metrics['seconds']:.1f}s)",
-                file=sys.stderr,
-                flush=True,
-            )
+    config = {**config, "seed": seed}
+    record = {"id": _record_id(experiment, config), "experiment": experiment, "seed": seed}
+    modules = [*modules, __name__, "blocklab.measures.exact_rank", "blocklab.measures.seprank"]
+    rec, computed = stored_point(store, {**record, "config": config}, modules, compute)
+    if computed and progress:
+        metrics = rec["metrics"]
+        shown = {k: v for k, v in config.items() if k in ("block", "depth", "width", "seed")}
+        print(
+            f"[{experiment}] {shown}: exact {metrics.get('exact_rank')}, float64 "
+            f"{metrics.get('float_rank')} ({metrics['seconds']:.1f}s)",
+            file=sys.stderr,
+            flush=True,
+        )
     return rec
 
 

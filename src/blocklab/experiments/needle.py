@@ -206,25 +206,18 @@ def _random_id(cfg: NeedleConfig, seq_len: int, tau1: float) -> str:
 
 
 def run(cfg: NeedleConfig, store: Store, *, resources=None, progress=True) -> NeedleTrials:
-    from blocklab.sweep import provenance
+    from blocklab.sweep import stored_point
 
     random_rows = []
     for seq_len in cfg.seq_lens:
         for tau1 in cfg.tau1s:
             rid, config = _random_id(cfg, seq_len, tau1)
-            rec = store.get(rid)
-            if rec is None or rec["status"] != "done":
-                successes = random_setting(cfg, seq_len, tau1)
-                rec = {
-                    "id": rid,
-                    "experiment": "needle-random",
-                    "status": "done",
-                    "seed": cfg.seed,
-                    "config": config,
-                    "metrics": {"successes": successes, "draws": cfg.draws},
-                    "provenance": provenance(),
-                }
-                store.put(rec)
+            record = {"id": rid, "experiment": "needle-random", "seed": cfg.seed, "config": config}
+
+            def draw(seq_len=seq_len, tau1=tau1):
+                return {"successes": random_setting(cfg, seq_len, tau1), "draws": cfg.draws}
+
+            rec, _ = stored_point(store, record, [__name__, "blocklab.tasks.needle"], draw)
             for kernel, k in rec["metrics"]["successes"].items():
                 random_rows.append(
                     {

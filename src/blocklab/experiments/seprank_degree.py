@@ -91,7 +91,15 @@ def run(cfg: DegreeConfig, store: Store, *, resources=None, progress=True) -> Tr
                     poly = float(d).is_integer()
                     return measure(net, 2, 1, cfg.templates, seed, cfg.rtol, exact=poly)
 
-                rec = measured(store, "seprank-degree", point, seed, compute, progress)
+                rec = measured(
+                    store,
+                    "seprank-degree",
+                    point,
+                    seed,
+                    compute,
+                    progress,
+                    [__name__, *arm.code_modules()],
+                )
                 row = {"arm": format_degree(d), "degree": d, "depth": p, "seed": seed}
                 rows.append(row | {"params": arm.block_params(p, cfg.width)} | rec["metrics"])
     return Trials(rows, [])

@@ -78,7 +78,15 @@ def run(cfg: DepthWidthConfig, store: Store, *, resources=None, progress=True) -
                     net = build_net(arm, depth, dx, cfg.positions, dx, seed)
                     return measure(net, cfg.positions, dx, cfg.templates, seed, cfg.rtol)
 
-                rec = measured(store, "seprank-depth-width", point, seed, compute, progress)
+                rec = measured(
+                    store,
+                    "seprank-depth-width",
+                    point,
+                    seed,
+                    compute,
+                    progress,
+                    [__name__, *arm.code_modules()],
+                )
                 rows.append({"width": dx, "depth": depth, "seed": seed, **rec["metrics"]})
     return Trials(rows, [])
 
