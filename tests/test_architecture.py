@@ -29,9 +29,9 @@ SRC = Path(blocklab.__file__).resolve().parent
 # trials, and every statistic of them is computed above it.
 LAYERS = [
     {"", "errors", "options", "registry", "config", "store", "theory", "specs", "numerics"}
-    | {"executors", "fingerprint"},
+    | {"executors", "fingerprint", "plugins"},
     {"blocks", "tasks", "measures"},
-    {"models", "budget"},
+    {"models", "budget", "checks"},
     {"train", "ensemble", "sweep", "bench"},
     {"experiments"},
     {"analysis", "reports"},

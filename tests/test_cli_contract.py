@@ -34,6 +34,7 @@ COMMANDS = {
     "theory": ["theory", "--degrees", "2", "e", "3"],
     "advise": ["advise", "--params", "1.3B", "--depth", "10"],
     "bench": ["bench", "--widths", "8", "--members", "2", "--seconds", "0.02", "--repeats", "1"],
+    "check": ["check", "--only", "mlp", "teacher", "seprank"],
     "sanford qsa": ["sanford", "qsa", "--qs", "1", "--dims", "2", "--seeds", "2", "--seq-len", "6"]
     + ["--n-train", "128", "--out", "{out}", *TRAIN, *QUIET],
     "sanford match": ["sanford", "match", "--tasks", "match2", "--widths", "6", "--seeds", "2"]

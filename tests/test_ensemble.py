@@ -9,6 +9,7 @@ import torch
 
 from blocklab import sweep
 from blocklab.blocks import BLOCKS
+from blocklab.checks import label
 from blocklab.ensemble import Ensemble, stackable, train_ensemble
 from blocklab.models import Arm, Net, parse_arm
 from blocklab.specs import TrainConfig, TrialSpec, ensemble_key, plan_units
@@ -152,7 +153,7 @@ def _block_arms() -> list[Arm]:
     for name in BLOCKS.names():
         if name in ("poly", "fractional"):
             continue  # the polynomial family is reached through degrees
-        arms.append(parse_arm(name))
+        arms.append(parse_arm(label(name, BLOCKS.get(name).examples[0])))  # `module` needs one
     return arms + [parse_arm("3"), parse_arm("2.5")]
 
 

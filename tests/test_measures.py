@@ -1,9 +1,9 @@
-"""Measures: the contract battery over every registered measure, then known answers for the
-grid-tensor separation rank and for rank collapse."""
+"""Measures: the contract (`blocklab.checks.measures`, the battery `blocklab check` runs) over
+every registered measure, then known answers for the grid-tensor separation rank and for rank
+collapse."""
 
 import copy
 import itertools
-import json
 import math
 
 import numpy as np
@@ -11,12 +11,14 @@ import pytest
 import torch
 
 from blocklab import sweep
+from blocklab.checks import NotApplicable
+from blocklab.checks import measures as contract
+from blocklab.checks.measures import D, T, net
 from blocklab.errors import UserError
 from blocklab.experiments import _trials
 from blocklab.measures import (
     MEASURES,
     composite_norm,
-    make_measure,
     parse_measure,
     rank_collapse,
     residual,
@@ -26,104 +28,25 @@ from blocklab.measures.seprank import matricize, resolve_partition
 from blocklab.models import Net, parse_arm
 from blocklab.specs import TrainConfig
 
-T, D = 4, 3  # sequence length and input width of the contract networks
-CASES = [(name, kw) for name in MEASURES.names() for kw in MEASURES.get(name).examples]
-NETS = {
-    "linearized": dict(arm="linearized_attention", norm="none", residual=False),
-    "softmax-causal": dict(arm="softmax_attention(causal=true)", norm="layer", residual=True),
-    "mixer": dict(arm="mixer", norm="rms", residual=True),
-    "per-token": dict(arm="3", norm="none", residual=False),
-}
-
-
-def net(kind: str, depth: int = 2, width: int = 6, seed: int = 0) -> Net:
-    spec = NETS[kind]
-    torch.manual_seed(seed)
-    return Net(
-        parse_arm(spec["arm"]),
-        depth,
-        width,
-        D,
-        2,
-        seq_len=T,
-        norm=spec["norm"],
-        residual=spec["residual"],
-    )
-
-
-def case_id(case) -> str:
-    name, kw = case
-    return name + ("-" + ",".join(f"{k}={v}" for k, v in kw.items()) if kw else "")
-
-
-@pytest.fixture(params=CASES, ids=[case_id(c) for c in CASES])
-def case(request):
-    return request.param
+CASES = contract.cases()
 
 
 # ---- contract battery: every registered measure, every example, every network kind
 
 
+@pytest.mark.parametrize("check", list(contract.CHECKS))
+@pytest.mark.parametrize("case", CASES, ids=[str(c) for c in CASES])
+def test_contract(case, check):
+    try:
+        contract.CHECKS[check](case)
+    except NotApplicable as exc:
+        pytest.skip(str(exc))
+
+
 def test_registry():
     assert {"seprank", "exact_rank", "collapse"} <= set(MEASURES.names())
-    for name in MEASURES.names():
-        assert MEASURES.get(name).name == name
     with pytest.raises(UserError, match="did you mean 'seprank'"):
         MEASURES.get("sepranc")
-
-
-def measured(case, kind: str, seed: int = 3):
-    """The measure's result on a contract network, or None where it refuses the network: a
-    measure defined for some networks only (the exact rank: polynomial ones) says so with a
-    UserError, never with another exception."""
-    name, kw = case
-    try:
-        return make_measure(name, **kw).measure(net(kind), T, D, seed=seed)
-    except UserError:
-        return None
-
-
-def accepted(case) -> list[str]:
-    return [kind for kind in NETS if measured(case, kind) is not None]
-
-
-def test_measure_accepts_some_contract_network(case):
-    assert accepted(case), "a measure must apply to at least one of the contract networks"
-
-
-@pytest.mark.parametrize("kind", NETS)
-def test_measure_is_finite_json_and_deterministic(case, kind):
-    first, again = measured(case, kind), measured(case, kind)
-    assert first == again  # reproducible by seed, refusals included
-    if first is None:
-        return
-    assert json.loads(json.dumps(first)) == first  # plain JSON
-    assert isinstance(first["value"], int | float) and math.isfinite(first["value"])
-
-
-def test_measure_leaves_the_model_as_it_was(case):
-    name, kw = case
-    model = net(accepted(case)[0]).train()
-    before = copy.deepcopy(model.state_dict())
-    make_measure(name, **kw).measure(model, T, D, seed=0)
-    assert model.training
-    for key, value in model.state_dict().items():
-        assert value.dtype == torch.float32
-        assert torch.equal(value, before[key]), key
-
-
-def test_measure_reads_given_inputs(case):
-    name, kw = case
-    x = torch.randn(7, T, D, generator=torch.Generator().manual_seed(0))
-    kind = accepted(case)[-1]
-    out = make_measure(name, **kw).measure(net(kind), T, D, seed=0, inputs=x)
-    assert math.isfinite(out["value"])
-
-
-def test_unknown_option_fails_with_a_hint(case):
-    name, _ = case
-    with pytest.raises(UserError, match="unknown measure"):
-        make_measure(name, no_such_option=1)
 
 
 def test_parse_measure():

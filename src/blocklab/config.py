@@ -1,6 +1,8 @@
 """Configs are frozen dataclasses: defaults, then a TOML file, then command-line flags.
 
-The flags are generated from the dataclass fields, so every option is declared once.
+The flags are generated from the dataclass fields, so every option is declared once. A TOML
+file's top-level `import = [...]` names plugins (`blocklab.plugins`) rather than a config key:
+the command loads them (`imports`) before the config is resolved, and `resolve` skips the key.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
-from blocklab import options
+from blocklab import options, plugins
 from blocklab.errors import UserError
 
 if sys.version_info >= (3, 11):
@@ -31,6 +33,22 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise UserError(f"cannot read config {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"config {path} is not valid TOML: {exc}") from None
+
+
+IMPORT_KEY = "import"
+
+
+def imports(path: str | Path | None) -> list[str]:
+    """The plugins a TOML config names, files resolved from the config's own folder."""
+    if not path:
+        return []
+    value = load_toml(path).get(IMPORT_KEY, [])
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise UserError(f"config {path}: {IMPORT_KEY} must be a list of module names or .py files")
+    base = Path(path).resolve().parent
+    return [plugins.canonical(v, base) for v in value]
 
 
 def _flag(name: str) -> str:
@@ -102,5 +120,7 @@ def resolve(cls: type[D], defaults: D, toml_path: str | None, flags: dict[str, A
     """defaults < TOML file < flags; unknown keys anywhere fail with a hint."""
     mapping = dataclasses.asdict(defaults)
     if toml_path:
-        mapping = merge(mapping, load_toml(toml_path))
+        table = load_toml(toml_path)
+        table.pop(IMPORT_KEY, None)  # plugins, loaded by the command before this (`imports`)
+        mapping = merge(mapping, table)
     return options.build(cls, merge(mapping, flags), what="config")

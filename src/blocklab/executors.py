@@ -15,6 +15,10 @@ models two single-threaded processes beat one process with two threads. On any e
 or in the loop that consumes the results (Ctrl-C included), running work stops at once and the
 exception is raised again; a worker that died raises WorkerLost.
 
+A worker imports the plugins it is given (`blocklab.plugins`) before it runs anything, so a
+block from a plugin resolves by name there as in the parent: spawned processes and cluster jobs
+start with the package's own entries only.
+
 `Resources` gathers what a sweep is told about where its trials run. torch is imported only
 where threads are set, so the command line can name executors and their defaults without it.
 """
@@ -36,6 +40,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
+from blocklab import plugins as plugin_loader
 from blocklab.errors import UserError
 
 EXECUTORS = ("local", "ray", "slurm")
@@ -61,9 +66,10 @@ class WorkerLost(RuntimeError):
 class Executor:
     name = ""
 
-    def __init__(self, workers: int, options: dict[str, Any]):
+    def __init__(self, workers: int, options: dict[str, Any], plugins: tuple[str, ...] = ()):
         self.workers = max(1, workers)
         self.options = options
+        self.plugins = tuple(plugins)  # canonical specs each worker imports first
 
     def imap_unordered(self, fn: Callable, items: list, device: str) -> Iterator[tuple[int, Any]]:
         """Yield (index into items, fn(items[index], device)) as each finishes.
@@ -73,18 +79,20 @@ class Executor:
         raise NotImplementedError
 
 
-def _call(fn: Callable, item: Any, device: str, threads: int) -> Any:
+def _call(fn: Callable, item: Any, device: str, threads: int, plugins: tuple[str, ...] = ()) -> Any:
     import torch
 
+    plugin_loader.load(plugins)
     torch.set_num_threads(threads)
     return fn(item, device)
 
 
-def _init_worker() -> None:
+def _init_worker(plugins: tuple[str, ...] = ()) -> None:
     import torch
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops the pool
     torch.set_num_threads(1)
+    plugin_loader.load(plugins)
 
 
 class LocalExecutor(Executor):
@@ -107,6 +115,7 @@ class LocalExecutor(Executor):
             max_workers=min(self.workers, len(items)),
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_init_worker,
+            initargs=(self.plugins,),
         )
         try:
             pending = {pool.submit(fn, item, device): i for i, item in enumerate(items)}
@@ -170,7 +179,7 @@ class RayExecutor(Executor):
         pending = {}
         try:
             for i, item in enumerate(items):
-                pending[task.remote(fn, item, device, max(1, int(cpus)))] = i
+                pending[task.remote(fn, item, device, max(1, int(cpus)), self.plugins)] = i
             while pending:
                 (ref,), _ = ray.wait(list(pending), num_returns=1)
                 index = pending.pop(ref)
@@ -214,7 +223,7 @@ class SlurmExecutor(Executor):
             slurm_array_parallelism=parallel,
             **{f"slurm_{k}": options.get(k) for k in ("partition", "account", "qos", "constraint")},
         )
-        run = functools.partial(_call, fn, device=device, threads=cpus)
+        run = functools.partial(_call, fn, device=device, threads=cpus, plugins=self.plugins)
         # Slurm throttles an array itself; submitit's local executor would start every job at once
         limit = len(items) if cluster == "slurm" else parallel
         todo, running = list(range(len(items))), []
@@ -253,7 +262,12 @@ def _import(module: str, extra: str):
         ) from None
 
 
-def make_executor(name: str, workers: int, options: dict[str, str] | None = None) -> Executor:
+def make_executor(
+    name: str,
+    workers: int,
+    options: dict[str, str] | None = None,
+    plugins: tuple[str, ...] = (),
+) -> Executor:
     if name not in EXECUTORS:
         close = difflib.get_close_matches(name, EXECUTORS, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -269,7 +283,7 @@ def make_executor(name: str, workers: int, options: dict[str, str] | None = None
             kind = {str: "text", int: "an integer", float: "a number"}[known[key]]
             raise UserError(f"executor option {key}={value!r} must be {kind}") from None
     classes = {"local": LocalExecutor, "ray": RayExecutor, "slurm": SlurmExecutor}
-    return classes[name](workers, typed)
+    return classes[name](workers, typed, plugins)
 
 
 def default_workers() -> int:
@@ -281,13 +295,14 @@ class Resources:
     """Where and how a sweep's trials run; none of it is part of a trial, so results and ids do
     not depend on it. Trials sharing an architecture train as ensembles of up to `ensemble`
     members (1: each alone); the units of work run on `executor` with `workers` processes or
-    tasks."""
+    tasks, each of which first imports `plugins` (canonical specs, `plugins.load`)."""
 
     workers: int = 1
     device: str = "auto"
     ensemble: int = ENSEMBLE
     executor: str = "local"
     executor_options: dict[str, str] = field(default_factory=dict)
+    plugins: tuple[str, ...] = ()
 
     def __post_init__(self):
         for name in ("workers", "ensemble"):

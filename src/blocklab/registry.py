@@ -1,5 +1,6 @@
 """One registry per kind (blocks, tasks, measures, experiments): name -> class; duplicates fail,
-typos hint."""
+typos hint. A registry with an entry-point group loads its plugins (`blocklab.plugins`) on its
+first lookup or listing, not at import: `blocklab --help` never scans the installed packages."""
 
 from __future__ import annotations
 
@@ -9,14 +10,28 @@ import pkgutil
 from typing import Generic, TypeVar
 
 from blocklab.errors import UserError
+from blocklab.plugins import load_entry_points
 
 T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, group: str | None = None):
         self.kind = kind
+        self.group = group  # the entry-point group of this kind's plugins
         self._items: dict[str, T] = {}
+        self._plugged = group is None
+
+    def _plug(self) -> None:
+        """Load the entry points once; a failure is raised again at the next lookup."""
+        if self._plugged:
+            return
+        self._plugged = True  # first: a plugin that looks names up while loading must not recurse
+        try:
+            load_entry_points(self.group)
+        except BaseException:
+            self._plugged = False
+            raise
 
     def register(self, cls: T) -> T:
         """Class decorator; the name is the defining module's name (one family per file)."""
@@ -28,6 +43,7 @@ class Registry(Generic[T]):
         return cls
 
     def get(self, name: str) -> T:
+        self._plug()
         try:
             return self._items[name]
         except KeyError:
@@ -37,9 +53,11 @@ class Registry(Generic[T]):
             raise UserError(f"unknown {self.kind} {name!r}{hint} (known: {known})") from None
 
     def names(self) -> list[str]:
+        self._plug()
         return sorted(self._items)
 
     def __contains__(self, name: str) -> bool:
+        self._plug()
         return name in self._items
 
 

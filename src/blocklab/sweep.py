@@ -358,7 +358,9 @@ def run(
     finished = 0
     workers = 1 if device == "cuda" and res.executor == "local" else res.workers  # one owns the GPU
     units = plan_units(todo, res.ensemble, workers)
-    runner = make_executor(res.executor, workers, res.executor_options) if units else None
+    runner = (
+        make_executor(res.executor, workers, res.executor_options, res.plugins) if units else None
+    )
     results = runner.imap_unordered(run_group, units, device) if runner else (r for r in ())
     try:
         for index, records in results:

@@ -1,9 +1,10 @@
 """Building blocks: one family per file, registered by module name."""
 
 from blocklab.blocks.base import Block
+from blocklab.plugins import GROUPS
 from blocklab.registry import Registry, import_submodules
 
-BLOCKS: Registry[type[Block]] = Registry("block")
+BLOCKS: Registry[type[Block]] = Registry("block", GROUPS["block"])
 import_submodules(__name__)
 
 

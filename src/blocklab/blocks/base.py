@@ -26,6 +26,9 @@ class Block(nn.Module):
     # the last dimension: an ensemble runs them on stacked weights with one batched matmul per
     # Linear (`blocklab.ensemble`); any other block is run under torch.func.vmap
     stackable: ClassVar[bool] = False
+    # blocks defined for d_in == d_out only (a wrapped module of one width): networks use them
+    # width to width, and the contract checks build them so
+    same_width: ClassVar[bool] = False
 
     def __init__(self, d_in: int, d_out: int):
         super().__init__()

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from blocklab import config as cfgmod
+from blocklab import plugins
 from blocklab.errors import UserError
 from blocklab.executors import ENSEMBLE, EXECUTORS, Resources, default_workers
 from blocklab.experiments import Command, Experiment
@@ -86,9 +87,11 @@ def _pool_flags(p: argparse.ArgumentParser) -> None:
 def run(experiment: type[Experiment], args: argparse.Namespace) -> int:
     from blocklab.reports.markdown import config_json, plain
 
+    # the config's plugins load before it is resolved: its names may be theirs
+    imports = plugins.load([*(args.imports or ()), *cfgmod.imports(args.config)])
     cfg = resolve(experiment, args)
     out, store = _open_run(args)
-    resources = _resources(args) if experiment.pool else None
+    resources = _resources(args, imports) if experiment.pool else None
     trials = experiment.run(cfg, store, resources=resources, progress=not args.quiet)
     # the report module analyzes the trials (summaries, tests, fits, findings) and writes
     report = importlib.import_module(experiment.report).write(out, cfg, trials)
@@ -126,10 +129,10 @@ def _open_run(args: argparse.Namespace) -> tuple[Path, Store]:
     return out, store
 
 
-def _resources(args: argparse.Namespace) -> Resources:
+def _resources(args: argparse.Namespace, imports: tuple[str, ...] = ()) -> Resources:
     """Where the trials run, from the pool flags; the slurm executor keeps its job files in the
-    run directory unless told otherwise."""
+    run directory unless told otherwise. The workers import the same plugins."""
     options = parse_pairs(args.executor_option or [], "executor")
     if args.executor == "slurm":
         options.setdefault("folder", str(Path(args.out) / "slurm"))
-    return Resources(args.workers, args.device, args.ensemble, args.executor, options)
+    return Resources(args.workers, args.device, args.ensemble, args.executor, options, imports)

@@ -1,4 +1,5 @@
-"""The `blocklab` command. Bad input: one line on stderr, exit 2, no traceback."""
+"""The `blocklab` command. Bad input: one line on stderr, exit 2, no traceback. Every command
+takes `--import MODULE_OR_PATH` (repeatable): plugins loaded before the command runs."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import signal
 import sys
 from typing import Any
 
-from blocklab.cli import advise, bench, experiment, runs, seprank, theory
+from blocklab import plugins
+from blocklab.cli import advise, bench, check, experiment, runs, seprank, theory
 from blocklab.errors import Interrupted, UserError, WorkerDied
 from blocklab.experiments import EXPERIMENTS
 
@@ -21,6 +23,7 @@ GROUPS = {
 EXPLICIT = {
     "advise": advise.add_parser,
     "bench": bench.add_parser,
+    "check": check.add_parser,
     "runs": runs.add_parser,
     "seprank measure": seprank.add_parser,
     "theory": theory.add_parser,
@@ -78,7 +81,24 @@ def build_parser() -> Parser:
                 )
             where = groups[first]
         commands[words](where)
+    _add_import(parser)
     return parser
+
+
+def _add_import(parser: argparse.ArgumentParser) -> None:
+    """`--import` on every command (the parsers with no subcommands under them)."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        parser.add_argument(
+            "--import",
+            dest="imports",
+            action="append",
+            metavar="MODULE_OR_PATH",
+            help="a plugin to import first: a module name or a .py file (repeatable)",
+        )
+    for action in subs:
+        for sub in dict.fromkeys(action.choices.values()):  # an alias is the same parser
+            _add_import(sub)
 
 
 def _sigterm(signum, frame):
@@ -89,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _sigterm)  # a kill stops like Ctrl-C: finished trials are kept
     try:
         args = build_parser().parse_args(argv)
+        plugins.load(args.imports or ())  # before the command resolves any name
         return args.handler(args)
     except UserError as exc:
         print(f"blocklab: error: {exc}", file=sys.stderr)

@@ -9,9 +9,10 @@ network's architecture over F_p.
 from blocklab.errors import UserError
 from blocklab.measures.base import Measure
 from blocklab.options import parse_pairs, split_list
+from blocklab.plugins import GROUPS
 from blocklab.registry import Registry, import_submodules
 
-MEASURES: Registry[type[Measure]] = Registry("measure")
+MEASURES: Registry[type[Measure]] = Registry("measure", GROUPS["measure"])
 import_submodules(__name__)
 
 from blocklab.measures.collapse import CollapseResult, composite_norm, rank_collapse, residual  # noqa: E402

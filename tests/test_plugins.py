@@ -1,0 +1,255 @@
+"""Plugins through the command line: `--import` of a file or a module, a TOML config's `import`,
+entry points of a distribution found on the path, the `module` block, and `blocklab check`.
+Runs that import a plugin successfully go through a fresh interpreter: a plugin registers for
+the life of its process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from blocklab.cli import main
+from blocklab.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CUBIC = """
+import torch
+from torch import nn
+
+from blocklab.blocks import BLOCKS, Block
+
+
+@BLOCKS.register
+class Cubic(Block):
+    degree = 3
+
+    def __init__(self, d_in, d_out):
+        super().__init__(d_in, d_out)
+        self.linear = nn.Linear(d_in, d_out, bias=False)
+
+    @property
+    def homogeneous_degree(self):
+        return 3.0
+
+    @classmethod
+    def count_params(cls, d_in, d_out):
+        return d_in * d_out{extra}
+
+    def forward(self, x):
+        return self.linear(x) ** 3  # (..., D_out)
+
+
+def make(width):  # a factory for the module block
+    return nn.Sequential(nn.Linear(width, width), nn.Tanh())
+"""
+BROKEN = "raise RuntimeError('boom at import')\n"
+ENTRY_BLOCK = CUBIC.replace("class Cubic", "class EntryCubic").format(extra="")
+
+# a degree sweep small enough for a test
+SWEEP = ["--task", "teacher", "--task-option", "n_train=256", "--task-option", "n_val=64"]
+SWEEP += ["--task-option", "n_test=128", "--budgets", "3072", "--width", "16", "--steps", "20"]
+SWEEP += ["--seeds", "2", "--lr-grid", "3e-3", "--lr-extend", "0", "--degrees", "3", "--quiet"]
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def cubic(folder: Path, name: str = "cubic", exact: bool = True) -> Path:
+    """A plugin block file; with exact=False its count_params is off by one."""
+    return write(folder / f"{name}.py", CUBIC.format(extra="" if exact else " + 1"))
+
+
+def distribution(site: Path, name: str, entry_points: str, modules: dict[str, str]) -> Path:
+    """An installed-looking distribution in `site`: its package and a dist-info directory that
+    importlib.metadata finds on sys.path."""
+    for module, text in modules.items():
+        write(site / name / f"{module}.py", text)
+    info = site / f"{name}-0.1.dist-info"
+    write(info / "METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    write(info / "entry_points.txt", entry_points)
+    return site
+
+
+def blocklab(*args: str, path: tuple[Path, ...] = (), cwd: Path | None = None, timeout=300):
+    env = dict(os.environ)
+    given = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join([*map(str, path), *given])  # absolute: cwd may change
+    return subprocess.run(
+        [sys.executable, "-m", "blocklab", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=timeout,
+    )
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    err = proc.stderr.strip()
+    assert proc.returncode == 2, proc.stderr
+    assert len(err.splitlines()) == 1 and err.startswith("blocklab: error:"), err
+    return err
+
+
+def statuses(out: Path) -> dict[str, list[str]]:
+    by_arm: dict[str, list[str]] = {}
+    for record in Store(out).records():
+        by_arm.setdefault(record["config"]["arm"]["label"], []).append(record["status"])
+    return by_arm
+
+
+@pytest.mark.slow
+def test_file_entry_point_and_factory_plugins_reach_pool_workers(tmp_path):
+    """Spawned workers resolve each plugin block by name: one from `--import FILE`, one from an
+    entry point, and the `module` block wrapping a factory of the imported file."""
+    plugin = cubic(tmp_path / "plugins")
+    site = distribution(
+        tmp_path / "site",
+        "epdemo",
+        "[blocklab.blocks]\nentry_cubic = epdemo.entry_cubic\n",
+        {"__init__": "", "entry_cubic": ENTRY_BLOCK},
+    )
+    out = tmp_path / "sweep"
+    arms = ["cubic", "entry_cubic", "module(factory=cubic:make)"]
+    proc = blocklab(
+        "degree-sweep", "--import", str(plugin), "--baselines", *arms, "--workers", "2",
+        "--out", str(out), "--json", *SWEEP, path=(site,),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    summaries = json.loads(proc.stdout)["summaries"]
+    assert {s["arm"] for s in summaries} == {"d=3", *arms}
+    assert all(s["n"] == 2 for s in summaries)
+    # without the plugins in the workers these trials would be stored as failed
+    assert statuses(out) == {arm: ["done", "done"] for arm in ["d=3", *arms]}
+
+
+@pytest.mark.slow
+def test_a_toml_config_imports_before_it_is_resolved(tmp_path):
+    cubic(tmp_path / "conf")
+    config = write(
+        tmp_path / "conf" / "sweep.toml",
+        'import = ["cubic.py"]  # read from the config\'s folder\nbaselines = ["cubic"]\n',
+    )
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    proc = blocklab(
+        "degree-sweep", "--config", str(config), "--out", str(tmp_path / "out"), "--json",
+        "--workers", "1", *SWEEP, cwd=elsewhere,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert {s["arm"] for s in json.loads(proc.stdout)["summaries"]} == {"d=3", "cubic"}
+    bad = write(tmp_path / "conf" / "bad.toml", "import = 3\n")
+    err = one_line_error(blocklab("degree-sweep", "--config", str(bad), "--out", str(tmp_path)))
+    assert "import must be a list" in err
+
+
+def test_an_unknown_name_after_an_import_still_suggests(tmp_path):
+    plugin = cubic(tmp_path)
+    args = ["--import", str(plugin), "--baselines", "cubci", "--out", str(tmp_path / "o")]
+    err = one_line_error(blocklab("degree-sweep", *args, *SWEEP))
+    assert "did you mean 'cubic'" in err
+
+
+def test_import_of_a_module_name(tmp_path):
+    write(tmp_path / "mypkg" / "__init__.py", "")
+    cubic(tmp_path / "mypkg", name="quartic_block")
+    proc = blocklab(
+        "check", "--import", "mypkg.quartic_block", "--only", "quartic_block", path=(tmp_path,)
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "quartic_block" in proc.stdout and "9 of 9 checks passed" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "make, named",
+    [
+        (lambda d: str(write(d / "broken_plugin.py", BROKEN)), ["broken_plugin.py", "boom"]),
+        (lambda d: str(d / "missing_plugin.py"), ["missing_plugin.py", "no such file"]),
+        (lambda d: "no_such_plugin_module", ["no_such_plugin_module", "ModuleNotFoundError"]),
+        (lambda d: str(write(d / "9lives.py", "")), ["9lives.py", "identifier"]),
+    ],
+    ids=["raises", "missing-file", "missing-module", "bad-name"],
+)
+@pytest.mark.parametrize("command", [["check"], ["theory"], ["degree-sweep", "--quiet"]])
+def test_a_broken_plugin_is_one_line_naming_it(tmp_path, capsys, make, named, command):
+    assert main([*command, "--import", make(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("blocklab: error: plugin"), err
+    assert all(word in err for word in named), err
+
+
+def test_check_passes_a_good_block_and_names_a_wrong_count(tmp_path):
+    good = blocklab("check", "--import", str(cubic(tmp_path / "good")), "--only", "cubic")
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "9 of 9 checks passed" in good.stdout
+    bad = blocklab("check", "--import", str(cubic(tmp_path / "bad", exact=False)), "--json")
+    assert bad.returncode == 1, bad.stderr
+    payload = json.loads(bad.stdout)
+    assert payload["passed"] is False
+    failed = [c for c in payload["checks"] if not c["passed"]]
+    assert [(c["kind"], c["name"], c["check"]) for c in failed] == [("block", "cubic", "params")]
+    assert failed[0]["message"] == "count_params gives 36, the block has 35 parameters"
+    assert len(payload["checks"]) > 400  # every registered block, task and measure too
+    text = blocklab("check", "--import", str(tmp_path / "bad" / "cubic.py"), "--only", "cubic")
+    assert text.returncode == 1
+    assert "FAIL block cubic [params]: count_params gives 36" in text.stdout
+
+
+def test_the_example_block_passes_check():
+    proc = blocklab("check", "--import", "examples/my_block.py", "--only", "my_block", cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_an_entry_point_is_found_without_import(tmp_path):
+    site = distribution(
+        tmp_path,
+        "epdemo",
+        "[blocklab.blocks]\nentry_cubic = epdemo.entry_cubic\n",
+        {"__init__": "", "entry_cubic": ENTRY_BLOCK},
+    )
+    proc = blocklab("check", "--only", "entry_cubic", path=(site,))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "entry_cubic" in proc.stdout and "9 of 9 checks passed" in proc.stdout
+
+
+def test_a_broken_entry_point_is_one_line_naming_it(tmp_path):
+    site = distribution(
+        tmp_path,
+        "epbroken",
+        "[blocklab.measures]\nbad_measure = epbroken.bad_measure\n",
+        {"__init__": "", "bad_measure": BROKEN},
+    )
+    err = one_line_error(blocklab("check", "--only", "mlp", path=(site,)))
+    assert "bad_measure = epbroken.bad_measure" in err and "boom at import" in err
+    # entry points load on a registry's first lookup: the help never reads them
+    assert blocklab("--help", path=(site,)).returncode == 0
+
+
+def test_check_only_an_unknown_name_suggests(capsys):
+    assert main(["check", "--only", "ploy"]) == 2
+    assert "did you mean 'poly'" in capsys.readouterr().err
+
+
+def test_the_module_blocks_through_the_command_line(tmp_path):
+    plugin = cubic(tmp_path)
+    proc = blocklab("check", "--import", str(plugin), "--only", "module", "mixing_module", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    names = {c["name"] for c in json.loads(proc.stdout)["checks"]}
+    assert names == {"module", "mixing_module"}
+    # a factory of a plugin file, given to a command that measures the network it builds
+    proc = blocklab(
+        "seprank", "measure", "--import", str(plugin), "--block", "module(factory=cubic:make)",
+        "--depth", "1", "--templates", "4", "--json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    err = one_line_error(blocklab("seprank", "measure", "--block", "module(factory=nope:make)"))
+    assert "cannot import 'nope'" in err
