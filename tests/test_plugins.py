@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -197,7 +198,7 @@ def test_check_passes_a_good_block_and_names_a_wrong_count(tmp_path):
     assert payload["passed"] is False
     failed = [c for c in payload["checks"] if not c["passed"]]
     assert [(c["kind"], c["name"], c["check"]) for c in failed] == [("block", "cubic", "params")]
-    assert failed[0]["message"] == "count_params gives 36, the block has 35 parameters"
+    assert failed[0]["message"] == "count_params gives 36, the block has 35 trainable parameters"
     assert len(payload["checks"]) > 400  # every registered block, task and measure too
     text = blocklab("check", "--import", str(tmp_path / "bad" / "cubic.py"), "--only", "cubic")
     assert text.returncode == 1
@@ -253,3 +254,46 @@ def test_the_module_blocks_through_the_command_line(tmp_path):
     assert proc.returncode == 0, proc.stderr
     err = one_line_error(blocklab("seprank", "measure", "--block", "module(factory=nope:make)"))
     assert "cannot import 'nope'" in err
+
+
+def stale_said(err: str, how: str) -> int:
+    """The stored trials a run said were made by other code (one line per batch of trials it
+    planned), each line ending in `how`."""
+    found = re.findall(
+        r"^blocklab: (\d+) stored trials? (?:was|were) made by other code: (.*)$", err, re.M
+    )
+    assert found and all(h == how for _, h in found), err
+    return sum(int(n) for n, _ in found)
+
+
+@pytest.mark.slow
+def test_an_edited_plugin_reruns_its_trials_and_says_so(tmp_path):
+    """The stale-result scenario: edit a plugin block, rerun the same command: its trials (and
+    only its) rerun, with one line saying so; --reuse-stale keeps them; runs list marks them."""
+    plugin = cubic(tmp_path)
+    out = tmp_path / "sweep"
+    args = ["degree-sweep", "--import", str(plugin), "--baselines", "cubic", "--out", str(out)]
+    args += [*SWEEP, "--workers", "1"]
+
+    def finished() -> dict[str, float]:
+        return {r["id"]: r["finished_at"] for r in Store(out).records()}
+
+    assert blocklab(*args).returncode == 0
+    first = finished()
+    plugin.write_text(plugin.read_text().replace("** 3  #", "** 3 / 2  #"))
+
+    proc = blocklab(*args, "--reuse-stale")
+    assert stale_said(proc.stderr, "reusing (--reuse-stale)") == 2
+    assert finished() == first
+    listed = blocklab("runs", "list", "--out", str(out), "--import", str(plugin))
+    assert listed.stdout.count("stale") == 2 and "(2 stale" in listed.stderr
+
+    proc = blocklab(*args)
+    assert proc.returncode == 0, proc.stderr
+    assert stale_said(proc.stderr, "rerunning (--reuse-stale keeps them)") == 2
+    again = finished()
+    rerun = {i for i in first if again[i] != first[i]}
+    cubic_ids = {r["id"] for r in Store(out).records() if r["config"]["arm"]["label"] == "cubic"}
+    assert rerun == cubic_ids and len(rerun) == 2  # the d=3 trials are kept
+    listed = blocklab("runs", "list", "--out", str(out), "--import", str(plugin))
+    assert "stale" not in listed.stdout

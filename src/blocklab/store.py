@@ -89,6 +89,7 @@ class Store:
         if reuse not in REUSE:
             raise ValueError(f"reuse must be one of {REUSE}, got {reuse!r}")
         self.reuse = reuse
+        self._told: set[str] = set()  # the stale trials `say_stale` has told of
         path = Path(path)
         if path.is_dir() or not path.suffix:
             path = path / DB_NAME
@@ -133,8 +134,12 @@ class Store:
             return set(stored), stale
         return set(stored) - stale, stale
 
-    def say_stale(self, count: int) -> None:
-        """One line on stderr when a rerun meets `count` finished trials made by other code."""
+    def say_stale(self, ids: set[str]) -> None:
+        """One line on stderr when a rerun meets finished trials made by other code, each trial
+        told once however many batches of an experiment meet it."""
+        new = ids - self._told
+        self._told |= new
+        count = len(new)
         if not count:
             return
         what = f"{count} stored trial{'s were' if count > 1 else ' was'} made by other code"

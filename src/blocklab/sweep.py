@@ -259,7 +259,7 @@ def stored_point(
     Returns the record and whether it was computed now."""
     codes = code(modules)
     done, stale = store.reusable({record["id"]: codes["fingerprint"]})
-    store.say_stale(len(stale))
+    store.say_stale(stale)
     if record["id"] in done:
         return store.records(ids=[record["id"]])[0], False
     record = {
@@ -349,7 +349,7 @@ def run(
     specs = list({s.id: s for s in specs}.values())  # identical trials run once
     codes = {s.id: code(code_modules(s)) for s in specs}
     done, stale = store.reusable({i: c["fingerprint"] for i, c in codes.items()})
-    store.say_stale(len(stale))
+    store.say_stale(stale)
     todo = [s for s in specs if s.id not in done]
     device = device_name(res.device)
     check_builds(todo)

@@ -74,6 +74,12 @@ class FactoryBlock(Block):
     def count_factory(cls, factory: str, d_in: int, d_out: int, *args: Any) -> int:
         return _count(cls, factory, d_in, d_out, *args)
 
+    @classmethod
+    def code_modules(cls, factory: str = "", **kwargs: Any) -> tuple[str, ...]:
+        # the factory's module makes the network: its source joins a trial's fingerprint
+        module = str(factory).partition(":")[0]
+        return (module,) if module else ()
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.inner(x)  # (..., D) -> (..., D)
         if not isinstance(y, torch.Tensor) or y.shape != x.shape:
@@ -92,4 +98,5 @@ class FactoryBlock(Block):
 def _count(cls: type[FactoryBlock], factory: str, d_in: int, d_out: int, *args: Any) -> int:
     # a forked RNG: counting (cached or not) must not move the seed that initializes a network
     with torch.random.fork_rng(devices=[]):
-        return sum(p.numel() for p in cls.make(factory, d_in, d_out, *args).parameters())
+        made = cls.make(factory, d_in, d_out, *args)
+        return sum(p.numel() for p in made.parameters() if p.requires_grad)

@@ -65,7 +65,8 @@ def inputs(seed: int = 0, scale: float = 1.0, dtype=torch.float32, d_in: int = D
 
 
 def n_params(module) -> int:
-    return sum(p.numel() for p in module.parameters())
+    """Trainable parameters: the ones a budget counts (frozen ones are not trained)."""
+    return sum(p.numel() for p in module.parameters() if p.requires_grad)
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -83,7 +84,7 @@ def params(case: Case) -> None:
     real = n_params(case.build())
     count = case.cls.count_params(D_IN, case.d_out, **case.kwargs())
     expect(real > 0, "the block has no parameters")
-    expect(count == real, f"count_params gives {count}, the block has {real} parameters")
+    expect(count == real, f"count_params gives {count}, the block has {real} trainable parameters")
 
 
 def gradients(case: Case) -> None:
@@ -91,6 +92,8 @@ def gradients(case: Case) -> None:
     weights = torch.randn(BATCH, T, case.d_out, generator=torch.Generator().manual_seed(5))
     (block(inputs()) * weights).sum().backward()
     for pname, p in block.named_parameters():
+        if not p.requires_grad:  # built frozen: trained by no path
+            continue
         expect(p.grad is not None, f"no gradient reaches {pname}")
         expect(torch.isfinite(p.grad).all(), f"the gradient of {pname} is not finite")
         expect(p.grad.abs().sum() > 0, f"the gradient of {pname} is zero")
