@@ -89,7 +89,8 @@ class Store:
         if reuse not in REUSE:
             raise ValueError(f"reuse must be one of {REUSE}, got {reuse!r}")
         self.reuse = reuse
-        self._told: set[str] = set()  # the stale trials `say_stale` has told of
+        # what this store's run has told the user once (stale trials, frozen parameters)
+        self.told: set[str] = set()
         path = Path(path)
         if path.is_dir() or not path.suffix:
             path = path / DB_NAME
@@ -137,8 +138,8 @@ class Store:
     def say_stale(self, ids: set[str]) -> None:
         """One line on stderr when a rerun meets finished trials made by other code, each trial
         told once however many batches of an experiment meet it."""
-        new = ids - self._told
-        self._told |= new
+        new = ids - self.told
+        self.told |= new
         count = len(new)
         if not count:
             return

@@ -13,6 +13,7 @@ import functools
 import json
 import math
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -273,10 +274,12 @@ def stored_point(
     return record, True
 
 
-def check_builds(specs: list[TrialSpec]) -> None:
+def check_builds(specs: list[TrialSpec], told: set[str] | None = None) -> None:
     """Build one network of each architecture here, before any work is handed out: a block whose
     parameters disagree with its `count_params` stops the run with one line (`models.Net`), and
-    parameters that get no gradient are named once (they train frozen, `models.freeze_unused`)."""
+    parameters that get no gradient are named, once per arm (`told` holds the arms told of):
+    they train frozen (`models.Net.freeze_unused`)."""
+    told = set() if told is None else told
     seen: set[str] = set()
     for spec in specs:
         key = ensemble_key(spec) or spec.id
@@ -287,12 +290,17 @@ def check_builds(specs: list[TrialSpec]) -> None:
         data = task_data(spec.task, json.dumps(spec.task_options, sort_keys=True), data_seed)
         model = build_model(spec, data)
         frozen = model.freeze_unused(data.train.x[:2])
-        if frozen:
-            count = sum(n for _, n in frozen)
-            names = ", ".join(name for name, _ in frozen)
+        if frozen and f"frozen {spec.arm.label}" not in told:
+            told.add(f"frozen {spec.arm.label}")
+            # one name per parameter of a layer, not one per layer: layers.*.block.spare.weight
+            names = ", ".join(
+                dict.fromkeys(re.sub(r"^layers\.\d+\.", "layers.*.", n) for n, _ in frozen)
+            )
             print(
-                f"blocklab: {spec.arm.label}: {count} parameters get no gradient ({names}); "
-                "they stay frozen at their initial values and are not counted as trained",
+                f"blocklab: {spec.arm.label}: {sum(n for _, n in frozen)} parameters get no "
+                f"gradient ({names}); they stay frozen at their initial values and are not "
+                f"counted: the arm trains {model.param_counts()['blocks']} layer parameters at "
+                f"budget {spec.budget}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -352,7 +360,7 @@ def run(
     store.say_stale(stale)
     todo = [s for s in specs if s.id not in done]
     device = device_name(res.device)
-    check_builds(todo)
+    check_builds(todo, store.told)
     prov = provenance(device)
     bar = Progress(len(todo), label, enabled=progress)
     finished = 0
