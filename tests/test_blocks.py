@@ -6,10 +6,10 @@ import math
 import pytest
 import torch
 
+from _contract import contract_test
 from blocklab.blocks import BLOCKS, make_block
 from blocklab.blocks.fractional import Fractional, spow
 from blocklab.blocks.poly import Poly
-from blocklab.checks import NotApplicable
 from blocklab.checks import blocks as contract
 from blocklab.checks.blocks import D_IN, D_OUT, build, inputs, n_params, rel_err
 from blocklab.errors import UserError
@@ -18,13 +18,7 @@ from blocklab.registry import Registry
 CASES = contract.cases()
 
 
-@pytest.mark.parametrize("check", list(contract.CHECKS))
-@pytest.mark.parametrize("case", CASES, ids=[str(c) for c in CASES])
-def test_contract(case, check):
-    try:
-        contract.CHECKS[check](case)
-    except NotApplicable as exc:
-        pytest.skip(str(exc))
+test_contract = contract_test(contract, CASES)
 
 
 def test_registry_is_populated():
