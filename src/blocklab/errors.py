@@ -6,6 +6,11 @@ class UserError(ValueError):
     """Bad input (an unknown name, an impossible budget, a malformed option)."""
 
 
+class StoreError(UserError):
+    """A store that cannot be opened, read or written (damaged, locked, full, read-only): the
+    message names the file and what to do about it."""
+
+
 class WorkerDied(RuntimeError):
     def __init__(self, finished: int):
         super().__init__(

@@ -2,11 +2,15 @@
 
 A trial's id is the hash of its resolved config and seed, so a rerun finds what is finished and
 skips it. Each trial is committed on its own as it finishes: an interrupted sweep loses nothing
-finished.
+finished. A store opened for writing is checked first (`PRAGMA quick_check`), so a damaged file
+is refused before anything is written to it; one opened to read is opened read-only and changes
+nothing. Whatever goes wrong with the file (damaged, locked, full, read-only) is a `StoreError`:
+one line naming the file and what to do.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
@@ -17,13 +21,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from blocklab.errors import UserError
+from blocklab.errors import StoreError, UserError
 
 FINISHED = ("done", "diverged")  # a failed trial (an exception) is retried on the next run
 DB_NAME = "blocklab.sqlite"
 # which finished trials a rerun reuses: those made by the code here now (current), any (stale),
 # or none (a fresh run, replacing what is stored)
 REUSE = ("current", "stale", "none")
+DB_SUFFIXES = (".sqlite", ".sqlite3", ".db")  # a path named so is the database file itself
+SQLITE_HEADER = b"SQLite format 3\x00"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS trials (
@@ -84,31 +90,131 @@ def _switch_to_wal(conn: sqlite3.Connection) -> None:
             time.sleep(0.05)
 
 
+def _open(path: Path) -> sqlite3.Connection:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, timeout=BUSY_SECONDS, isolation_level=None)
+    except OSError as exc:
+        raise StoreError(f"cannot open the store at {path}: {exc.strerror}") from None
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open the store at {path}: {exc}") from None
+    try:
+        # other processes may hold the write lock: wait for it rather than fail
+        conn.execute(f"PRAGMA busy_timeout={BUSY_SECONDS * 1000}")
+        # before anything writes: a damaged file is refused as it is, for recovery
+        problems = [line for (text,) in conn.execute("PRAGMA quick_check") for line in
+                    text.splitlines() if line.strip() and not line.startswith("***")]  # fmt: skip
+        if problems != ["ok"]:
+            more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
+            raise StoreError(damaged(path, f"quick_check: {problems[0]}{more}"))
+        _switch_to_wal(conn)
+        # with WAL, a killed process loses no commit; a power cut may lose the last few
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.executescript(SCHEMA)
+    except sqlite3.Error as exc:
+        conn.close()
+        raise StoreError(explain(exc, path)) from None
+    except StoreError:
+        conn.close()
+        raise
+    return conn
+
+
+def _open_read_only(path: Path) -> sqlite3.Connection:
+    if not path.is_file():
+        raise StoreError(f"no store at {path}")
+    uri = path.resolve().as_uri() + "?mode=ro"
+    # where SQLite cannot make the WAL index beside the file (a read-only directory) nobody can
+    # be writing the store either, so the file is read as it stands
+    for tail in ("", "&immutable=1"):
+        conn = None
+        try:
+            conn = sqlite3.connect(uri + tail, uri=True, timeout=BUSY_SECONDS, isolation_level=None)
+            tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+            break
+        except sqlite3.Error as exc:
+            if conn is not None:
+                conn.close()
+            if tail or "unable to open" not in str(exc):
+                raise StoreError(explain(exc, path)) from None
+    if ("trials",) not in tables:
+        conn.close()
+        raise StoreError(f"{path} holds no trials table: it is not a blocklab store")
+    return conn
+
+
+def locate(path: str | Path) -> Path:
+    """The database file `path` names: DIR/blocklab.sqlite for a directory, or for a path that
+    does not exist yet whatever its name (`runs/v1.2` is a directory); the file itself for a name
+    ending in .sqlite, .sqlite3 or .db, or for an existing SQLite file. Any other file fails."""
+    path = Path(path)
+    if path.is_dir():
+        return path / DB_NAME
+    if path.suffix in DB_SUFFIXES:
+        return path
+    if path.is_file():
+        with open(path, "rb") as fh:
+            if fh.read(len(SQLITE_HEADER)) == SQLITE_HEADER:
+                return path
+        raise StoreError(f"{path} is a file, not a run directory or an SQLite store")
+    return path / DB_NAME
+
+
+def damaged(path: Path, detail: str) -> str:
+    return (
+        f"the store {path} is damaged or not an SQLite database ({detail}): move it aside "
+        f"(mv {path} {path}.damaged), recover what it holds with "
+        f"`sqlite3 {path}.damaged .recover | sqlite3 {path}`, and rerun"
+    )
+
+
+def explain(exc: sqlite3.Error, path: Path) -> str:
+    """What went wrong with the store at `path`, and what to do, in one line."""
+    # the error's SQLite code name where Python gives it (3.11+), else its text
+    text, name = str(exc), getattr(exc, "sqlite_errorname", "")
+    if any(k in name for k in ("CORRUPT", "NOTADB")) or "malformed" in text:
+        return damaged(path, text)
+    if "not a database" in text:
+        return damaged(path, text)
+    if any(k in name for k in ("BUSY", "LOCKED")) or "locked" in text:
+        return (
+            f"the store {path} is locked: another process held it for over {BUSY_SECONDS} s; "
+            "let that process finish (or stop it) and rerun the same command"
+        )
+    if "FULL" in name or "is full" in text:
+        return (
+            f"cannot write to the store {path}: the disk is full; free some space and rerun "
+            "the same command (the trials finished so far are kept)"
+        )
+    if "READONLY" in name or "readonly" in text:
+        return f"the store {path} cannot be written here ({text}): give --out a writable directory"
+    return f"the store {path}: {text}"
+
+
 class Store:
-    def __init__(self, path: str | Path, reuse: str = "current"):
+    """The trials of one run directory: `Store(DIR)` keeps them in DIR/blocklab.sqlite, created
+    on first use; a path naming a database file (see `locate`) is used as it is. `read_only=True`
+    opens an existing store to read without changing it, in a read-only directory too."""
+
+    def __init__(self, path: str | Path, reuse: str = "current", *, read_only: bool = False):
         if reuse not in REUSE:
             raise ValueError(f"reuse must be one of {REUSE}, got {reuse!r}")
         self.reuse = reuse
         # what this store's run has told the user once (stale trials, frozen parameters)
         self.told: set[str] = set()
-        path = Path(path)
-        if path.is_dir() or not path.suffix:
-            path = path / DB_NAME
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.conn = sqlite3.connect(path, timeout=BUSY_SECONDS, isolation_level=None)
-            # other processes may hold the write lock: wait for it rather than fail
-            self.conn.execute(f"PRAGMA busy_timeout={BUSY_SECONDS * 1000}")
-            _switch_to_wal(self.conn)
-            # with WAL, a killed process loses no commit; a power cut may lose the last few
-            self.conn.execute("PRAGMA synchronous=NORMAL")
-            self.conn.executescript(SCHEMA)
-        except (OSError, sqlite3.Error) as exc:
-            raise UserError(f"cannot open the store at {path}: {exc}") from None
-        self.path = path
+        self.path = locate(path)
+        self.read_only = read_only
+        self.conn = _open_read_only(self.path) if read_only else _open(self.path)
 
     def close(self) -> None:
         self.conn.close()
+
+    @contextlib.contextmanager
+    def _errors(self):
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise StoreError(explain(exc, self.path)) from None
 
     def finished(self, ids: Iterable[str]) -> set[str]:
         return {r["id"] for r in self._select_ids(list(ids)) if r["status"] in FINISHED}
@@ -121,13 +227,15 @@ class Store:
         stored = {}
         for i in range(0, len(ids), 500):
             chunk = ids[i : i + 500]
-            stored.update(
-                self.conn.execute(
-                    "SELECT id, json_extract(provenance, '$.code.fingerprint') FROM trials "
-                    f"WHERE status IN ({_FINISHED_SQL}) AND id IN ({','.join('?' * len(chunk))})",
-                    tuple(chunk),
-                ).fetchall()
-            )
+            with self._errors():
+                stored.update(
+                    self.conn.execute(
+                        "SELECT id, json_extract(provenance, '$.code.fingerprint') FROM trials "
+                        f"WHERE status IN ({_FINISHED_SQL}) AND id IN "
+                        f"({','.join('?' * len(chunk))})",
+                        tuple(chunk),
+                    ).fetchall()
+                )
         stale = {i for i, fp in stored.items() if fp is None or fp != fingerprints[i]}
         if self.reuse == "none":
             return set(), stale
@@ -152,21 +260,20 @@ class Store:
         print(f"blocklab: {what}: {how}", file=sys.stderr, flush=True)
 
     def put(self, record: dict[str, Any]) -> None:
-        self.conn.execute(
-            PUT,
-            (
-                record["id"],
-                record["experiment"],
-                record["status"],
-                record["seed"],
-                _json(record["config"]),
-                _json(record.get("metrics", {})),
-                _json(record.get("curves", {})),
-                _json(record.get("provenance", {})),
-                record.get("error"),
-                record.get("finished_at", time.time()),
-            ),
+        row = (
+            record["id"],
+            record["experiment"],
+            record["status"],
+            record["seed"],
+            _json(record["config"]),
+            _json(record.get("metrics", {})),
+            _json(record.get("curves", {})),
+            _json(record.get("provenance", {})),
+            record.get("error"),
+            record.get("finished_at", time.time()),
         )
+        with self._errors():
+            self.conn.execute(PUT, row)
 
     def get(self, trial_id: str) -> dict[str, Any] | None:
         rows = self._select("WHERE id = ?", (trial_id,))
@@ -193,18 +300,27 @@ class Store:
         return out
 
     def _select(self, where: str, params: tuple) -> list[dict[str, Any]]:
-        cur = self.conn.execute(
-            "SELECT id, experiment, status, seed, config, metrics, curves, provenance, error, "
-            f"finished_at FROM trials {where}",
-            params,
-        )
+        with self._errors():
+            rows = self.conn.execute(
+                "SELECT id, experiment, status, seed, config, metrics, curves, provenance, error, "
+                f"finished_at FROM trials {where}",
+                params,
+            ).fetchall()
         out = []
-        for row in cur:
+        for row in rows:
             rec = dict(zip(("id", "experiment", "status", "seed"), row[:4], strict=True))
             for key, text in zip(
                 ("config", "metrics", "curves", "provenance"), row[4:8], strict=True
             ):
-                rec[key] = json.loads(text)
+                try:
+                    rec[key] = json.loads(text)
+                except (TypeError, ValueError):
+                    raise StoreError(
+                        f"the store {self.path} holds trial {rec['id']} whose {key} is not JSON "
+                        "(the file was changed outside blocklab): delete that row with "
+                        f"sqlite3 {self.path} \"DELETE FROM trials WHERE id = '{rec['id']}'\" "
+                        "(a rerun makes it again) or move the store aside"
+                    ) from None
             rec["error"], rec["finished_at"] = row[8], row[9]
             out.append(rec)
         return out

@@ -112,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         plugins.load(args.imports or ())  # before the command resolves any name
         return args.handler(args)
     except UserError as exc:
-        print(f"blocklab: error: {exc}", file=sys.stderr)
+        # one line whatever the message holds (SQLite's and argparse's texts may hold several)
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        print(f"blocklab: error: {'; '.join(lines)}", file=sys.stderr)
         return 2
     except WorkerDied as exc:
         print(f"blocklab: {exc}; rerun the same command to resume", file=sys.stderr)

@@ -25,9 +25,13 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     path = Path(args.out)
-    if not (path / DB_NAME).exists() and not path.is_file():
+    if path.is_file():
+        raise UserError(
+            f"--out {path} is a file: --out names a run directory (the one a sweep wrote)"
+        )
+    if not (path / DB_NAME).exists():
         raise UserError(f"no store at {path} (run a sweep with --out {path} first)")
-    store = Store(path)
+    store = Store(path / DB_NAME, read_only=True)  # listing changes nothing, and works read-only
     if args.action == "show":
         if not args.id:
             raise UserError("runs show needs a trial id (see `blocklab runs list`)")
@@ -37,6 +41,12 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(rec, indent=2) if args.json else _show(rec))
         return 0
     records = store.records(experiment=args.experiment)
+    if args.experiment and not records:
+        held = sorted({r["experiment"] for r in store.records()})
+        raise UserError(
+            f"no trials of experiment {args.experiment!r} in {store.path} "
+            f"(it holds: {', '.join(held) or 'none'})"
+        )
     if args.status:
         records = [r for r in records if r["status"] == args.status]
     if args.action == "export":
