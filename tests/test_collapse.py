@@ -36,7 +36,7 @@ TINY = dict(depth=3, width=8, seq_len=8, n_train=256, seeds=2, train=SHORT)
         ({"variants": ("pure+skip",)}, "stands alone"),
         ({"variants": ("skip+mlp", "mlp+skip")}, "same network"),
         ({"variants": ("skip+skip",)}, "repeats"),
-        ({"variants": ()}, "at least one variant"),
+        ({"variants": ()}, "variants needs at least 1"),
         ({"task": "teacher"}, "not a sequence task"),
         ({"seq_len": 3}, "q < seq_len"),  # qsa's own check, q = 4
         ({"block": "mixer", "heads": 2}, "heads"),

@@ -60,8 +60,8 @@ def test_resolve_precedence(tmp_path):
     assert from_toml.train.lr == defaults.train.lr  # untouched nested keys keep their defaults
     flagged = config.resolve(DegreeSweepConfig, defaults, path, {"seeds": 2})
     assert (flagged.seeds, flagged.train.steps) == (2, 50)
-    nested = config.resolve(DegreeSweepConfig, defaults, path, {"train": {"lr": "0.1"}})
-    assert (nested.seeds, nested.train.steps, nested.train.lr) == (7, 50, 0.1)
+    nested = config.resolve(DegreeSweepConfig, defaults, path, {"train": {"clip": "0.5"}})
+    assert (nested.seeds, nested.train.steps, nested.train.clip) == (7, 50, 0.5)
     assert config.resolve(DegreeSweepConfig, defaults, None, {}) == defaults
 
 
@@ -123,3 +123,58 @@ def test_help_shows_the_defaults_a_parent_config_sets():
     assert quick.batch_size != TrainConfig().batch_size  # the experiment sets its own
     assert f"examples per step (default: {quick.batch_size})" in text
     assert f"peak learning rate (default: {quick.lr:g})" in text
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"clip": -1.0}, "clip"),
+        ({"clip": 0.0}, "clip"),
+        ({"blowup": 1.0}, "blowup"),
+        ({"weight_decay": -0.1}, "weight_decay"),
+        ({"lr": float("inf")}, "lr"),
+        ({"threshold": float("nan")}, "threshold"),
+        ({"steps": 2.5}, "steps"),
+        ({"steps": True}, "steps"),
+    ],
+)
+def test_python_configs_hold_the_same_rules(kw, field):
+    with pytest.raises(ValueError, match=field):
+        TrainConfig(**kw)
+    with pytest.raises(ValueError, match=field):  # and inside an experiment's config
+        options.build(DegreeSweepConfig, {"train": kw})
+
+
+def test_field_rules():
+    assert options.meta("x", ge=1) == {"help": "x", "ge": 1}
+    with pytest.raises(TypeError, match="unknown field rules"):
+        options.meta("x", minimum=1)
+    with pytest.raises(ValueError, match="each of budgets must be >= 1"):
+        DegreeSweepConfig(budgets=(3000, 0))
+    with pytest.raises(ValueError, match="budgets must be a list"):
+        DegreeSweepConfig(budgets=3000)
+    with pytest.raises(ValueError, match="norm must be one of"):
+        DegreeSweepConfig(norm="batch")
+
+
+def test_number_flags_state_their_rules():
+    import argparse
+
+    count = config.number(int, ge=1)
+    assert (count("3"), count.kind, count.rules) == (3, int, {"ge": 1})
+    for bad in ("0", "1.5", "x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            count(bad)
+    with pytest.raises(argparse.ArgumentTypeError, match="finite"):
+        config.number(float, gt=0)("inf")
+
+
+def test_keys_the_config_does_not_read_fail(tmp_path):
+    defaults = DegreeSweepConfig()
+    with pytest.raises(UserError, match="train.lr is not used by degree-sweep: .*lr_grid"):
+        config.resolve(DegreeSweepConfig, defaults, write(tmp_path, "[train]\nlr = 0.5\n"), {},
+                       what="degree-sweep")  # fmt: skip
+    with pytest.raises(UserError, match="depth is not used"):
+        config.resolve(DegreeSweepConfig, defaults, None, {"depth": "8"})
+    deep = config.resolve(DegreeSweepConfig, defaults, None, {"mode": "depth", "depth": "8"})
+    assert deep.depth == 8

@@ -33,6 +33,35 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise UserError(f"cannot read config {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"config {path} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(
+            f"config {path} is not UTF-8 text (byte {exc.start}): TOML files are UTF-8; "
+            "save it as UTF-8"
+        ) from None
+
+
+def number(kind: type, **rules: Any):
+    """An argparse `type` for an int or a float held to `rules` (those of `options.meta`), so a
+    bad value is a one-line error naming its flag before anything runs. It keeps `kind` and
+    `rules`, which tests read."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"needs {_NAMES[kind]}, got {text!r}") from None
+        try:
+            options.check_value("the value", value, kind, rules)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+
+    parse.__name__ = kind.__name__
+    parse.kind, parse.rules = kind, rules  # type: ignore[attr-defined]
+    return parse
+
+
+_NAMES = {int: "an integer", float: "a number"}
 
 
 IMPORT_KEY = "import"
@@ -116,11 +145,24 @@ def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def resolve(cls: type[D], defaults: D, toml_path: str | None, flags: dict[str, Any]) -> D:
-    """defaults < TOML file < flags; unknown keys anywhere fail with a hint."""
-    mapping = dataclasses.asdict(defaults)
-    if toml_path:
-        table = load_toml(toml_path)
-        table.pop(IMPORT_KEY, None)  # plugins, loaded by the command before this (`imports`)
-        mapping = merge(mapping, table)
-    return options.build(cls, merge(mapping, flags), what="config")
+def resolve(
+    cls: type[D], defaults: D, toml_path: str | None, flags: dict[str, Any], what: str = "config"
+) -> D:
+    """defaults < TOML file < flags; unknown keys anywhere fail with a hint, and so do keys the
+    config does not read as it stands (its `unused()`: {dotted key: what sets that instead})."""
+    table = load_toml(toml_path) if toml_path else {}
+    table.pop(IMPORT_KEY, None)  # plugins, loaded by the command before this (`imports`)
+    given = merge(table, flags)
+    cfg = options.build(cls, merge(dataclasses.asdict(defaults), given), what="config")
+    unused = cfg.unused() if hasattr(cfg, "unused") else {}
+    for key, why in unused.items():
+        if _has(given, key.split(".")):
+            raise UserError(f"{key} is not used by {what}: {why}")
+    return cfg
+
+
+def _has(mapping: Any, path: list[str]) -> bool:
+    head, *rest = path
+    if not isinstance(mapping, dict) or head not in mapping:
+        return False
+    return _has(mapping[head], rest) if rest else True

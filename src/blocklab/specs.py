@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from blocklab.errors import UserError
+from blocklab.options import meta, validate
 
 if TYPE_CHECKING:
     from blocklab.models import Arm
@@ -42,29 +43,28 @@ def parse_degree(text: str) -> float:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int = field(default=1000, metadata={"help": "optimizer steps per trial"})
-    batch_size: int = field(default=128, metadata={"help": "examples per step"})
-    lr: float = field(default=3e-3, metadata={"help": "peak learning rate"})
-    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
-    warmup: float = field(default=0.05, metadata={"help": "fraction of steps of linear warmup"})
-    clip: float = field(default=1.0, metadata={"help": "gradient-norm clipping threshold"})
-    eval_points: int = field(default=40, metadata={"help": "validation evaluations per run"})
+    steps: int = field(default=1000, metadata=meta("optimizer steps per trial", ge=1))
+    batch_size: int = field(default=128, metadata=meta("examples per step", ge=1))
+    lr: float = field(default=3e-3, metadata=meta("peak learning rate", gt=0))
+    weight_decay: float = field(default=0.01, metadata=meta("AdamW weight decay", ge=0))
+    warmup: float = field(
+        default=0.05, metadata=meta("fraction of steps of linear warmup", ge=0, lt=1)
+    )
+    # a negative threshold would train by gradient ascent, zero would not train at all
+    clip: float = field(default=1.0, metadata=meta("gradient-norm clipping threshold", gt=0))
+    eval_points: int = field(default=40, metadata=meta("validation evaluations per run", ge=1))
     threshold: float | None = field(
         default=None,
-        metadata={"help": "validation loss that counts as converged; None: the task's own"},
+        metadata=meta("validation loss that counts as converged; None: the task's own", gt=0),
     )
+    # at 1 or below, the first evaluation would already count as diverged
     blowup: float = field(
-        default=100.0, metadata={"help": "diverged when the loss exceeds this times its start"}
+        default=100.0,
+        metadata=meta("diverged when the loss exceeds this times its start", gt=1),
     )
 
     def __post_init__(self):
-        for name in ("steps", "batch_size", "eval_points"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        if not 0 <= self.warmup < 1:
-            raise ValueError(f"warmup must be a fraction in [0, 1), got {self.warmup}")
+        validate(self)
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
+from blocklab.config import number
 from blocklab.errors import UserError
 from blocklab.experiments.depth_width import FIT_FILE
 
@@ -16,7 +18,7 @@ from blocklab.experiments.depth_width import FIT_FILE
 def add_parser(sub) -> None:
     p = sub.add_parser("advise", help="optimal depth and width for a budget (seed 001's fit)")
     p.add_argument("--params", help="non-embedding budget N = 12 L dx^2 (1.3e9, 175B, 1T)")
-    p.add_argument("--depth", type=int, help="print N_transition(L) with its error")
+    p.add_argument("--depth", type=number(int, ge=1), help="print N_transition(L) with its error")
     p.add_argument("--fit", help="a depth-width run directory (its fit.json) or a fit file")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=run)
@@ -48,9 +50,14 @@ def run(args: argparse.Namespace) -> int:
         if advice.extrapolated:
             lines.append("extrapolated: L* lies outside the depths the fit was measured at")
     if args.depth is not None:
-        if args.depth < 1:
-            raise UserError(f"--depth must be >= 1, got {args.depth}")
-        n, dn = dw.n_transition(args.depth, fit)
+        with warnings.catch_warnings():  # an overflow is reported below, in one line
+            warnings.simplefilter("ignore", RuntimeWarning)
+            n, dn = dw.n_transition(args.depth, fit)
+        if not (math.isfinite(n) and math.isfinite(dn)):
+            raise UserError(
+                f"--depth {args.depth}: N_transition overflows a float there (it grows like "
+                f"e^(2 b L), b = {fit.b:.3g}); give a smaller depth"
+            )
         payload["transition"] = {"depth": args.depth, "n_params": n, "error": dn}
         lines.append(
             f"N_transition({args.depth}) = {n:.4g} +- {dn:.2g} ({100 * dn / n:.1f}%, eq. 10): "

@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import json
 
-from blocklab.errors import UserError
+from blocklab.config import number
 
 # what `bench.BenchConfig` takes from the command line; a flag left out keeps the config's default
 SETTINGS = ("widths", "members", "depth", "degree", "batch_size", "seconds", "repeats", "threads")
@@ -16,15 +16,18 @@ def add_parser(sub) -> None:
     # the defaults are BenchConfig's, read when the command runs: the module that holds them
     # imports torch, which the command line's help must not
     p = sub.add_parser("bench", help="training speed: one network at a time vs an ensemble")
-    p.add_argument("--widths", type=int, nargs="+", help="network widths (32 64 128 256)")
-    p.add_argument("--members", type=int, help="ensemble size E (16)")
-    p.add_argument("--depth", type=int, help="layers (4)")
-    p.add_argument("--degree", type=int, help="polynomial degree (3)")
-    p.add_argument("--batch-size", type=int, help="(128)")
-    p.add_argument("--seconds", type=float, help="time of the shorter timed run (0.5)")
-    p.add_argument("--repeats", type=int, help="timed runs per length, fastest kept (3)")
+    count = number(int, ge=1)
+    p.add_argument("--widths", type=count, nargs="+", help="network widths (32 64 128 256)")
+    p.add_argument("--members", type=count, help="ensemble size E (16)")
+    p.add_argument("--depth", type=count, help="layers (4)")
+    p.add_argument("--degree", type=count, help="polynomial degree (3)")
+    p.add_argument("--batch-size", type=count, help="(128)")
+    p.add_argument(
+        "--seconds", type=number(float, gt=0), help="time of the shorter timed run (0.5)"
+    )
+    p.add_argument("--repeats", type=count, help="timed runs per length, fastest kept (3)")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
-    p.add_argument("--threads", type=int, help="torch threads (default: torch's, all cores)")
+    p.add_argument("--threads", type=count, help="torch threads (default: torch's, all cores)")
     p.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(handler=run)
@@ -39,12 +42,6 @@ def run(args: argparse.Namespace) -> int:
     if "widths" in given:
         given["widths"] = tuple(given["widths"])
     cfg = dataclasses.replace(BenchConfig(), device=device, **given)
-    for name in ("members", "depth", "degree", "batch_size", "repeats", "threads"):
-        value = getattr(cfg, name)
-        if value is not None and value < 1:
-            raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
-    if min(cfg.widths) < 1 or not cfg.seconds > 0:
-        raise UserError("--widths must be >= 1 and --seconds > 0")
     result = run_bench(cfg)
     if args.json:
         print(json.dumps(result, indent=2))

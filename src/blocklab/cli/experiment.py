@@ -18,7 +18,7 @@ from blocklab.errors import UserError
 from blocklab.executors import ENSEMBLE, EXECUTORS, Resources, default_workers
 from blocklab.experiments import Command, Experiment
 from blocklab.options import parse_pairs
-from blocklab.store import Store
+from blocklab.store import DB_NAME, Store
 
 
 def add_parser(sub, experiment: type[Experiment], command: Command) -> None:
@@ -62,11 +62,12 @@ def add_parser(sub, experiment: type[Experiment], command: Command) -> None:
 
 def _pool_flags(p: argparse.ArgumentParser) -> None:
     """Where trained trials run (`executors.Resources`)."""
-    p.add_argument("--workers", type=int, default=default_workers(), help="processes")
+    count = cfgmod.number(int, ge=1)
+    p.add_argument("--workers", type=count, default=default_workers(), help="processes")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     p.add_argument(
         "--ensemble",
-        type=int,
+        type=count,
         default=ENSEMBLE,
         help=f"most trials of one architecture trained together ({ENSEMBLE}; 1: each alone)",
     )
@@ -90,8 +91,8 @@ def run(experiment: type[Experiment], args: argparse.Namespace) -> int:
     # the config's plugins load before it is resolved: its names may be theirs
     imports = plugins.load([*(args.imports or ()), *cfgmod.imports(args.config)])
     cfg = resolve(experiment, args)
-    out, store = _open_run(args)
     resources = _resources(args, imports) if experiment.pool else None
+    out, store = _open_run(args)
     trials = experiment.run(cfg, store, resources=resources, progress=not args.quiet)
     # the report module analyzes the trials (summaries, tests, fits, findings) and writes
     report = importlib.import_module(experiment.report).write(out, cfg, trials)
@@ -110,23 +111,29 @@ def resolve(experiment: type[Experiment], args: argparse.Namespace) -> Any:
     flags = cfgmod.overrides(args, cls, skip=experiment.no_flags)
     if experiment.task_options and args.task_option:
         flags["task_options"] = parse_pairs(args.task_option, "task")
-    return cfgmod.resolve(cls, defaults, args.config, flags)
+    words = " ".join(w for w in (args.command, getattr(args, "which", None)) if w)
+    return cfgmod.resolve(cls, defaults, args.config, flags, what=words)
 
 
 def _open_run(args: argparse.Namespace) -> tuple[Path, Store]:
-    """Check the run flags, open the store and make sure the report can be written."""
+    """Check the run flags and the output directory, then open the store in it: a check that
+    fails leaves nothing behind. --out always names a directory, whatever its name."""
     from blocklab.sweep import device_name
 
     device_name(getattr(args, "device", "cpu"))  # a bad or missing device fails here
     out = Path(args.out)
-    store = Store(out, reuse=args.reuse)
-    probe = out / ".write-test"
+    if out.exists() and not out.is_dir():
+        raise UserError(
+            f"--out {out} is a file: --out names a run directory (store, report, plots)"
+        )
     try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
         raise UserError(f"output directory {out} is not writable: {exc.strerror}") from None
-    return out, store
+    return out, Store(out / DB_NAME, reuse=args.reuse)
 
 
 def _resources(args: argparse.Namespace, imports: tuple[str, ...] = ()) -> Resources:

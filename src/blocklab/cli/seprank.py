@@ -6,7 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 
+from blocklab.config import number
+from blocklab.errors import UserError
 from blocklab.numerics import MAX_POINTS, RTOL
+from blocklab.specs import NORMS
+
+COUNT = number(int, ge=1)
+INDEX = number(int, unbounded=True)  # from the end when negative, as Python indexes
 
 
 def add_parser(sub) -> None:
@@ -16,31 +22,44 @@ def add_parser(sub) -> None:
         default="linearized_attention",
         help="a block or a degree: linearized_attention, softmax_attention(heads=2), 3, e, mlp",
     )
-    p.add_argument("--depth", type=int, default=2, help="layers (2)")
-    p.add_argument("--width", type=int, default=4, help="width dx (4)")
-    p.add_argument("--positions", type=int, default=2, help="positions N, the variables (2)")
+    p.add_argument("--depth", type=COUNT, default=2, help="layers (2)")
+    p.add_argument("--width", type=COUNT, default=4, help="width dx (4)")
     p.add_argument(
-        "--dim", type=int, help="inputs per position (default: the width for token mixers, else 1)"
+        "--positions", type=number(int, ge=2), default=2, help="positions N, the variables (2)"
     )
-    p.add_argument("--templates", type=int, help="M per position (default: M^N <= 65,536)")
+    p.add_argument(
+        "--dim",
+        type=COUNT,
+        help="inputs per position (default: the width for token mixers, else 1)",
+    )
+    p.add_argument("--templates", type=COUNT, help="M per position (default: M^N <= 65,536)")
     p.add_argument("--partition", default="half", help="half, interleaved, random[:SEED]")
-    p.add_argument("--position", type=int, default=-1, help="output position read (-1)")
-    p.add_argument("--entry", type=int, default=0, help="output entry read (0)")
-    p.add_argument("--rtol", type=float, default=RTOL, help="relative tolerance")
-    p.add_argument("--seed", type=int, default=0, help="weights and templates (0)")
-    p.add_argument("--eps", type=float, help="also print the epsilon-rank at this eps")
+    p.add_argument("--position", type=INDEX, default=-1, help="output position read (-1)")
+    p.add_argument("--entry", type=INDEX, default=0, help="output entry read (0)")
+    p.add_argument(
+        "--rtol", type=number(float, gt=0, lt=1), default=RTOL, help="relative tolerance"
+    )
+    p.add_argument("--seed", type=number(int, ge=0), default=0, help="weights and templates (0)")
+    p.add_argument(
+        "--eps", type=number(float, ge=0), help="also print the epsilon-rank at this eps"
+    )
     p.add_argument("--exact", action="store_true", help="also the exact rank over F_p")
     p.add_argument("--norm", default="none", help="none, layer or rms (none)")
     p.add_argument("--residual", action=argparse.BooleanOptionalAction, default=False)
-    p.add_argument("--max-points", type=int, default=MAX_POINTS, help="grid limit")
+    p.add_argument("--max-points", type=COUNT, default=MAX_POINTS, help="grid limit")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from blocklab.experiments import _seprank as seprank
+    from blocklab.measures.seprank import resolve_partition
     from blocklab.reports.markdown import plain
 
+    # what can be checked without a network is checked before one is built
+    if args.norm not in NORMS:
+        raise UserError(f"--norm must be one of {', '.join(NORMS)}, got {args.norm!r}")
+    resolve_partition(args.partition, args.positions, args.seed)
     result = seprank.measure_network(
         args.block,
         args.depth,

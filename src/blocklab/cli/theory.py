@@ -7,6 +7,7 @@ import argparse
 import json
 
 from blocklab import theory
+from blocklab.config import number
 from blocklab.errors import UserError
 from blocklab.options import split_list
 from blocklab.specs import parse_degree
@@ -17,13 +18,18 @@ def add_parser(sub) -> None:
         "theory", help="h(d) and the degree proxy (seed 000), seed 001's bounds, seed 003's paths"
     )
     p.add_argument("--degrees", nargs="+", default=["2", "e", "3", "4", "5"])
-    p.add_argument("--budget", type=int, default=24576)
-    p.add_argument("--width", type=int, default=32)
+    count = number(int, ge=1)
+    p.add_argument("--budget", type=count, default=24576)
+    p.add_argument("--width", type=count, default=32)
     p.add_argument(
-        "--depths", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6], help="depths L (seed 001/003)"
+        "--depths",
+        type=count,
+        nargs="+",
+        default=[1, 2, 3, 4, 5, 6],
+        help="depths L (seed 001/003)",
     )
-    p.add_argument("--dx", type=int, default=64, help="width dx for seed 001's bounds (64)")
-    p.add_argument("--heads", type=int, default=1, help="attention heads H per layer (1)")
+    p.add_argument("--dx", type=count, default=64, help="width dx for seed 001's bounds (64)")
+    p.add_argument("--heads", type=count, default=1, help="attention heads H per layer (1)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=run)
 
@@ -40,10 +46,6 @@ def run(args: argparse.Namespace) -> int:
         for d in degrees
     ]
     dx, heads, depths = args.dx, args.heads, args.depths
-    if heads < 1:
-        raise UserError(f"--heads must be at least 1, got {heads}")
-    if min(depths) < 1:
-        raise UserError(f"--depths must be at least 1, got {min(depths)}")
     if dx <= heads:
         raise UserError(
             f"--dx must exceed --heads (seed 001 takes log3(dx - H)), got {dx} <= {heads}"

@@ -249,10 +249,6 @@ def measured(
     return rec
 
 
-def help_text(text: str) -> dict[str, str]:
-    return {"help": text}
-
-
 def check_grid(positions: int, templates: int) -> None:
     if positions < 2:
         raise ValueError(f"positions must be >= 2 (a partition needs two sides), got {positions}")

@@ -33,13 +33,6 @@ class NetShape:
     flatten: bool = False
 
 
-def check_positive(cfg: Any, names: tuple[str, ...]) -> None:
-    """Integer fields of a config that must be >= 1; a ValueError becomes one line for the user."""
-    for name in names:
-        if getattr(cfg, name) < 1:
-            raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)}")
-
-
 def spec(
     task: str,
     task_options: dict[str, Any],

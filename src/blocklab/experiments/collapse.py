@@ -24,16 +24,13 @@ from typing import Any
 
 from blocklab import theory
 from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
+from blocklab.options import meta, validate
 from blocklab.specs import TrainConfig
 from blocklab.store import Store
 
 # the switch each variant part turns on; "pure" turns on nothing
 PARTS = {"skip": {"residual": True}, "mlp": {"ff": "relu4x"}, "norm": {"norm": "layer"}}
 PURE = _trials.NetShape(norm="none", residual=False, ff="none")
-
-
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
 
 
 def _train(steps: int) -> TrainConfig:
@@ -64,22 +61,26 @@ def variant_shape(variant: str, depth: int = 1, width: int = 32) -> _trials.NetS
 @dataclass(frozen=True)
 class CollapseConfig:
     block: str = field(
-        default="softmax_attention", metadata=_help("token-mixing block of every layer")
+        default="softmax_attention", metadata=meta("token-mixing block of every layer")
     )
-    depth: int = field(default=6, metadata=_help("layers L"))
-    width: int = field(default=32, metadata=_help("model width D"))
-    heads: int = field(default=1, metadata=_help("attention heads H per layer"))
-    seq_len: int = field(default=16, metadata=_help("sequence length T of the task"))
+    depth: int = field(default=6, metadata=meta("layers L", ge=1))
+    width: int = field(default=32, metadata=meta("model width D", ge=1))
+    heads: int = field(default=1, metadata=meta("attention heads H per layer", ge=1))
+    seq_len: int = field(default=16, metadata=meta("sequence length T of the task", ge=1))
     variants: tuple[str, ...] = field(
         default=("pure", "skip", "mlp", "norm", "skip+mlp+norm"),
-        metadata=_help("pure, or skip / mlp / norm joined by '+'"),
+        metadata=meta("pure, or skip / mlp / norm joined by '+'"),
     )
     task: str = field(
-        default="qsa", metadata=_help("sequence task: gives the inputs and the training signal")
+        default="qsa", metadata=meta("sequence task: gives the inputs and the training signal")
     )
-    n_train: int = field(default=4096, metadata=_help("training examples of the task"))
-    seeds: int = field(default=3, metadata=_help("seeds per variant (same seeds in every variant)"))
-    alpha: float = field(default=0.05, metadata=_help("level of the tests (Holm-corrected)"))
+    n_train: int = field(default=4096, metadata=meta("training examples of the task", ge=1))
+    seeds: int = field(
+        default=3, metadata=meta("seeds per variant (same seeds in every variant)", ge=1)
+    )
+    alpha: float = field(
+        default=0.05, metadata=meta("level of the tests (Holm-corrected)", gt=0, lt=1)
+    )
     train: TrainConfig = field(default_factory=lambda: _train(300))
 
     def __post_init__(self):
@@ -87,9 +88,7 @@ class CollapseConfig:
         from blocklab.models import parse_arm
         from blocklab.tasks import TASKS, make_task
 
-        _trials.check_positive(self, ("depth", "width", "heads", "seq_len", "n_train", "seeds"))
-        if not 0 < self.alpha < 1:
-            raise ValueError(f"alpha must be in (0, 1), got {self.alpha}")
+        validate(self)
         if not BLOCKS.get(self.block).mixes_tokens:  # unknown names fail with "did you mean"
             mixing = [n for n in BLOCKS.names() if BLOCKS.get(n).mixes_tokens]
             raise ValueError(
@@ -97,8 +96,6 @@ class CollapseConfig:
                 f"give a token-mixing block ({', '.join(mixing)})"
             )
         parse_arm(self.arm)  # options the block does not take fail here
-        if not self.variants:
-            raise ValueError("give at least one variant")
         shapes = [variant_shape(v) for v in self.variants]
         if len(set(shapes)) != len(shapes):
             raise ValueError(f"two variants are the same network: {self.variants}")

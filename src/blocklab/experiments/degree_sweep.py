@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from blocklab.errors import UserError
 from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials
+from blocklab.options import meta, validate
 from blocklab.specs import ACTIVATIONS, FEED_FORWARD, NORMS, TrainConfig, TrialSpec
 from blocklab.store import Store
 
@@ -32,105 +33,120 @@ if TYPE_CHECKING:
 EXPERIMENT = "degree-sweep"
 
 
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
-
-
 @dataclass(frozen=True)
 class DegreeSweepConfig:
-    task: str = field(default="teacher", metadata=_help("registered task name"))
+    task: str = field(default="teacher", metadata=meta("registered task name"))
     task_options: dict[str, Any] = field(default_factory=dict)
     degrees: tuple[str, ...] = field(
         default=("2", "e", "3", "4"),
-        metadata=_help("degrees to compare: integers, decimals, 'e', or per-layer lists '[3,2,3]'"),
+        metadata=meta(
+            "degrees to compare: integers, decimals, 'e', or per-layer lists '[3,2,3]'",
+            min_len=0,
+        ),
     )
     baselines: tuple[str, ...] = field(
         default=("mlp",),
-        metadata=_help(
+        metadata=meta(
             "other blocks compared at the same budgets, with options in parentheses: "
-            "'mlp', 'softmax_attention(heads=2)', 'poly_attention(n=2)'"
+            "'mlp', 'softmax_attention(heads=2)', 'poly_attention(n=2)'",
+            min_len=0,
         ),
     )
     budgets: tuple[int, ...] = field(
-        default=(292, 584, 1168, 2336), metadata=_help("parameter budgets of the blocks")
+        default=(292, 584, 1168, 2336), metadata=meta("parameter budgets of the blocks", ge=1)
     )
-    seeds: int = field(default=5, metadata=_help("seeds per configuration (0, 1, ...)"))
+    seeds: int = field(default=5, metadata=meta("seeds per configuration (0, 1, ...)", ge=1))
     teachers: int = field(
         default=1,
-        metadata=_help(
+        metadata=meta(
             "independent targets (the task's data seeds 0, 1, ...); every arm and seed fits "
-            "each of them, and arms pair by (teacher, seed)"
+            "each of them, and arms pair by (teacher, seed)",
+            ge=1,
         ),
     )
     mode: str = field(
-        default="width", metadata=_help("'width': fixed width, depth solved; 'depth'")
+        default="width",
+        metadata=meta("'width': fixed width, depth solved; 'depth'", choices=("width", "depth")),
     )
-    width: int = field(default=7, metadata=_help("layer width in width mode"))
-    depth: int = field(default=4, metadata=_help("depth in depth mode"))
-    bias: bool = field(default=False, metadata=_help("biases inside the polynomial factors"))
-    norm: str = field(default="layer", metadata=_help(f"normalization: {', '.join(NORMS)}"))
+    width: int = field(default=7, metadata=meta("layer width in width mode", ge=1))
+    depth: int = field(default=4, metadata=meta("depth in depth mode", ge=1))
+    bias: bool = field(default=False, metadata=meta("biases inside the polynomial factors"))
+    norm: str = field(
+        default="layer", metadata=meta(f"normalization: {', '.join(NORMS)}", choices=NORMS)
+    )
     activation: str = field(
-        default="none", metadata=_help(f"activation after each block: {', '.join(ACTIVATIONS)}")
+        default="none",
+        metadata=meta(
+            f"activation after each block: {', '.join(ACTIVATIONS)}", choices=ACTIVATIONS
+        ),
     )
-    residual: bool = field(default=True, metadata=_help("residual connection around each layer"))
+    residual: bool = field(default=True, metadata=meta("residual connection around each layer"))
     scaled_residual: bool = field(
         default=True,
-        metadata=_help(
+        metadata=meta(
             "residual branches times 1/sqrt(depth), so deep stacks train like shallow ones"
         ),
     )
     ff: str = field(
         default="none",
-        metadata=_help(
-            f"feed-forward sublayer per layer, counted in the budget: {', '.join(FEED_FORWARD)}"
+        metadata=meta(
+            f"feed-forward sublayer per layer, counted in the budget: {', '.join(FEED_FORWARD)}",
+            choices=tuple(FEED_FORWARD),
         ),
     )
     lr_grid: tuple[float, ...] = field(
-        default=(1e-2, 3e-2, 1e-1), metadata=_help("learning rates tried per arm on validation")
+        default=(1e-2, 3e-2, 1e-1),
+        metadata=meta("learning rates tried per arm on validation", gt=0),
     )
     lr_extend: int = field(
         default=2,
-        metadata=_help("times the grid is extended past an edge where the best rate lies"),
+        metadata=meta("times the grid is extended past an edge where the best rate lies", ge=0),
     )
     plateau_tol: float = field(
         default=0.03,
-        metadata=_help(
+        metadata=meta(
             "a trial plateaued when its smoothed validation loss fell by less than this "
-            "fraction over the last quarter of training"
+            "fraction over the last quarter of training",
+            gt=0,
+            lt=1,
         ),
     )
-    alpha: float = field(default=0.05, metadata=_help("significance level of the paired tests"))
+    alpha: float = field(
+        default=0.05, metadata=meta("significance level of the paired tests", gt=0, lt=1)
+    )
     n_boot: int = field(
-        default=1000, metadata=_help("bootstrap draws for the scaling fits' intervals")
+        default=1000, metadata=meta("bootstrap draws for the scaling fits' intervals", ge=0)
     )
     train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=1000, batch_size=256))
 
     def __post_init__(self):
-        for name in ("seeds", "teachers"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.lr_extend < 0 or self.n_boot < 0:
-            raise ValueError("lr_extend and n_boot must be >= 0")
-        if not 0 < self.plateau_tol < 1:
-            raise ValueError(f"plateau_tol must be in (0, 1), got {self.plateau_tol}")
+        from blocklab.tasks import make_task
+
+        validate(self)
         if not self.degrees and not self.baselines:
             raise ValueError("nothing to compare: give degrees or baselines")
-        if not self.budgets:
-            raise ValueError("give at least one budget")
-        if not self.lr_grid or any(not (lr > 0 and math.isfinite(lr)) for lr in self.lr_grid):
-            raise ValueError(f"learning rates must be positive, got {self.lr_grid}")
-        if self.norm not in NORMS:
-            raise ValueError(f"norm must be one of {', '.join(NORMS)}, got {self.norm!r}")
-        if self.activation not in ACTIVATIONS:
+        task = make_task(self.task, **self.task_options)  # unknown tasks and options fail here
+        if self.teachers > 1 and not task.seed_dependent:
             raise ValueError(
-                f"activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}"
+                f"task {self.task!r} is a fixed dataset: it has one target, not teachers"
             )
-        if self.ff not in FEED_FORWARD:
-            raise ValueError(f"ff must be one of {', '.join(FEED_FORWARD)}, got {self.ff!r}")
-        if self.mode not in ("width", "depth"):
-            raise ValueError(f"mode must be 'width' or 'depth', got {self.mode!r}")
-        if not 0 < self.alpha < 1:
-            raise ValueError(f"alpha must be in (0, 1), got {self.alpha}")
+        self.arms()  # unknown blocks and degrees, and an arm listed twice, fail here
+
+    def unused(self) -> dict[str, str]:
+        """The keys this config does not read as it stands, with what sets their part instead:
+        given in a TOML file or as flags, they fail rather than do nothing."""
+        out = {"train.lr": "the learning rates come from lr_grid"}
+        if self.mode == "width":
+            out["depth"] = "in width mode each budget solves the depth (--mode depth fixes it)"
+        else:
+            out["width"] = "in depth mode each budget solves the width (--mode width fixes it)"
+        if not self.residual:
+            out["scaled_residual"] = "it scales the residual branches, and residual is off"
+        if not self.degrees:
+            out["bias"] = "it applies to the degree arms, and degrees is empty"
+        if len(self.lr_grid) == 1 and self.lr_extend:
+            out["lr_extend"] = "a grid of one rate is a fixed rate, never extended"
+        return out
 
     def arms(self) -> list[Arm]:
         from blocklab.models import parse_arm
@@ -268,10 +284,7 @@ def run(
     from blocklab import sweep
     from blocklab.tasks import make_task
 
-    # an unknown task or option fails here, not in a worker
     task = make_task(cfg.task, **cfg.task_options)
-    if cfg.teachers > 1 and not task.seed_dependent:
-        raise UserError(f"task {cfg.task!r} is a fixed dataset: it has one target, not --teachers")
     shapes = plan(cfg)
     choice = search_lr(cfg, shapes, store, resources, progress, task.higher_is_better)
     finals = [

@@ -22,15 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
+from blocklab.options import meta, validate
 from blocklab.specs import TrainConfig, TrialSpec
 from blocklab.store import Store
 
 # a run's transition fit, beside its report, for `blocklab advise --fit`
 FIT_FILE = "fit.json"
-
-
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
 
 
 def _train(steps: int, batch_size: int = 32, lr: float = 6e-3) -> TrainConfig:
@@ -39,31 +36,32 @@ def _train(steps: int, batch_size: int = 32, lr: float = 6e-3) -> TrainConfig:
 
 @dataclass(frozen=True)
 class DepthWidthConfig:
-    depths: tuple[int, ...] = field(default=(1, 2, 3, 4), metadata=_help("network depths L"))
+    depths: tuple[int, ...] = field(
+        default=(1, 2, 3, 4), metadata=meta("network depths L", ge=1, min_len=2)
+    )
     budgets: tuple[int, ...] = field(
         default=(3000, 10000, 30000, 100000),
-        metadata=_help("non-embedding parameter budgets N = 12 L dx^2"),
+        metadata=meta("non-embedding parameter budgets N = 12 L dx^2", ge=1),
     )
-    heads: int = field(default=2, metadata=_help("attention heads per layer (the paper's 2)"))
-    seeds: int = field(default=3, metadata=_help("repeats per point, for the loss std"))
-    alpha: float = field(default=0.05, metadata=_help("level of the 'shallower is worse' test"))
-    vocab: int = field(default=512, metadata=_help("BPE vocabulary size (the paper's 2000)"))
-    seq_len: int = field(default=64, metadata=_help("tokens per training sequence"))
-    path: str = field(default="", metadata=_help("a text file to model ('' = the stdlib corpus)"))
-    max_chars: int = field(default=0, metadata=_help("corpus characters to use (0 = all)"))
-    n_train: int = field(default=16384, metadata=_help("training sequences drawn per seed"))
+    heads: int = field(default=2, metadata=meta("attention heads per layer (the paper's 2)", ge=1))
+    seeds: int = field(default=3, metadata=meta("repeats per point, for the loss std", ge=1))
+    alpha: float = field(
+        default=0.05, metadata=meta("level of the 'shallower is worse' test", gt=0, lt=1)
+    )
+    vocab: int = field(default=512, metadata=meta("BPE vocabulary size (the paper's 2000)", ge=257))
+    seq_len: int = field(default=64, metadata=meta("tokens per training sequence", ge=1))
+    path: str = field(default="", metadata=meta("a text file to model ('' = the stdlib corpus)"))
+    max_chars: int = field(default=0, metadata=meta("corpus characters to use (0 = all)", ge=0))
+    n_train: int = field(default=16384, metadata=meta("training sequences drawn per seed", ge=1))
     train: TrainConfig = field(default_factory=lambda: _train(1000))
 
     def __post_init__(self):
-        _trials.check_positive(self, ("heads", "seeds", "vocab", "seq_len", "n_train"))
-        if len(set(self.depths)) < 2 or any(d < 1 for d in self.depths):
-            raise ValueError(f"give at least two distinct depths >= 1, got {self.depths}")
-        if not self.budgets or any(b < 1 for b in self.budgets):
-            raise ValueError(f"budgets must be positive, got {self.budgets}")
-        if not 0 < self.alpha < 1:
-            raise ValueError(f"alpha must be in (0, 1), got {self.alpha}")
-        if self.max_chars < 0:
-            raise ValueError(f"max_chars must be >= 0, got {self.max_chars}")
+        from blocklab.tasks import make_task
+
+        validate(self)
+        if len(set(self.depths)) < 2:
+            raise ValueError(f"give at least two distinct depths, got {self.depths}")
+        make_task("text", **self.task_options())  # the text task checks the rest (the path)
 
     @classmethod
     def full(cls) -> DepthWidthConfig:

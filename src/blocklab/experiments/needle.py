@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
+from blocklab.options import meta, validate
 from blocklab.specs import TrainConfig
 from blocklab.store import Store
 
@@ -65,51 +66,47 @@ BLOCKS = {
 }
 
 
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
-
-
 @dataclass(frozen=True)
 class NeedleConfig:
     seq_lens: tuple[int, ...] = field(
-        default=(4, 16, 64, 256), metadata=_help("sequence lengths T (random weights)")
+        default=(4, 16, 64, 256), metadata=meta("sequence lengths T (random weights)", ge=1)
     )
     tau1s: tuple[float, ...] = field(
-        default=(2.0, 3.0, 4.0), metadata=_help("needle scores tau1 (random weights)")
+        default=(2.0, 3.0, 4.0), metadata=meta("needle scores tau1 (random weights)", gt=0)
     )
-    tau0: float = field(default=1.0, metadata=_help("largest background score tau0"))
-    dim: int = field(default=8, metadata=_help("token dimension D"))
+    tau0: float = field(default=1.0, metadata=meta("largest background score tau0", ge=0))
+    dim: int = field(default=8, metadata=meta("token dimension D", ge=1))
     sigma: float = field(
-        default=0.25, metadata=_help("scale of the token components orthogonal to w")
+        default=0.25, metadata=meta("scale of the token components orthogonal to w", ge=0)
     )
-    beta: float = field(default=1.0, metadata=_help("inverse temperature of the aimed scores"))
-    hidden: int = field(default=16, metadata=_help("ReLU units m of the random networks"))
-    draws: int = field(default=100, metadata=_help("random networks per setting"))
-    samples: int = field(default=100, metadata=_help("evaluation sequences per class per draw"))
+    beta: float = field(default=1.0, metadata=meta("inverse temperature of the aimed scores", gt=0))
+    hidden: int = field(default=16, metadata=meta("ReLU units m of the random networks", ge=1))
+    draws: int = field(default=100, metadata=meta("random networks per setting", ge=1))
+    samples: int = field(
+        default=100, metadata=meta("evaluation sequences per class per draw", ge=1)
+    )
     accuracy: float = field(
-        default=0.9, metadata=_help("threshold accuracy at which a draw separates D0 from D1")
+        default=0.9,
+        metadata=meta("threshold accuracy at which a draw separates D0 from D1", gt=0.5, le=1),
     )
     trained_seq_lens: tuple[int, ...] = field(
-        default=(16, 128), metadata=_help("sequence lengths of the trained comparison")
+        default=(16, 128),
+        metadata=meta(
+            "sequence lengths of the trained comparison (none: no training)", ge=1, min_len=0
+        ),
     )
-    width: int = field(default=16, metadata=_help("width of the trained networks"))
-    seeds: int = field(default=3, metadata=_help("seeds of the trained comparison"))
-    alpha: float = field(default=0.05, metadata=_help("level of the tests"))
-    seed: int = field(default=0, metadata=_help("seed of the random-weight draws"))
+    width: int = field(default=16, metadata=meta("width of the trained networks", ge=1))
+    seeds: int = field(default=3, metadata=meta("seeds of the trained comparison", ge=1))
+    alpha: float = field(default=0.05, metadata=meta("level of the tests", gt=0, lt=1))
+    seed: int = field(default=0, metadata=meta("seed of the random-weight draws", ge=0))
     train: TrainConfig = field(
         default_factory=lambda: TrainConfig(steps=1000, batch_size=64, lr=1e-2, eval_points=10)
     )
 
     def __post_init__(self):
-        _trials.check_positive(self, ("dim", "hidden", "draws", "samples", "width", "seeds"))
-        if any(t < 1 for t in (*self.seq_lens, *self.trained_seq_lens)):
-            raise ValueError("sequence lengths must be >= 1")
+        validate(self)
         if any(t1 <= self.tau0 for t1 in self.tau1s):
             raise ValueError(f"every tau1 must exceed tau0 = {self.tau0}, got {self.tau1s}")
-        if not 0.5 < self.accuracy <= 1:
-            raise ValueError(f"accuracy must be in (0.5, 1], got {self.accuracy}")
-        if not 0 < self.alpha < 1:
-            raise ValueError(f"alpha must be in (0, 1), got {self.alpha}")
 
     @classmethod
     def full(cls) -> NeedleConfig:

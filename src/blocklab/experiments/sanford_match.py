@@ -15,12 +15,9 @@ from typing import Any
 
 from blocklab.errors import UserError
 from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
+from blocklab.options import meta, validate
 from blocklab.specs import TrainConfig
 from blocklab.store import Store
-
-
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
 
 
 def _train(steps: int) -> TrainConfig:
@@ -29,27 +26,31 @@ def _train(steps: int) -> TrainConfig:
 
 @dataclass(frozen=True)
 class MatchConfig:
-    tasks: tuple[str, ...] = field(default=("match2", "match3"), metadata=_help("match2, match3"))
+    tasks: tuple[str, ...] = field(
+        default=("match2", "match3"), metadata=meta("match2, match3", choices=("match2", "match3"))
+    )
     seq_len: int = field(
-        default=6, metadata=_help("sequence length N (modulus M chosen to balance)")
+        default=6, metadata=meta("sequence length N (modulus M chosen to balance)", ge=1)
     )
     widths: tuple[int, ...] = field(
-        default=(6, 12), metadata=_help("model widths, multiples of 3 (equal parameters)")
+        default=(6, 12), metadata=meta("model widths, multiples of 3 (equal parameters)", ge=3)
     )
-    n_train: int = field(default=16384, metadata=_help("training examples"))
-    seeds: int = field(default=3, metadata=_help("seeds per configuration"))
-    solved: float = field(default=0.95, metadata=_help("test accuracy that counts as solved"))
-    alpha: float = field(default=0.05, metadata=_help("level of the paired tests"))
+    n_train: int = field(default=16384, metadata=meta("training examples", ge=1))
+    seeds: int = field(default=3, metadata=meta("seeds per configuration", ge=1))
+    solved: float = field(
+        default=0.95, metadata=meta("test accuracy that counts as solved", gt=0, le=1)
+    )
+    alpha: float = field(default=0.05, metadata=meta("level of the paired tests", gt=0, lt=1))
     train: TrainConfig = field(default_factory=lambda: _train(2000))
 
     def __post_init__(self):
-        _trials.check_positive(self, ("seeds", "seq_len", "n_train"))
-        if not self.tasks or any(t not in ("match2", "match3") for t in self.tasks):
-            raise ValueError(f"tasks must be among match2, match3, got {self.tasks}")
-        if not self.widths or any(w < 3 or w % 3 for w in self.widths):
-            raise ValueError(f"widths must be positive multiples of 3, got {self.widths}")
-        if not 0 < self.alpha < 1 or not 0 < self.solved <= 1:
-            raise ValueError("alpha must be in (0, 1) and solved in (0, 1]")
+        from blocklab.tasks import make_task
+
+        validate(self)
+        if any(w % 3 for w in self.widths):
+            raise ValueError(f"widths must be multiples of 3, got {self.widths}")
+        for task in self.tasks:  # the task checks the sequence length it can balance
+            make_task(task, seq_len=self.seq_len, n_train=self.n_train)
 
     @classmethod
     def full(cls) -> MatchConfig:

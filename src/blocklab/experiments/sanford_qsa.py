@@ -13,12 +13,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
+from blocklab.options import meta, validate
 from blocklab.specs import TrainConfig
 from blocklab.store import Store
-
-
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
 
 
 def _train(steps: int) -> TrainConfig:
@@ -27,29 +24,25 @@ def _train(steps: int) -> TrainConfig:
 
 @dataclass(frozen=True)
 class QsaConfig:
-    qs: tuple[int, ...] = field(default=(1, 2, 4), metadata=_help("sparsities q to test"))
+    qs: tuple[int, ...] = field(default=(1, 2, 4), metadata=meta("sparsities q to test", ge=1))
     dims: tuple[int, ...] = field(
-        default=(2, 4, 8, 16), metadata=_help("embedding dimensions m of the attention layer")
+        default=(2, 4, 8, 16), metadata=meta("embedding dimensions m of the attention layer", ge=1)
     )
-    seq_len: int = field(default=16, metadata=_help("sequence length N"))
-    dim: int = field(default=2, metadata=_help("dimension d of the averaged vectors z"))
-    width: int = field(default=64, metadata=_help("model width around the attention layer"))
-    n_train: int = field(default=16384, metadata=_help("training examples"))
-    mlp: bool = field(default=True, metadata=_help("train the equal-parameter fully connected net"))
-    seeds: int = field(default=3, metadata=_help("seeds per configuration"))
-    solved: float = field(default=0.9, metadata=_help("test accuracy that counts as success"))
+    seq_len: int = field(default=16, metadata=meta("sequence length N", ge=2))
+    dim: int = field(default=2, metadata=meta("dimension d of the averaged vectors z", ge=1))
+    width: int = field(default=64, metadata=meta("model width around the attention layer", ge=1))
+    n_train: int = field(default=16384, metadata=meta("training examples", ge=1))
+    mlp: bool = field(default=True, metadata=meta("train the equal-parameter fully connected net"))
+    seeds: int = field(default=3, metadata=meta("seeds per configuration", ge=1))
+    solved: float = field(
+        default=0.9, metadata=meta("test accuracy that counts as success", gt=0, le=1)
+    )
     train: TrainConfig = field(default_factory=lambda: _train(2000))
 
     def __post_init__(self):
-        _trials.check_positive(self, ("seeds", "seq_len", "dim", "width", "n_train"))
-        if not self.qs or not self.dims:
-            raise ValueError("give at least one q and one m")
-        if any(not 1 <= q < self.seq_len for q in self.qs):
+        validate(self)
+        if any(q >= self.seq_len for q in self.qs):
             raise ValueError(f"every q must be in 1..seq_len-1 = {self.seq_len - 1}, got {self.qs}")
-        if any(m < 1 for m in self.dims):
-            raise ValueError(f"embedding dimensions must be >= 1, got {self.dims}")
-        if not 0 < self.solved <= 1:
-            raise ValueError(f"solved must be in (0, 1], got {self.solved}")
 
     @classmethod
     def full(cls) -> QsaConfig:

@@ -17,8 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials
-from blocklab.experiments._seprank import build_net, check_grid, help_text, measure, measured
+from blocklab.experiments._seprank import build_net, check_grid, measure, measured
 from blocklab.numerics import RTOL
+from blocklab.options import meta, validate
 from blocklab.specs import format_degree
 from blocklab.store import Store
 
@@ -26,27 +27,29 @@ from blocklab.store import Store
 @dataclass(frozen=True)
 class DegreeConfig:
     degrees: tuple[str, ...] = field(
-        default=("2", "e", "3", "4"), metadata=help_text("layer degrees d (integer: poly, real: e)")
+        default=("2", "e", "3", "4"), metadata=meta("layer degrees d (integer: poly, real: e)")
     )
-    width: int = field(default=8, metadata=help_text("width w of every layer"))
-    templates: int = field(default=512, metadata=help_text("templates M per variable (M x M grid)"))
+    width: int = field(default=8, metadata=meta("width w of every layer", ge=1))
+    templates: int = field(
+        default=512, metadata=meta("templates M per variable (M x M grid)", ge=1)
+    )
     max_depth: int = field(
-        default=12, metadata=help_text("deepest p; each degree stops at its first saturated depth")
+        default=12,
+        metadata=meta("deepest p; each degree stops at its first saturated depth", ge=1),
     )
-    seeds: int = field(default=3, metadata=help_text("weight and template draws per point"))
-    rtol: float = field(default=RTOL, metadata=help_text("relative tolerance of the float64 rank"))
-    alpha: float = field(default=0.05, metadata=help_text("1 - level of the slope intervals"))
+    seeds: int = field(default=3, metadata=meta("weight and template draws per point", ge=1))
+    rtol: float = field(
+        default=RTOL, metadata=meta("relative tolerance of the float64 rank", gt=0, lt=1)
+    )
+    alpha: float = field(
+        default=0.05, metadata=meta("1 - level of the slope intervals", gt=0, lt=1)
+    )
 
     def __post_init__(self):
-        if not self.degrees:
-            raise ValueError("give at least one degree")
+        validate(self)
         for d in self.degrees:
             _degree(d)  # a single degree: 2, e, 3, ...
-        if min(self.width, self.seeds, self.max_depth, self.templates) < 1:
-            raise ValueError("width, seeds, max_depth and templates must be >= 1")
         check_grid(2, self.templates)
-        if not self.rtol > 0 or not 0 < self.alpha < 1:
-            raise ValueError("rtol must be > 0 and alpha in (0, 1)")
 
     @classmethod
     def full(cls) -> DegreeConfig:

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials
-from blocklab.experiments._seprank import build_net, check_grid, help_text, measure, measured
+from blocklab.experiments._seprank import build_net, check_grid, measure, measured
 from blocklab.numerics import RTOL
+from blocklab.options import meta, validate
 from blocklab.store import Store
 
 if TYPE_CHECKING:
@@ -31,24 +32,21 @@ class DepthWidthConfig:
     depths below the threshold (L = 1, 2 < log3 10 = 2.1), and its L = 2 rank fits the grid;
     dx = 2, 3, 4 give several unsaturated depths above it."""
 
-    widths: tuple[int, ...] = field(default=(2, 3, 4, 10), metadata=help_text("widths dx"))
-    depths: tuple[int, ...] = field(default=(1, 2, 3, 4), metadata=help_text("depths L"))
-    heads: int = field(default=1, metadata=help_text("attention heads H per layer"))
-    positions: int = field(default=2, metadata=help_text("positions N (the grid is M^N points)"))
-    templates: int = field(default=1024, metadata=help_text("templates M per position"))
-    seeds: int = field(default=3, metadata=help_text("weight and template draws per point"))
-    rtol: float = field(default=RTOL, metadata=help_text("relative tolerance of the float64 rank"))
+    widths: tuple[int, ...] = field(default=(2, 3, 4, 10), metadata=meta("widths dx", ge=1))
+    depths: tuple[int, ...] = field(default=(1, 2, 3, 4), metadata=meta("depths L", ge=1))
+    heads: int = field(default=1, metadata=meta("attention heads H per layer", ge=1))
+    positions: int = field(default=2, metadata=meta("positions N (the grid is M^N points)", ge=2))
+    templates: int = field(default=1024, metadata=meta("templates M per position", ge=1))
+    seeds: int = field(default=3, metadata=meta("weight and template draws per point", ge=1))
+    rtol: float = field(
+        default=RTOL, metadata=meta("relative tolerance of the float64 rank", gt=0, lt=1)
+    )
 
     def __post_init__(self):
-        if self.heads < 1 or self.seeds < 1 or self.templates < 1:
-            raise ValueError("heads, seeds and templates must be >= 1")
-        if not self.widths or min(self.widths) <= self.heads:
+        validate(self)
+        if min(self.widths) <= self.heads:
             raise ValueError(f"every width must exceed heads = {self.heads} (seed 001: dx > H)")
-        if not self.depths or min(self.depths) < 1:
-            raise ValueError("depths must be >= 1")
         check_grid(self.positions, self.templates)
-        if not self.rtol > 0:
-            raise ValueError(f"rtol must be > 0, got {self.rtol}")
 
     @classmethod
     def full(cls) -> DepthWidthConfig:
