@@ -29,10 +29,10 @@ SRC = Path(blocklab.__file__).resolve().parent
 # trials, and every statistic of them is computed above it.
 LAYERS = [
     {"", "errors", "options", "registry", "config", "store", "theory", "specs", "numerics"}
-    | {"executors", "fingerprint", "plugins"},
+    | {"executors", "fingerprint", "plugins", "claims"},
     {"blocks", "tasks", "measures"},
     {"models", "budget", "checks"},
-    {"train", "ensemble", "sweep", "bench"},
+    {"train", "ensemble", "sweep", "bench", "provenance", "progress"},
     {"experiments"},
     {"analysis", "reports"},
     {"cli", "__main__"},

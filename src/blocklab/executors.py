@@ -1,9 +1,11 @@
 """Where a sweep's units of work run: in this process, on a Ray cluster, or as Slurm jobs.
 
 Every executor runs a picklable `fn(item, device)` on each item and yields `(index, result)` as
-items finish, in completion order. Executors only compute; the calling process is the one writer
-of the store, so a worker that dies loses at most the items it was running, and a rerun resumes
-from what was stored.
+items finish, in completion order; index counts the items in the order they were read. The local
+executor reads an item only when a worker is free for it, so a sweep claims a unit just before it
+starts (`blocklab.claims`); Ray and Slurm read all at the start. Executors only compute; the
+calling process is the one writer of the store, so a worker that dies loses at most the items it
+was running, and a rerun resumes from what was stored.
 
 - local: this process (one worker, or one item), or a pool of spawned processes.
 - ray: Ray core tasks, on the cluster at `address=...` or on a local Ray instance started (and
@@ -13,7 +15,9 @@ from what was stored.
 Each worker runs torch with one thread per CPU it holds (one, unless options say more): for small
 models two single-threaded processes beat one process with two threads. On any exception, here
 or in the loop that consumes the results (Ctrl-C included), running work stops at once and the
-exception is raised again; a worker that died raises WorkerLost.
+exception is raised again; a worker that died raises WorkerLost. A pool worker dies with the
+process that started it, however that one dies (kill -9 included): orphaned, it would finish its
+work in hand and then wait for more forever.
 
 A worker imports the plugins it is given (`blocklab.plugins`) before it runs anything, so a
 block from a plugin resolves by name there as in the parent: spawned processes and cluster jobs
@@ -26,15 +30,19 @@ where threads are set, so the command line can name executors and their defaults
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import difflib
 import functools
 import importlib
+import itertools
 import logging
 import multiprocessing
 import os
 import signal
+import sys
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -57,6 +65,8 @@ OPTIONS: dict[str, dict[str, type]] = {
     },
 }
 SLURM_TIME = 24 * 60  # minutes; submitit's own default (5) would kill most trials
+PARENT_POLL = 1.0  # seconds between a pool worker's looks at whether its parent still lives
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class WorkerLost(RuntimeError):
@@ -71,8 +81,10 @@ class Executor:
         self.options = options
         self.plugins = tuple(plugins)  # canonical specs each worker imports first
 
-    def imap_unordered(self, fn: Callable, items: list, device: str) -> Iterator[tuple[int, Any]]:
-        """Yield (index into items, fn(items[index], device)) as each finishes.
+    def imap_unordered(
+        self, fn: Callable, items: Iterable, device: str
+    ) -> Iterator[tuple[int, Any]]:
+        """Yield (index, fn(item, device)) as each finishes, index counting the items as read.
 
         Consume it in a for loop (or close it): leaving the loop early stops the running work.
         """
@@ -87,23 +99,47 @@ def _call(fn: Callable, item: Any, device: str, threads: int, plugins: tuple[str
     return fn(item, device)
 
 
-def _init_worker(plugins: tuple[str, ...] = ()) -> None:
+def _init_worker(parent: int, plugins: tuple[str, ...] = ()) -> None:
     import torch
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops the pool
+    # the parent handles Ctrl-C and a closed terminal, and stops the pool
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    _die_with(parent)
     torch.set_num_threads(1)
     plugin_loader.load(plugins)
+
+
+def _die_with(parent: int) -> None:
+    """End this process when `parent` ends: at once on Linux (the kernel sends SIGKILL), and
+    within PARENT_POLL seconds elsewhere, by a thread watching for a new parent."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # it died before the watch was set
+        os._exit(1)
+    threading.Thread(target=_watch, args=(parent,), daemon=True, name="parent").start()
+
+
+def _watch(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL)
+    os._exit(1)
 
 
 class LocalExecutor(Executor):
     name = "local"
 
     def imap_unordered(self, fn, items, device):
-        if self.workers <= 1 or len(items) <= 1:
+        items = iter(items)
+        # a look at the first two: one item alone runs here, without starting a pool
+        first = list(itertools.islice(items, 2 if self.workers > 1 else 0))
+        if self.workers <= 1 or len(first) <= 1:
             import torch
 
             threads = torch.get_num_threads()
-            for i, item in enumerate(items):
+            for i, item in enumerate(itertools.chain(first, items)):
                 torch.set_num_threads(1)  # as in a pool worker: results do not depend on workers
                 try:
                     result = fn(item, device)
@@ -111,15 +147,23 @@ class LocalExecutor(Executor):
                     torch.set_num_threads(threads)
                 yield i, result
             return
-        pool = ProcessPoolExecutor(
-            max_workers=min(self.workers, len(items)),
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_init_worker,
-            initargs=(self.plugins,),
-        )
+        with _hangup_held():  # the pool starts multiprocessing's resource tracker
+            pool = ProcessPoolExecutor(
+                max_workers=self.workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_init_worker,
+                initargs=(os.getpid(), self.plugins),
+            )
+        queue = enumerate(itertools.chain(first, items))
+        pending: dict = {}
         try:
-            pending = {pool.submit(fn, item, device): i for i, item in enumerate(items)}
-            while pending:
+            while True:
+                # one item per free worker: the next is read only when a worker can start it
+                for i, item in itertools.islice(queue, self.workers - len(pending)):
+                    with _hangup_held():  # a submit may start a worker
+                        pending[pool.submit(fn, item, device)] = i
+                if not pending:
+                    break
                 ready, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in ready:
                     yield pending.pop(future), future.result()
@@ -130,6 +174,22 @@ class LocalExecutor(Executor):
             _stop(pool)
             raise
         pool.shutdown()
+
+
+@contextlib.contextmanager
+def _hangup_held():
+    """SIGHUP held back from the processes started inside, which keep it held: a closed terminal
+    signals its whole session, and the parent, not the workers or the resource tracker, must stop
+    the pool (a tracker killed first leaks the pool's semaphores). This process receives a held
+    signal at the end of the block."""
+    if not hasattr(signal, "SIGHUP") or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
@@ -157,6 +217,7 @@ class RayExecutor(Executor):
         return True
 
     def imap_unordered(self, fn, items, device):
+        items = list(items)
         if not items:
             return
         ray = _import("ray", "ray")
@@ -202,6 +263,7 @@ class SlurmExecutor(Executor):
     name = "slurm"
 
     def imap_unordered(self, fn, items, device):
+        items = list(items)
         if not items:
             return
         submitit = _import("submitit", "slurm")

@@ -117,15 +117,18 @@ def ensemble_key(spec: TrialSpec) -> str | None:
     return json.dumps(config, sort_keys=True, default=str)
 
 
-def plan_units(todo: list[TrialSpec], ensemble: int, workers: int) -> list[list[TrialSpec]]:
+def plan_units(specs: list[TrialSpec], ensemble: int, workers: int) -> list[list[TrialSpec]]:
     """Units of work: trials sharing an architecture in ensembles of at most `ensemble` members,
-    made smaller when that leaves some of the `workers` idle."""
-    size = max(1, min(ensemble, math.ceil(len(todo) / max(1, workers))))
+    made smaller when that leaves some of the `workers` idle. Which trials share a unit depends
+    on the set of specs alone, not on their order, so a sweep that plans from all its trials,
+    finished or not, trains each trial in the same unit whenever it runs."""
+    size = max(1, min(ensemble, math.ceil(len(specs) / max(1, workers))))
     groups: dict[str, list[TrialSpec]] = {}
-    for spec in todo:
+    for spec in specs:
         groups.setdefault(ensemble_key(spec) or spec.id, []).append(spec)
     units = []
     for group in groups.values():  # split evenly: 9 at size 8 is 5 + 4, not 8 + 1
+        group = sorted(group, key=lambda s: s.id)
         parts = math.ceil(len(group) / size)
         units += [group[i::parts] for i in range(parts)]
     return units

@@ -210,7 +210,8 @@ class Store:
         self.conn.close()
 
     @contextlib.contextmanager
-    def _errors(self):
+    def errors(self):
+        """SQLite's errors inside the block as a one-line `StoreError` naming this file."""
         try:
             yield
         except sqlite3.Error as exc:
@@ -227,7 +228,7 @@ class Store:
         stored = {}
         for i in range(0, len(ids), 500):
             chunk = ids[i : i + 500]
-            with self._errors():
+            with self.errors():
                 stored.update(
                     self.conn.execute(
                         "SELECT id, json_extract(provenance, '$.code.fingerprint') FROM trials "
@@ -272,7 +273,7 @@ class Store:
             record.get("error"),
             record.get("finished_at", time.time()),
         )
-        with self._errors():
+        with self.errors():
             self.conn.execute(PUT, row)
 
     def get(self, trial_id: str) -> dict[str, Any] | None:
@@ -300,7 +301,7 @@ class Store:
         return out
 
     def _select(self, where: str, params: tuple) -> list[dict[str, Any]]:
-        with self._errors():
+        with self.errors():
             rows = self.conn.execute(
                 "SELECT id, experiment, status, seed, config, metrics, curves, provenance, error, "
                 f"finished_at FROM trials {where}",

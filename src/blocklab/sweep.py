@@ -3,34 +3,35 @@
 Trials that share an architecture train together as one ensemble (`blocklab.ensemble`), and the
 units of work run on an executor (`blocklab.executors`: a local process pool by default, Ray or
 Slurm). Workers use one torch thread each: for small models two single-threaded processes beat
-one process with two threads. Only the parent writes to the store, one commit per finished trial.
+one process with two threads. Only the parent writes to the store, one commit per finished unit
+of work; sweeps sharing a store split its trials (`blocklab.claims`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
 import math
-import platform
 import re
-import subprocess
 import sys
 import time
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from blocklab import __version__
+from blocklab.claims import POLL, Claims
 from blocklab.ensemble import train_ensemble
 from blocklab.errors import Interrupted, UserError, WorkerDied
 from blocklab.executors import Resources, WorkerLost, make_executor
 from blocklab.fingerprint import code
 from blocklab.models import Net
+from blocklab.progress import Progress
+from blocklab.provenance import provenance
 from blocklab.specs import TrialSpec, ensemble_key, plan_units
 from blocklab.store import Store
 from blocklab.tasks import TaskData, make_task
@@ -214,33 +215,6 @@ def take_measures(spec: TrialSpec, model: Net, data: TaskData) -> dict[str, dict
         model.train(was_training)
 
 
-def _git_commit() -> str:
-    here = Path(__file__).resolve().parent
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
-        )
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-@functools.lru_cache(maxsize=1)
-def provenance(device: str = "cpu") -> dict[str, Any]:
-    import numpy
-
-    return {
-        "blocklab": __version__,
-        "git_commit": _git_commit(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": numpy.__version__,
-        "device": device if device != "cuda" else torch.cuda.get_device_name(0),
-        "host": platform.node(),
-        "platform": platform.platform(),
-    }
-
-
 def code_modules(spec: TrialSpec) -> list[str]:
     """The modules whose code makes this trial besides the engine (`fingerprint.ENGINE`): its
     blocks (and what they name, such as a wrapped factory's module), task and measures."""
@@ -306,40 +280,6 @@ def check_builds(specs: list[TrialSpec], told: set[str] | None = None) -> None:
             )
 
 
-class Progress:
-    """A tqdm bar on a terminal, one plain line per trial otherwise."""
-
-    def __init__(self, total: int, label: str, enabled: bool = True):
-        self.total, self.count, self.label, self.bar = total, 0, label, None
-        self.enabled = enabled and total > 0
-        if self.enabled and sys.stderr.isatty():
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, desc=label, unit="trial", file=sys.stderr)
-
-    def update(self, spec: TrialSpec, record: dict[str, Any]) -> None:
-        self.count += 1
-        if not self.enabled:
-            return
-        m = record.get("metrics", {})
-        value = m.get("test_metric")
-        what = f"{m.get('metric')}={value:.4g}" if value is not None else record["status"]
-        if self.bar is not None:
-            self.bar.set_postfix_str(f"{spec.arm.label} {what}", refresh=False)
-            self.bar.update(1)
-        else:
-            print(
-                f"[{self.label} {self.count}/{self.total}] {spec.describe()}: {what} "
-                f"({m.get('seconds', 0):.1f}s)",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 def run(
     specs: Iterable[TrialSpec],
     store: Store,
@@ -351,43 +291,85 @@ def run(
     on_record: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Run every spec not finished in the store; return {id: stored record} for all specs.
-    Only this process writes to the store, one commit per finished trial, so an interrupted
-    sweep keeps everything that finished."""
+    Only this process writes to the store, one commit per finished unit, so an interrupted
+    sweep keeps everything that finished. Sweeps sharing a store split its trials: each claims
+    a unit before it starts it, and waits at the end for the trials others hold (`claims`)."""
     res = resources or Resources()
     specs = list({s.id: s for s in specs}.values())  # identical trials run once
     codes = {s.id: code(code_modules(s)) for s in specs}
     done, stale = store.reusable({i: c["fingerprint"] for i, c in codes.items()})
     store.say_stale(stale)
-    todo = [s for s in specs if s.id not in done]
     device = device_name(res.device)
-    check_builds(todo, store.told)
+    check_builds([s for s in specs if s.id not in done], store.told)
     prov = provenance(device)
-    bar = Progress(len(todo), label, enabled=progress)
-    finished = 0
     workers = 1 if device == "cuda" and res.executor == "local" else res.workers  # one owns the GPU
-    units = plan_units(todo, res.ensemble, workers)
+    # planned from every spec, finished or not, and each unit stored whole: a resumed sweep trains
+    # each trial left in the unit an undisturbed one trains it in, and stores the same numbers
+    units = plan_units(specs, res.ensemble, workers)
+    units = [u for u in units if any(s.id not in done for s in u)]
+    bar = Progress(len(specs) - len(done), label, enabled=progress)
+    finished, since = 0, time.time()
     runner = (
         make_executor(res.executor, workers, res.executor_options, res.plugins) if units else None
     )
-    results = runner.imap_unordered(run_group, units, device) if runner else (r for r in ())
     try:
-        for index, records in results:
-            for spec, record in zip(units[index], records, strict=True):
-                record.update(
-                    experiment=experiment,
-                    provenance={**prov, "code": codes[spec.id]},
-                    finished_at=time.time(),
-                )
-                store.put(record)
-                finished += 1
-                bar.update(spec, record)
-                if on_record:
-                    on_record(record)
+        with Claims(store) if units else contextlib.nullcontext() as claims:
+            while units:
+                taken: list[list[TrialSpec]] = []
+                waiting: list[list[TrialSpec]] = []
+                claimed = _claim(units, store, claims, done, since, taken, waiting)
+                results = runner.imap_unordered(run_group, claimed, device)
+                try:
+                    for index, records in results:
+                        now = time.time()
+                        for record in records:
+                            record.update(
+                                experiment=experiment,
+                                provenance={**prov, "code": codes[record["id"]]},
+                                finished_at=now,
+                            )
+                        claims.store(store.put, records)
+                        finished += len(records)
+                        for spec, record in zip(taken[index], records, strict=True):
+                            bar.update(spec, record)
+                            if on_record:
+                                on_record(record)
+                finally:
+                    results.close()  # stops running work at once when the loop above raised
+                units = waiting
+                if units and not taken:  # the rest is held by other sweeps: wait for them
+                    time.sleep(POLL)
     except KeyboardInterrupt:
         raise Interrupted(finished) from None
     except WorkerLost:
         raise WorkerDied(finished) from None
     finally:
-        results.close()  # stops running work at once when the loop above raised
         bar.close()
     return {r["id"]: r for r in store.records(ids=[s.id for s in specs])}
+
+
+def _claim(units, store: Store, claims: Claims, done: set[str], since: float, taken, waiting):
+    """Yield each unit's trials still to do that this sweep claims, appending them to `taken`;
+    a unit another live sweep holds goes to `waiting`. Still to do: not in `done` (the trials
+    the store had for reuse when the sweep began) and not stored by another sweep since `since`.
+    A unit some of whose trials are done (an experiment listing a finished trial again) trains
+    the rest. A trial another sweep tried and failed meanwhile counts as stored: a rerun retries
+    it."""
+    for unit in units:
+        left = {s.id for s in unit} - done
+        left -= _stored_since(store, left, since)
+        if not left:
+            continue
+        if not claims.claim(left):
+            waiting.append(unit)
+            continue
+        stored = _stored_since(store, left, since)  # by another sweep just before it let go
+        claims.release(stored)
+        left -= stored
+        if left:
+            taken.append([s for s in unit if s.id in left])
+            yield taken[-1]
+
+
+def _stored_since(store: Store, ids: set[str], since: float) -> set[str]:
+    return {r["id"] for r in store.records(ids=sorted(ids)) if r["finished_at"] >= since}

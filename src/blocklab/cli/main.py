@@ -106,7 +106,10 @@ def _sigterm(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
-    signal.signal(signal.SIGTERM, _sigterm)  # a kill stops like Ctrl-C: finished trials are kept
+    # a kill or a closed terminal stops like Ctrl-C: finished trials are kept, workers stopped
+    signal.signal(signal.SIGTERM, _sigterm)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, _sigterm)
     try:
         args = build_parser().parse_args(argv)
         plugins.load(args.imports or ())  # before the command resolves any name

@@ -23,6 +23,7 @@ from blocklab.analysis.stats import (
     ranking_vs_theory,
     summarize,
 )
+from blocklab.provenance import provenance
 from blocklab.reports import Report, plots
 from blocklab.reports.capacity import capacity_section, check_lines, efficiency, scaling_curves
 from blocklab.reports.markdown import (
@@ -33,7 +34,6 @@ from blocklab.reports.markdown import (
     require_finished,
     short,
 )
-from blocklab.sweep import provenance
 from blocklab.theory import degree_proxy_log10, h, layers_at_budget, optimal_degree
 
 COLUMNS = (

@@ -1,0 +1,189 @@
+"""Sweeps sharing a store split its trials: a trial claimed by a live sweep is left to it and read
+once stored, a claim whose sweep is gone (exited here, silent elsewhere) is taken over, and two
+identical sweeps started at once train every trial once between them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import blocklab
+from blocklab import claims, executors, specs, sweep
+from blocklab.models import parse_arm
+from blocklab.specs import TrainConfig
+from blocklab.store import Store
+
+SRC = str(Path(blocklab.__file__).resolve().parents[1])
+
+
+def _specs(steps: int = 20) -> list[specs.TrialSpec]:
+    train = TrainConfig(steps=steps, batch_size=16, lr=1e-2, eval_points=2)
+    arm = parse_arm("2")
+    return [
+        specs.TrialSpec("teacher", {}, arm, 0, 2, 8, False, "layer", "none", True, train, seed)
+        for seed in range(4)
+    ]
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def claim_as(store: Store, ids, pid: int, host: str, at: float) -> None:
+    store.conn.executescript(claims.SCHEMA)
+    store.conn.executemany(
+        "INSERT OR REPLACE INTO claims VALUES (?,?,?,?,?)",
+        [(i, "another sweep", pid, host, at) for i in ids],
+    )
+
+
+def test_a_claim_holds_until_released_and_leaving_releases_all(tmp_path):
+    store = Store(tmp_path)
+    with claims.Claims(store) as mine, claims.Claims(Store(tmp_path)) as theirs:
+        assert mine.claim(["a", "b"])
+        assert not theirs.claim(["b", "c"])  # all or none: c stays free
+        assert theirs.claim(["c"])
+        mine.release(["b"])
+        assert theirs.claim(["b"])
+        assert not mine.claim(["b"])
+    assert store.conn.execute("SELECT count(*) FROM claims").fetchone()[0] == 0
+
+
+def test_a_unit_is_stored_all_or_none(tmp_path):
+    store = Store(tmp_path)
+    records = [
+        {"id": i, "experiment": "t", "status": "done", "seed": 0, "config": {}} for i in "abc"
+    ]
+
+    def put_two(record):
+        if record["id"] == "c":
+            raise KeyboardInterrupt  # stopped in the middle of the unit
+        store.put(record)
+
+    with claims.Claims(store) as mine:
+        assert mine.claim("abc")
+        with pytest.raises(KeyboardInterrupt):
+            mine.store(put_two, records)
+        assert store.records() == [] and not store.conn.in_transaction
+        assert not claims.Claims(store).claim("a")  # still held
+        mine.store(store.put, records)
+        assert store.finished("abc") == set("abc")
+        assert claims.Claims(store).claim("abc")  # released as stored
+
+
+def test_claims_of_the_dead_and_the_silent_are_taken_over(tmp_path):
+    store = Store(tmp_path)
+    now, host = time.time(), claims.Claims(store).host
+    claim_as(store, ["dead"], dead_pid(), host, now)
+    claim_as(store, ["live"], os.getpid(), host, now)
+    claim_as(store, ["far"], 1, "another-host", now)
+    claim_as(store, ["silent"], 1, "another-host", now - 11)
+    taker = claims.Claims(store, stale=10)
+    assert taker.claim(["dead"]) and taker.claim(["silent"])
+    assert not taker.claim(["live"]) and not taker.claim(["far"])
+    assert not claims.alive(dead_pid())
+
+
+def test_a_live_sweep_renews_its_claims(tmp_path):
+    store = Store(tmp_path)
+    with claims.Claims(store, stale=0.4) as mine:
+        assert mine.claim(["a"])
+        time.sleep(1.0)  # past the staleness, renewed every 0.1 s
+        assert not claims.Claims(Store(tmp_path), stale=0.4).claim(["a"])
+
+
+def test_a_sweep_takes_over_what_a_dead_sweep_claimed(tmp_path):
+    trials, store = _specs(), Store(tmp_path)
+    claim_as(store, [s.id for s in trials], dead_pid(), claims.Claims(store).host, time.time())
+    start = time.monotonic()
+    records = sweep.run(trials, store, "t", progress=False)
+    assert {r["status"] for r in records.values()} == {"done"} and len(records) == len(trials)
+    assert time.monotonic() - start < 60  # not the ten minutes a silent claim holds
+    assert store.conn.execute("SELECT count(*) FROM claims").fetchone()[0] == 0
+
+
+def test_a_sweep_waits_for_a_silent_claim_to_go_stale(tmp_path, monkeypatch):
+    monkeypatch.setenv("BLOCKLAB_CLAIM_STALE", "2")
+    trials, store = _specs(), Store(tmp_path)
+    claim_as(store, [trials[0].id], 1, "another-host", time.time())
+    start = time.monotonic()
+    records = sweep.run(trials, store, "t", progress=False)
+    assert time.monotonic() - start >= 2
+    assert {r["status"] for r in records.values()} == {"done"}
+
+
+def test_a_sweep_reads_what_another_live_sweep_stores(tmp_path):
+    """Another sweep holds one trial and stores it a moment later: this one does not train it,
+    and returns the other's record."""
+    trials, store = _specs(), Store(tmp_path)
+    held = trials[2]
+    claim_as(store, [held.id], os.getpid(), claims.Claims(store).host, time.time())
+
+    def finish_it():
+        time.sleep(1.5)
+        theirs = Store(tmp_path)
+        theirs.put(
+            {"id": held.id, "experiment": "t", "status": "done", "seed": held.seed}
+            | {"config": held.config(), "metrics": {"by": "the other sweep"}}
+        )
+        theirs.conn.execute("DELETE FROM claims WHERE id = ?", (held.id,))
+
+    thread = threading.Thread(target=finish_it)
+    thread.start()
+    res = executors.Resources(ensemble=1)
+    records = sweep.run(trials, store, "t", resources=res, progress=False)
+    thread.join()
+    assert records[held.id]["metrics"] == {"by": "the other sweep"}
+    assert {r["status"] for r in records.values()} == {"done"}
+
+
+# runs the command line, logging every trial it trains
+TRAIN_LOGGED = """
+import os, sys
+from blocklab import sweep
+from blocklab.cli import main
+train = sweep.run_group
+def logged(specs, device="cpu"):
+    with open(os.environ["TRAINED_LOG"], "a") as log:
+        log.writelines(s.id + "\\n" for s in specs)
+    return train(specs, device)
+sweep.run_group = logged
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_two_identical_sweeps_at_once_train_each_trial_once(tmp_path):
+    out = tmp_path / "run"
+    command = [
+        *(sys.executable, "-c", TRAIN_LOGGED, "degree-sweep", "--out", str(out), "--quiet"),
+        *("--degrees", "2", "3", "--baselines", "--budgets", "292", "584", "--seeds", "3"),
+        *("--lr-grid", "0.01", "0.03", "--lr-extend", "0", "--steps", "100", "--n-boot", "10"),
+        *("--workers", "1", "--ensemble", "2"),
+    ]
+    path = os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])
+    procs = [
+        subprocess.Popen(
+            command,
+            env={**os.environ, "PYTHONPATH": path, "TRAINED_LOG": str(tmp_path / f"{n}.log")},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(2)
+    ]
+    errors = [proc.communicate(timeout=600)[1] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], errors
+    trained = [(tmp_path / f"{n}.log").read_text().split() for n in range(2)]
+    rows = Store(out).records()
+    # 2 arms x 2 budgets: 2 rates searched, then 3 seeds at the chosen rate, seed 0 searched
+    assert len(rows) == 16 and {r["status"] for r in rows} == {"done"}
+    assert sorted(trained[0] + trained[1]) == sorted(r["id"] for r in rows)
+    assert all(trained)  # both took part

@@ -1,0 +1,124 @@
+"""A sweep's pool workers die with the command that started them, however it dies: killed with
+SIGKILL it cannot stop them, so they must notice; a closed terminal (SIGHUP) stops the sweep
+like Ctrl-C, keeping what finished. Nothing it started is left running either way."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import blocklab
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+
+SRC = str(Path(blocklab.__file__).resolve().parents[1])
+
+
+def sweep(out: Path, steps: int, seeds: int) -> subprocess.Popen:
+    """A degree sweep on a pool of two workers, in a session of its own (a terminal's)."""
+    command = [
+        *(sys.executable, "-m", "blocklab", "degree-sweep", "--out", str(out)),
+        *("--degrees", "2", "3", "--baselines", "--budgets", "292", "--seeds", str(seeds)),
+        *("--lr-grid", "0.01", "--lr-extend", "0", "--steps", str(steps), "--n-boot", "10"),
+        *("--workers", "2", "--ensemble", "1"),
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
+    log = open(out.with_suffix(".log"), "w")  # noqa: SIM115 - the child holds it
+    return subprocess.Popen(command, env=env, stdout=log, stderr=log, start_new_session=True)
+
+
+def _stat(pid: int) -> list[str] | None:
+    """State, parent pid, ... of a process (after its name, which may hold spaces)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def running(pid: int) -> bool:
+    stat = _stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X")  # an unreaped zombie runs nothing
+
+
+def descendants(pid: int) -> list[int]:
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        stat = _stat(int(entry.name))
+        if stat is not None:
+            parents[int(entry.name)] = int(stat[1])
+    found, frontier = [], [pid]
+    while frontier:
+        kids = [p for p, parent in parents.items() if parent in frontier]
+        found += kids
+        frontier = kids
+    return found
+
+
+def wait_for(condition, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.2)
+
+
+def stored(out: Path) -> list[tuple[str, str]]:
+    path = out / "blocklab.sqlite"
+    if not path.exists():
+        return []
+    conn = sqlite3.connect(path, timeout=60)
+    try:
+        return conn.execute("SELECT id, status FROM trials").fetchall()
+    except sqlite3.OperationalError:  # not made yet
+        return []
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def reap():
+    """Kills, at the end, whatever a failing test left running of what it started."""
+    started: list[int] = []
+    yield started
+    for pid in started:
+        if running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_workers_die_with_a_killed_parent(tmp_path, reap):
+    proc = sweep(tmp_path / "run", steps=4000, seeds=2)
+    reap.append(proc.pid)
+    # two workers and the resource tracker
+    wait_for(lambda: len(descendants(proc.pid)) >= 3, 120, "the pool to start")
+    time.sleep(2)  # workers in the middle of their first trials
+    children = descendants(proc.pid)
+    reap.extend(children)
+    assert all(running(p) for p in children)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    wait_for(lambda: not any(running(p) for p in children), 5, f"{children} to exit")
+
+
+def test_a_closed_terminal_stops_the_sweep_and_keeps_what_finished(tmp_path, reap):
+    out = tmp_path / "run"
+    proc = sweep(out, steps=300, seeds=8)
+    reap.append(proc.pid)
+    wait_for(lambda: len(stored(out)) >= 1, 300, "a finished trial")
+    children = descendants(proc.pid)
+    reap.extend(children)
+    before = len(stored(out))
+    os.killpg(proc.pid, signal.SIGHUP)  # a closed terminal signals its whole session
+    assert proc.wait(timeout=60) == 130
+    log = out.with_suffix(".log").read_text()
+    assert "interrupted;" in log and "rerun the same command to resume" in log
+    assert "Traceback" not in log and "leak" not in log  # the resource tracker outlived the pool
+    rows = stored(out)
+    assert before <= len(rows) < 16  # 2 searched and 2 x 8 final trials, 2 of them the same
+    assert {status for _, status in rows} == {"done"}
+    wait_for(lambda: not any(running(p) for p in children), 5, f"{children} to exit")
