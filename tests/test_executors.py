@@ -194,3 +194,26 @@ def test_submitit_stops_when_the_consumer_fails(slurm_options):
     while processes_mentioning(controller) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not processes_mentioning(controller)
+
+
+def test_a_lost_cancel_is_sent_again(monkeypatch):
+    """A job whose first cancel is lost (as a signal landing between fork and exec is) gets
+    another until it reports done; one that never stops is given up on at CANCEL_WAIT."""
+    from blocklab import executors
+
+    class Job:
+        def __init__(self, lost: int):
+            self.cancels, self.lost = 0, lost
+
+        def cancel(self, check=True):
+            self.cancels += 1
+
+        def done(self):
+            return self.cancels > self.lost
+
+    monkeypatch.setattr(executors, "CANCEL_WAIT", 1.0)
+    lost_once, stubborn = Job(lost=1), Job(lost=10**6)
+    start = time.monotonic()
+    executors._cancel([lost_once, stubborn])
+    assert lost_once.cancels == 2
+    assert stubborn.cancels >= 2 and time.monotonic() - start < 5

@@ -65,6 +65,7 @@ OPTIONS: dict[str, dict[str, type]] = {
     },
 }
 SLURM_TIME = 24 * 60  # minutes; submitit's own default (5) would kill most trials
+CANCEL_WAIT = 10.0  # seconds a stopped sweep spends making sure its submitit jobs were cancelled
 PARENT_POLL = 1.0  # seconds between a pool worker's looks at whether its parent still lives
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -309,10 +310,24 @@ class SlurmExecutor(Executor):
                         ) from exc
                     yield index, result
         except BaseException:
-            with contextlib.suppress(Exception):
-                for job, _ in running:
-                    job.cancel(check=False)
+            _cancel([job for job, _ in running])
             raise
+
+
+def _cancel(jobs: list) -> None:
+    """Cancel submitit jobs, again every half second while one still runs, for up to CANCEL_WAIT
+    seconds: a cancel can be lost (a signal that reaches a local job's controller between its
+    fork and its exec is dropped with the parent's handlers)."""
+    deadline = time.monotonic() + CANCEL_WAIT
+    while jobs:
+        for job in jobs:
+            with contextlib.suppress(Exception):
+                job.cancel(check=False)
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.5)
+        with contextlib.suppress(Exception):
+            jobs = [job for job in jobs if not job.done()]
 
 
 def _import(module: str, extra: str):
