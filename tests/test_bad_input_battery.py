@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from blocklab import options
+from blocklab import config, options
 from blocklab.cli import build_parser, main
 from blocklab.experiments import EXPERIMENTS
 from blocklab.store import Store
@@ -157,7 +157,7 @@ def experiment_cases() -> Iterator[Case]:
             words = command.words.split()
             yield from config_cases(words, cls, manifest.no_flags)
             defaults = cls()
-            for key in getattr(defaults, "unused", dict)():  # keys the command does not read
+            for key in config.unused(defaults):  # keys the command does not read
                 value = defaults
                 for part in key.split("."):
                     value = getattr(value, part)

@@ -224,3 +224,27 @@ def test_teachers_need_a_task_whose_data_follow_the_seed(tmp_path, capsys):
     code = main(["degree-sweep", "--out", str(tmp_path), "--task", "mnist1d", "--teachers", "2"])
     err = capsys.readouterr().err
     assert code == 2 and "fixed dataset" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_plateau_check_says_where_it_read_the_plateau():
+    def detail(rows):
+        checks = capacity.design_checks(rows, _choice(), list(BUDGETS), 0.03)
+        return next(c.detail for c in checks if c.name == "plateau")
+
+    rows = _rows(seeds=2)
+    assert "last quarter of training" in detail(rows)
+    wsd = [{**r, "schedule": "wsd"} for r in rows]
+    assert "peak-rate phase, before the decay" in detail(wsd)
+
+
+def test_budget_tol_lets_depth_mode_meet_budgets_no_width_meets_within_2_percent():
+    from blocklab.errors import UserError
+
+    budgets = (292, 584, 1168, 2336)
+    with pytest.raises(UserError, match="within 2%"):
+        degree_sweep.plan(degree_sweep.DegreeSweepConfig(mode="depth", depth=2, budgets=budgets))
+    cfg = degree_sweep.DegreeSweepConfig(mode="depth", depth=2, budgets=budgets, budget_tol=0.15)
+    shapes = degree_sweep.plan(cfg)
+    assert {s.depth for _, s in shapes.values()} == {2}
+    assert all(abs(s.deviation) <= 0.15 for _, s in shapes.values())
+    assert any(abs(s.deviation) > 0.02 for _, s in shapes.values())

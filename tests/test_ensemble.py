@@ -69,6 +69,21 @@ def test_members_equal_training_alone(task, arm, path, request):
         _close(sweep.run_trial(spec, "cpu"), record, rtol)
 
 
+def test_members_equal_training_alone_under_wsd():
+    """The schedule is the engine's as much as the reference's: under wsd too, each member's
+    record, its plateau reading included, equals the trial trained alone."""
+    wsd = {"schedule": "wsd", "decay": 0.25, "eval_points": 12}
+    specs = [_spec("teacher", "3", seed, lr, **wsd) for seed, lr in ((0, 3e-3), (1, 1e-2))]
+    together = sweep.run_group(specs, "cpu")
+    for spec, record in zip(specs, together, strict=True):
+        alone = sweep.run_trial(spec, "cpu")
+        _close(alone, record)
+        assert alone["metrics"]["plateau_improvement"] is not None
+        assert record["metrics"]["plateau_improvement"] == pytest.approx(
+            alone["metrics"]["plateau_improvement"], rel=1e-3, abs=1e-6
+        )
+
+
 def test_shared_data_and_the_vmap_fallback_agree():
     """Members reading one dataset (data_seed fixed) share it; the vmap path forced on a
     stackable network gives the stacked path's results."""

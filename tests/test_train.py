@@ -10,7 +10,7 @@ from torch import nn
 from blocklab.models import Net, parse_arm
 from blocklab.specs import TrainConfig
 from blocklab.tasks.base import Split, TaskData
-from blocklab.train import evaluate, lr_factor, train
+from blocklab.train import evaluate, lr_factor, plateau_improvement, plateau_until, train
 
 STEPS = 150
 CFG = TrainConfig(steps=STEPS, batch_size=64, lr=1e-2, eval_points=10)
@@ -141,21 +141,61 @@ def test_classification_reaches_high_accuracy():
 
 def test_lr_factor_warmup_then_decay():
     steps, warmup = 100, 0.1
-    factors = [lr_factor(s, steps, warmup) for s in range(steps)]
+    cfg = TrainConfig(steps=steps, warmup=warmup)
+    factors = [lr_factor(s, cfg) for s in range(steps)]
     assert factors[:10] == pytest.approx([(s + 1) / 10 for s in range(10)])  # linear warmup
     assert max(factors) == pytest.approx(1.0)
     decay = factors[9:]
     assert all(a >= b for a, b in zip(decay, decay[1:], strict=False))
     assert factors[-1] < 1e-3
-    assert lr_factor(steps, steps, warmup) == pytest.approx(0.0, abs=1e-12)
+    assert lr_factor(steps, cfg) == pytest.approx(0.0, abs=1e-12)
 
 
 def test_lr_factor_without_warmup_starts_at_one():
-    assert lr_factor(0, 100, 0.0) == 1.0
+    assert lr_factor(0, TrainConfig(steps=100, warmup=0.0)) == 1.0
+
+
+def test_wsd_holds_the_peak_then_decays_linearly_to_zero():
+    cfg = TrainConfig(steps=100, warmup=0.1, schedule="wsd", decay=0.2)
+    factors = [lr_factor(s, cfg) for s in range(101)]
+    assert factors[:10] == pytest.approx([(s + 1) / 10 for s in range(10)])
+    assert factors[10:81] == [1.0] * 71  # held until the last 20 steps
+    assert factors[80:] == pytest.approx([(100 - s) / 20 for s in range(80, 101)])
+
+
+def test_wsd_reads_the_plateau_before_its_decay():
+    """A curve flat at the peak rate that falls in the decay plateaued under wsd; read over the
+    last quarter of all training, as under cosine, the same curve did not."""
+    steps = list(range(0, 101, 5))
+    loss = [1.0 if s <= 80 else 1.0 - 0.02 * (s - 80) for s in steps]
+    wsd = TrainConfig(steps=100, schedule="wsd", decay=0.2)
+    assert plateau_improvement(steps, loss, until=plateau_until(wsd)) == pytest.approx(0.0)
+    assert plateau_improvement(steps, loss, until=plateau_until(TrainConfig())) > 0.3
+    falling = [2.0 - s / 100 for s in steps]  # still falling at the peak rate
+    assert plateau_improvement(steps, falling, until=0.8) > 0.1
+
+
+def test_a_cosine_trial_keeps_its_id_and_wsd_changes_it():
+    from blocklab.models import parse_arm
+    from blocklab.specs import TrialSpec
+
+    def spec(train):
+        return TrialSpec("teacher", {}, parse_arm("2"), 0, 2, 8, False, "layer", "none", True,
+                         train, 0)  # fmt: skip
+
+    cosine = spec(TrainConfig())
+    assert "schedule" not in cosine.config()["train"]  # ids made before wsd existed stand
+    assert spec(TrainConfig(decay=0.3)).id == cosine.id  # decay is read by wsd alone
+    assert spec(TrainConfig(schedule="wsd")).id != cosine.id
+    assert spec(TrainConfig(schedule="wsd", decay=0.3)).id != spec(TrainConfig(schedule="wsd")).id
 
 
 @pytest.mark.parametrize(
-    "kw", [{"steps": 0}, {"batch_size": 0}, {"eval_points": 0}, {"lr": 0.0}, {"warmup": 1.0}]
+    "kw",
+    [
+        *({"steps": 0}, {"batch_size": 0}, {"eval_points": 0}, {"lr": 0.0}, {"warmup": 1.0}),
+        *({"schedule": "linear"}, {"decay": 0.0}, {"schedule": "wsd", "warmup": 0.5, "decay": 0.5}),
+    ],
 )
 def test_train_config_validates(kw):
     with pytest.raises(ValueError):

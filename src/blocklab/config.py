@@ -154,11 +154,21 @@ def resolve(
     table.pop(IMPORT_KEY, None)  # plugins, loaded by the command before this (`imports`)
     given = merge(table, flags)
     cfg = options.build(cls, merge(dataclasses.asdict(defaults), given), what="config")
-    unused = cfg.unused() if hasattr(cfg, "unused") else {}
-    for key, why in unused.items():
+    for key, why in unused(cfg).items():
         if _has(given, key.split(".")):
             raise UserError(f"{key} is not used by {what}: {why}")
     return cfg
+
+
+def unused(cfg: Any) -> dict[str, str]:
+    """{dotted key: what sets that part instead} for the keys a config does not read as it
+    stands: its own `unused()` and those of the configs it holds (a TrainConfig's)."""
+    out = dict(cfg.unused()) if hasattr(cfg, "unused") else {}
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            out.update({f"{f.name}.{k}": why for k, why in unused(value).items()})
+    return out
 
 
 def _has(mapping: Any, path: list[str]) -> bool:

@@ -333,7 +333,7 @@ def train_ensemble(
         alive = [e for e in alive if runs[e].diverged_at is None]
         if not alive:
             break
-        factor = lr_factor(step - 1, cfg.steps, cfg.warmup)
+        factor = lr_factor(step - 1, cfg)
         opt.step(alive, [cfgs[e].lr * factor for e in alive], norms, cfg.clip)
         for e in alive:
             runs[e].window.append(values[e])

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from blocklab.models import Arm
 
 NORMS = ("none", "layer", "rms")
+SCHEDULES = ("cosine", "wsd")  # the learning rate after warmup (train.lr_factor)
 ACTIVATIONS = ("none", "relu", "gelu", "tanh")  # after each block (models.ACTIVATIONS builds them)
 FEED_FORWARD = {"none": 0, "relu4x": 4}  # name -> hidden expansion of the position-wise MLP
 
@@ -50,6 +51,17 @@ class TrainConfig:
     warmup: float = field(
         default=0.05, metadata=meta("fraction of steps of linear warmup", ge=0, lt=1)
     )
+    schedule: str = field(
+        default="cosine",
+        metadata=meta(
+            "after warmup: 'cosine' decay to zero, or 'wsd' (the peak rate held, then a linear "
+            "decay to zero over the last `decay` of the steps)",
+            choices=SCHEDULES,
+        ),
+    )
+    decay: float = field(
+        default=0.2, metadata=meta("fraction of steps of the final decay (wsd)", gt=0, lt=1)
+    )
     # a negative threshold would train by gradient ascent, zero would not train at all
     clip: float = field(default=1.0, metadata=meta("gradient-norm clipping threshold", gt=0))
     eval_points: int = field(default=40, metadata=meta("validation evaluations per run", ge=1))
@@ -65,6 +77,15 @@ class TrainConfig:
 
     def __post_init__(self):
         validate(self)
+        if self.schedule == "wsd" and self.warmup + self.decay >= 1:
+            raise ValueError(
+                f"warmup ({self.warmup}) and decay ({self.decay}) leave no steps at the peak rate"
+            )
+
+    def unused(self) -> dict[str, str]:
+        if self.schedule != "wsd":
+            return {"decay": "it shapes the wsd schedule alone (--schedule wsd)"}
+        return {}
 
 
 @dataclass(frozen=True)
@@ -94,6 +115,8 @@ class TrialSpec:
         for name, default in (("measures", ()), ("scaled_residual", False)):
             if config[name] == default:
                 del config[name]
+        if config["train"]["schedule"] == "cosine":  # decay is read by wsd alone
+            del config["train"]["schedule"], config["train"]["decay"]
         return config
 
     @functools.cached_property

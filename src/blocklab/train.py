@@ -40,26 +40,43 @@ SMOOTH = 3  # validation points averaged into one smoothed value
 
 
 def plateau_improvement(
-    steps: list[int], val_loss: list[float], window: float = PLATEAU_WINDOW
+    steps: list[int], val_loss: list[float], window: float = PLATEAU_WINDOW, until: float = 1.0
 ) -> float | None:
     """(L(start) - L(end)) / L(end) of the validation loss smoothed over SMOOTH evaluations:
-    L(end) averages the last ones, L(start) those nearest the step (1 - window) * last step.
-    0.01 means the loss fell by 1% of its final value over the last `window` of training.
-    None for a curve too short to tell (fewer than 2 * SMOOTH points)."""
-    if len(steps) < 2 * SMOOTH or not all(math.isfinite(v) for v in val_loss):
+    L(end) averages those nearest the step `until` * last step, L(start) those nearest
+    (1 - window) times that step. 0.01 means the loss fell by 1% of its final value over the
+    last `window` of the steps read. None for a curve too short to tell."""
+    if not all(math.isfinite(v) for v in val_loss):
         return None
-    at = (1.0 - window) * steps[-1]
-    nearest = sorted(range(len(steps) - SMOOTH), key=lambda i: abs(steps[i] - at))[:SMOOTH]
+    end_step = until * steps[-1]
+    read = [i for i, s in enumerate(steps) if s <= end_step + 1e-9]
+    if len(read) < 2 * SMOOTH:
+        return None
+    at = (1.0 - window) * steps[read[-1]]
+    nearest = sorted(read[:-SMOOTH], key=lambda i: abs(steps[i] - at))[:SMOOTH]
     start = sum(val_loss[i] for i in nearest) / SMOOTH
-    end = sum(val_loss[-SMOOTH:]) / SMOOTH
+    end = sum(val_loss[i] for i in read[-SMOOTH:]) / SMOOTH
     return (start - end) / end if end > 0 else None
 
 
-def lr_factor(step: int, steps: int, warmup: float) -> float:
-    n_warm = int(warmup * steps)
+def plateau_until(cfg: TrainConfig) -> float:
+    """The share of training whose end a plateau is read at: all of it under cosine decay; under
+    wsd the end of the peak-rate phase, since the decay that follows lowers the loss of any
+    network, converged or not (it removes the noise of the peak rate)."""
+    return 1.0 - cfg.decay if cfg.schedule == "wsd" else 1.0
+
+
+def lr_factor(step: int, cfg: TrainConfig) -> float:
+    """The learning rate at `step` (0-based) as a share of its peak: linear warmup over
+    `cfg.warmup` of the steps, then cosine decay to zero, or (wsd) the peak held until the last
+    `cfg.decay` of the steps and a linear decay to zero over them."""
+    n_warm = int(cfg.warmup * cfg.steps)
     if step < n_warm:
         return (step + 1) / n_warm
-    progress = (step - n_warm) / max(1, steps - n_warm)
+    if cfg.schedule == "wsd":
+        n_decay = max(1, round(cfg.decay * cfg.steps))
+        return min(1.0, (cfg.steps - step) / n_decay)
+    progress = (step - n_warm) / max(1, cfg.steps - n_warm)
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
@@ -154,7 +171,11 @@ class Tracker:
             self.threshold,
             self.curves,
             seconds,
-            plateau_improvement(self.curves["step"], self.curves["val_loss"]) if ok else None,
+            plateau_improvement(
+                self.curves["step"], self.curves["val_loss"], until=plateau_until(self.cfg)
+            )
+            if ok
+            else None,
         )
 
 
@@ -196,7 +217,7 @@ def train(
     device = train_split.x.device
     params = [p for p in model.parameters() if p.requires_grad]  # frozen ones stay as they are
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg.steps, cfg.warmup))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
     if data.online:
         fresh = online_batches(data, cfg.batch_size, seed)
         draw = ((x.to(device), y.to(device)) for x, y in fresh)

@@ -69,6 +69,15 @@ class DegreeSweepConfig:
         metadata=meta("'width': fixed width, depth solved; 'depth'", choices=("width", "depth")),
     )
     width: int = field(default=7, metadata=meta("layer width in width mode", ge=1))
+    budget_tol: float = field(
+        default=0.02,
+        metadata=meta(
+            "how far an arm's parameter count may land from its budget (a share of it); the "
+            "fits read the actual counts",
+            gt=0,
+            lt=1,
+        ),
+    )
     depth: int = field(default=4, metadata=meta("depth in depth mode", ge=1))
     bias: bool = field(default=False, metadata=meta("biases inside the polynomial factors"))
     norm: str = field(
@@ -184,6 +193,7 @@ def plan(cfg: DegreeSweepConfig) -> dict[tuple[int, str], tuple[Arm, Shape]]:
                 bias=bias,
                 ff=cfg.ff,
                 seq_len=seq_len,
+                tol=cfg.budget_tol,
             )
             shapes[(b, arm.label)] = (arm, shape)
     return shapes
@@ -331,6 +341,7 @@ def row(spec: TrialSpec, rec: dict[str, Any], metric: str, higher: bool) -> dict
         "test_metric": m.get("test_metric"),
         "test_loss": m.get("test_loss"),
         "plateau_improvement": m.get("plateau_improvement"),
+        "schedule": spec.train.schedule,
         "steps_to_threshold": m.get("steps_to_threshold"),
         "threshold": m.get("threshold"),
         "max_steps": spec.train.steps,
