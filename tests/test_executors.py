@@ -6,6 +6,7 @@ this directory (and blocklab's) on their PYTHONPATH.
 
 import multiprocessing
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -181,7 +182,20 @@ def test_submitit_job_killed(slurm_options):
         list(executor.imap_unordered(fns.fail_on_one, [0, 1], "cpu"))
 
 
-def test_submitit_stops_when_the_consumer_fails(slurm_options):
+@pytest.mark.parametrize("ignored", [False, True], ids=["sigint", "sigint-ignored"])
+def test_submitit_stops_when_the_consumer_fails(slurm_options, ignored):
+    """Also when this process ignores SIGINT, as a command a shell starts in the background does:
+    the jobs' controllers must not inherit that, since SIGINT is how a local job is cancelled."""
+    previous = signal.getsignal(signal.SIGINT)
+    if ignored:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        _submitit_stops(slurm_options)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _submitit_stops(slurm_options):
     with pytest.raises(KeyboardInterrupt):
         executor = make_executor("slurm", 2, slurm_options)
         for _ in executor.imap_unordered(fns.slow_after_zero, [0, 1, 2], "cpu"):
@@ -194,26 +208,3 @@ def test_submitit_stops_when_the_consumer_fails(slurm_options):
     while processes_mentioning(controller) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not processes_mentioning(controller)
-
-
-def test_a_lost_cancel_is_sent_again(monkeypatch):
-    """A job whose first cancel is lost (as a signal landing between fork and exec is) gets
-    another until it reports done; one that never stops is given up on at CANCEL_WAIT."""
-    from blocklab import executors
-
-    class Job:
-        def __init__(self, lost: int):
-            self.cancels, self.lost = 0, lost
-
-        def cancel(self, check=True):
-            self.cancels += 1
-
-        def done(self):
-            return self.cancels > self.lost
-
-    monkeypatch.setattr(executors, "CANCEL_WAIT", 1.0)
-    lost_once, stubborn = Job(lost=1), Job(lost=10**6)
-    start = time.monotonic()
-    executors._cancel([lost_once, stubborn])
-    assert lost_once.cancels == 2
-    assert stubborn.cancels >= 2 and time.monotonic() - start < 5

@@ -65,7 +65,6 @@ OPTIONS: dict[str, dict[str, type]] = {
     },
 }
 SLURM_TIME = 24 * 60  # minutes; submitit's own default (5) would kill most trials
-CANCEL_WAIT = 10.0  # seconds a stopped sweep spends making sure its submitit jobs were cancelled
 PARENT_POLL = 1.0  # seconds between a pool worker's looks at whether its parent still lives
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -193,6 +192,22 @@ def _hangup_held():
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
+@contextlib.contextmanager
+def _interruptible_children():
+    """Processes started inside take SIGINT, even when this one ignores it, as a command started
+    in the background by a shell does: they would inherit the ignoring, and submitit cancels a
+    local job by SIGINT to its controller. Inside, SIGINT raises KeyboardInterrupt here."""
+    main = threading.current_thread() is threading.main_thread()
+    if not main or signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _stop(pool: ProcessPoolExecutor) -> None:
     # terminate rather than wait: what is running is lost anyway, what finished was handed back
     for process in list((pool._processes or {}).values()):
@@ -294,7 +309,8 @@ class SlurmExecutor(Executor):
             while todo or running:
                 batch, todo = todo[: limit - len(running)], todo[limit - len(running) :]
                 if batch:
-                    jobs = executor.map_array(run, [items[i] for i in batch])
+                    with _interruptible_children():  # local jobs are cancelled by SIGINT
+                        jobs = executor.map_array(run, [items[i] for i in batch])
                     running += zip(jobs, batch, strict=True)
                 finished = [(job, i) for job, i in running if job.done()]
                 if not finished:
@@ -310,24 +326,10 @@ class SlurmExecutor(Executor):
                         ) from exc
                     yield index, result
         except BaseException:
-            _cancel([job for job, _ in running])
-            raise
-
-
-def _cancel(jobs: list) -> None:
-    """Cancel submitit jobs, again every half second while one still runs, for up to CANCEL_WAIT
-    seconds: a cancel can be lost (a signal that reaches a local job's controller between its
-    fork and its exec is dropped with the parent's handlers)."""
-    deadline = time.monotonic() + CANCEL_WAIT
-    while jobs:
-        for job in jobs:
             with contextlib.suppress(Exception):
-                job.cancel(check=False)
-        if time.monotonic() > deadline:
-            return
-        time.sleep(0.5)
-        with contextlib.suppress(Exception):
-            jobs = [job for job in jobs if not job.done()]
+                for job, _ in running:
+                    job.cancel(check=False)
+            raise
 
 
 def _import(module: str, extra: str):
