@@ -32,7 +32,7 @@ LAYERS = [
     | {"executors", "fingerprint", "plugins", "claims"},
     {"blocks", "tasks", "measures"},
     {"models", "budget", "checks"},
-    {"train", "ensemble", "sweep", "bench", "provenance", "progress"},
+    {"train", "ensemble", "stacked", "sweep", "bench", "provenance", "progress"},
     {"experiments"},
     {"analysis", "reports"},
     {"cli", "__main__"},

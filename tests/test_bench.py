@@ -10,6 +10,7 @@ import torch
 
 from blocklab import bench
 from blocklab.cli import main
+from blocklab.ensemble import Ensemble
 from blocklab.models import Net, parse_arm
 
 
@@ -21,7 +22,10 @@ def test_step_flops_count_every_linear_map():
 
 
 def test_a_small_bench_measures_both_loops():
-    cfg = bench.BenchConfig(members=3, widths=(8, 16), seconds=0.05, repeats=2, threads=1)
+    cfg = bench.BenchConfig(
+        members=3, widths=(8, 16), seconds=0.05, repeats=2, threads=1, lm_widths=(8,),
+        lm_batch_size=4, lm_seq_len=8, lm_vocab=16,
+    )  # fmt: skip
     r = bench.run_bench(cfg)
     assert r["threads"] == 1 and r["members"] == 3
     assert r["matmul_ceiling_gflops"] > 0
@@ -35,7 +39,21 @@ def test_a_small_bench_measures_both_loops():
         assert w["ensemble_gflops"] == pytest.approx(gflops)
         assert w["fraction_of_ceiling"] == pytest.approx(gflops / r["matmul_ceiling_gflops"])
         assert w["sequential_1_thread_steps_per_s"] is None  # one thread already
+    assert [w["width"] for w in r["lm_widths"]] == [8]
+    for w in r["lm_widths"]:
+        assert set(w) == {"width", "sequential", "ensemble", "speedup"}
+        assert w["sequential"] > 0 and w["ensemble"] > 0
+        assert w["speedup"] == pytest.approx(w["ensemble"] / w["sequential"])
+    assert r["lm"] == {"depth": 2, "heads": 2, "vocab": 16, "seq_len": 8, "batch_size": 4}
+    (lm_target,) = [t for t in r["targets"] if t["what"] == "lm_speedup"]
+    assert lm_target["width"] == 8 and lm_target["goal"] == bench.LM_SPEEDUP_TARGET
     assert torch.get_num_threads() >= 1  # the thread count is restored
+
+
+def test_language_models_take_the_stacked_path():
+    cfg = bench.BenchConfig(lm_vocab=16, lm_seq_len=8)
+    nets = [bench._lm_net(cfg, 8, seed) for seed in range(2)]
+    assert Ensemble(nets).path == "stacked"
 
 
 def test_targets_are_read_against_the_rows():
@@ -52,20 +70,33 @@ def test_targets_are_read_against_the_rows():
         (128, "fraction_of_ceiling"): True,
         (256, "fraction_of_ceiling"): False,
     }
+    lm = [{"width": 32, "speedup": 2.0}, {"width": 16, "speedup": 3.5}]
+    got = {(t["width"], t["what"]): t["met"] for t in bench.targets(rows, lm)}
+    assert got[(16, "lm_speedup")] is True and len(got) == 5
 
 
 def test_bench_command_prints_json(capsys):
     argv = ["bench", "--widths", "8", "--members", "2", "--seconds", "0.05", "--threads", "1"]
+    argv += ["--lm-widths", "8", "--lm-batch-size", "2"]
     assert main([*argv, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["widths"][0]["width"] == 8 and "meets_targets" in out
-    assert main(argv) == 0
-    assert "matmul ceiling" in capsys.readouterr().out
+    assert [w["width"] for w in out["lm_widths"]] == [8] and out["lm"]["batch_size"] == 2
+    assert main([*argv[:-4], "--lm-widths"]) == 0  # none: no language-model rows
+    text = capsys.readouterr().out
+    assert "matmul ceiling" in text and "language models:" not in text
 
 
 @pytest.mark.parametrize(
     "argv",
-    [["--members", "0"], ["--widths", "0"], ["--seconds", "0"], ["--device", "tpu"]],
+    [
+        ["--members", "0"],
+        ["--widths", "0"],
+        ["--seconds", "0"],
+        ["--device", "tpu"],
+        ["--lm-widths", "0"],
+        ["--lm-batch-size", "0"],
+    ],
 )
 def test_bench_rejects_bad_input(argv, capsys):
     assert main(["bench", *argv]) == 2

@@ -33,7 +33,8 @@ COMMANDS = {
     "runs": ["runs", "--out", "{out}"],
     "theory": ["theory", "--degrees", "2", "e", "3"],
     "advise": ["advise", "--params", "1.3B", "--depth", "10"],
-    "bench": ["bench", "--widths", "8", "--members", "2", "--seconds", "0.02", "--repeats", "1"],
+    "bench": ["bench", "--widths", "8", "--members", "2", "--seconds", "0.02", "--repeats", "1"]
+    + ["--lm-widths", "8", "--lm-batch-size", "2"],
     "check": ["check", "--only", "mlp", "teacher", "seprank"],
     "sanford qsa": ["sanford", "qsa", "--qs", "1", "--dims", "2", "--seeds", "2", "--seq-len", "6"]
     + ["--n-train", "128", "--out", "{out}", *TRAIN, *QUIET],

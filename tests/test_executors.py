@@ -7,6 +7,7 @@ this directory (and blocklab's) on their PYTHONPATH.
 import multiprocessing
 import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -16,8 +17,9 @@ import torch
 
 import _executor_fns as fns
 import blocklab
+from blocklab.cli import main
 from blocklab.errors import UserError
-from blocklab.executors import WorkerLost, make_executor
+from blocklab.executors import WorkerLost, check_reachable, make_executor
 
 ITEMS = [3, 1, 4, 0]
 
@@ -115,6 +117,44 @@ def test_missing_extra(monkeypatch, name, module, extra):
     monkeypatch.setitem(sys.modules, module, None)  # import fails as if not installed
     with pytest.raises(UserError, match=rf"pip install 'blocklab\[{extra}\]'"):
         list(make_executor(name, 2).imap_unordered(fns.compute, [0], "cpu"))
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on: one the system just handed out and took back."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_address_nothing_listens_on_fails_fast():
+    start = time.monotonic()
+    with pytest.raises(UserError, match=r"cannot reach the Ray cluster at 127\.0\.0\.1:\d+"):
+        check_reachable(f"127.0.0.1:{closed_port()}")
+    with pytest.raises(UserError, match="cannot reach"):
+        check_reachable(f"ray://127.0.0.1:{closed_port()}")
+    check_reachable("auto")  # left to Ray
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        check_reachable(f"127.0.0.1:{listening.getsockname()[1]}")
+    assert time.monotonic() - start < 30
+
+
+def test_an_unreachable_ray_cluster_is_one_line_and_exit_2(tmp_path, capsys):
+    """Through the command line, as a user meets it: before the fix ray.init retried for minutes."""
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        pytest.skip("a Ray instance is already connected in this process")
+    start = time.monotonic()
+    argv = ["degree-sweep", "--out", str(tmp_path), "--quiet", "--budgets", "3072"]
+    argv += ["--width", "16", "--steps", "5", "--seeds", "1", "--lr-grid", "3e-3"]
+    argv += ["--lr-extend", "0", "--task-option", "n_train=64", "--executor", "ray"]
+    argv += ["--executor-option", f"address=127.0.0.1:{closed_port()}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("blocklab: error: cannot reach the Ray cluster")
+    assert time.monotonic() - start < 30
+    assert not ray.is_initialized()
 
 
 # Ray: one local instance for the module, started as the executor starts it

@@ -6,16 +6,21 @@
     another with `train.train` vs at once with `ensemble.train_ensemble`, per width, both with
     the same torch threads (on a CPU the sequential loop is also timed on one thread, since tiny
     steps can be faster there);
-(c) the ensemble's achieved GFLOP/s (matmul work of forward and backward) as a fraction of (a).
+(c) the ensemble's achieved GFLOP/s (matmul work of forward and backward) as a fraction of (a);
+(d) the same two loops for small transformer language models (token ids, learned positions,
+    causal softmax attention, a ReLU 4x feed-forward, layer norm), per width: the networks of
+    the depth-width experiment, which run on the ensemble's stacked path like the polynomial ones.
 
-The networks regress random targets from random inputs through the real trainers (AdamW,
-clipping, schedule); validation and test splits are tiny so the steps dominate the time.
+The networks regress random targets from random inputs, or predict random next tokens, through
+the real trainers (AdamW, clipping, schedule); validation and test splits are tiny so the steps
+dominate the time.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -28,9 +33,11 @@ from blocklab.tasks.base import Split, TaskData
 from blocklab.train import train
 
 WIDTHS = (32, 64, 128, 256)
+LM_WIDTHS = (16, 32, 64)
 # ensemble speed-up over the sequential loop, per width; share of the matmul ceiling from a width
 SPEEDUP_TARGETS = {32: 8.0, 64: 4.0}
 CEILING_TARGET, CEILING_FROM = 0.45, 128
+LM_SPEEDUP_TARGET = 3.0  # the language models' speed-up at their smallest width
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,13 @@ class BenchConfig:
     repeats: int = 3  # timed runs per length, the fastest kept
     device: str = "cpu"
     threads: int | None = None  # torch threads; None: torch's default for this machine
+    # the language models of (d): the depth-width experiment's transformer, made small
+    lm_widths: tuple[int, ...] = LM_WIDTHS
+    lm_depth: int = 2
+    lm_heads: int = 2
+    lm_vocab: int = 256
+    lm_seq_len: int = 32
+    lm_batch_size: int = 32  # sequences per step (the depth-width experiment's quick batch)
 
 
 def matmul_ceiling(device: str = "cpu", n: int = 2048, repeats: int = 5) -> float:
@@ -80,40 +94,78 @@ def _net(cfg: BenchConfig, width: int, seed: int) -> Net:
     return Net(arm, cfg.depth, width, width, 1, bias=False, norm="layer").to(cfg.device)
 
 
+def _lm_data(cfg: BenchConfig, n: int) -> TaskData:
+    """Random token sequences, each position's target the next id: the shapes of `text`."""
+    g = torch.Generator().manual_seed(0)
+    v, t = cfg.lm_vocab, cfg.lm_seq_len
+
+    def split(k: int) -> Split:
+        ids = torch.randint(v, (k, t + 1), generator=g)  # (k, T + 1)
+        return Split(ids[:, :-1].to(cfg.device), ids[:, 1:].to(cfg.device))  # (k, T) each
+
+    return TaskData(
+        split(n), split(8), split(8), "classification", v,
+        sequence=True, per_position=True, vocab=v,
+    )  # fmt: skip
+
+
+def _lm_net(cfg: BenchConfig, width: int, seed: int) -> Net:
+    torch.manual_seed(seed)
+    arm = parse_arm(f"softmax_attention(heads={cfg.lm_heads},causal=true)")
+    v, t = cfg.lm_vocab, cfg.lm_seq_len
+    net = Net(arm, cfg.lm_depth, width, v, v, seq_len=t, vocab=v, norm="layer", ff="relu4x")
+    return net.to(cfg.device)
+
+
+@dataclass(frozen=True)
+class _Load:
+    """What one row times: the networks at a width, their batch and their data."""
+
+    cfg: BenchConfig
+    width: int
+    make: Callable[[BenchConfig, int, int], Net]
+    batch_size: int
+    data: TaskData
+
+    def nets(self) -> list[Net]:
+        return [self.make(self.cfg, self.width, seed) for seed in range(self.cfg.members)]
+
+    def train_cfg(self, steps: int) -> TrainConfig:
+        return TrainConfig(steps=steps, batch_size=self.batch_size, eval_points=1)
+
+
 def step_flops(net: nn.Module, batch: int) -> int:
     """Matmul FLOPs of one training step: 2 per multiply-add forward, twice that backward."""
     macs = sum(m.in_features * m.out_features for m in net.modules() if isinstance(m, nn.Linear))
     return 6 * batch * macs
 
 
-def _time_sequential(cfg: BenchConfig, width: int, steps: int, data: TaskData) -> float:
-    train_cfg = TrainConfig(steps=steps, batch_size=cfg.batch_size, eval_points=1)
-    nets = [_net(cfg, width, seed) for seed in range(cfg.members)]
-    _sync(cfg.device)
+def _time_sequential(load: _Load, steps: int) -> float:
+    train_cfg, nets, device = load.train_cfg(steps), load.nets(), load.cfg.device
+    _sync(device)
     start = time.perf_counter()
     for seed, net in enumerate(nets):
-        train(net, data, train_cfg, seed, threshold=0.0)
-    _sync(cfg.device)
+        train(net, load.data, train_cfg, seed, threshold=0.0)
+    _sync(device)
     return time.perf_counter() - start
 
 
-def _time_ensemble(cfg: BenchConfig, width: int, steps: int, data: TaskData) -> float:
-    train_cfg = TrainConfig(steps=steps, batch_size=cfg.batch_size, eval_points=1)
-    nets = [_net(cfg, width, seed) for seed in range(cfg.members)]
-    e = cfg.members
-    _sync(cfg.device)
+def _time_ensemble(load: _Load, steps: int) -> float:
+    train_cfg, nets, device = load.train_cfg(steps), load.nets(), load.cfg.device
+    e = len(nets)
+    _sync(device)
     start = time.perf_counter()
-    train_ensemble(nets, [data] * e, [train_cfg] * e, list(range(e)), [0.0] * e)
-    _sync(cfg.device)
+    train_ensemble(nets, [load.data] * e, [train_cfg] * e, list(range(e)), [0.0] * e)
+    _sync(device)
     return time.perf_counter() - start
 
 
-def _steps_for(cfg: BenchConfig, width: int, data: TaskData, timer) -> int:
+def _steps_for(load: _Load, timer) -> int:
     """Steps per member that take about `cfg.seconds`, from a short probe run (which also warms
     up)."""
     probe = 5
-    per_step = timer(cfg, width, probe, data) / probe
-    return max(5, round(cfg.seconds / max(per_step, 1e-9)))
+    per_step = timer(load, probe) / probe
+    return max(5, round(load.cfg.seconds / max(per_step, 1e-9)))
 
 
 class _Timing:
@@ -122,22 +174,41 @@ class _Timing:
     fastest of each length is kept (a shared machine only ever slows a run down, as `timeit`
     takes the minimum)."""
 
-    def __init__(self, cfg: BenchConfig, width: int, data: TaskData, timer, threads=None):
-        self.cfg, self.width, self.data, self.timer, self.threads = cfg, width, data, timer, threads
+    def __init__(self, load: _Load, timer, threads=None):
+        self.load, self.timer, self.threads = load, timer, threads
         with _threads(threads):
-            self.n = _steps_for(cfg, width, data, timer)
+            self.n = _steps_for(load, timer)
         self.short = self.long = float("inf")
 
     def run(self) -> None:
         with _threads(self.threads):
-            t = self.timer(self.cfg, self.width, self.n, self.data)
-            self.short = min(self.short, t)
-            t = self.timer(self.cfg, self.width, 2 * self.n, self.data)
-            self.long = min(self.long, t)
+            self.short = min(self.short, self.timer(self.load, self.n))
+            self.long = min(self.long, self.timer(self.load, 2 * self.n))
 
     @property
     def rate(self) -> float:
-        return self.cfg.members * self.n / max(self.long - self.short, 1e-9)
+        return self.load.cfg.members * self.n / max(self.long - self.short, 1e-9)
+
+
+def _interleaved(loops: dict[str, _Timing], repeats: int) -> None:
+    for _ in range(repeats):  # interleaved: a slow spell hits every loop alike
+        for loop in loops.values():
+            loop.run()
+
+
+def lm_rows(cfg: BenchConfig) -> list[dict]:
+    """(d): model-steps per second of the language models, one after another and as one
+    ensemble, timed interleaved in this run; the speed-up is their ratio."""
+    rows = []
+    data = _lm_data(cfg, 1024)
+    for width in cfg.lm_widths:
+        load = _Load(cfg, width, _lm_net, cfg.lm_batch_size, data)
+        loops = {"sequential": _Timing(load, _time_sequential)}
+        loops["ensemble"] = _Timing(load, _time_ensemble)
+        _interleaved(loops, cfg.repeats)
+        seq, ens = loops["sequential"].rate, loops["ensemble"].rate
+        rows.append({"width": width, "sequential": seq, "ensemble": ens, "speedup": ens / seq})
+    return rows
 
 
 def run_bench(cfg: BenchConfig) -> dict:
@@ -145,18 +216,16 @@ def run_bench(cfg: BenchConfig) -> dict:
         ceilings = [matmul_ceiling(cfg.device)]
         rows = []
         for width in cfg.widths:
-            data = _data(width, 4096, cfg.device)
+            load = _Load(cfg, width, _net, cfg.batch_size, _data(width, 4096, cfg.device))
             flops = step_flops(_net(cfg, width, 0), cfg.batch_size)
             loops = {
-                "sequential": _Timing(cfg, width, data, _time_sequential),
-                "ensemble": _Timing(cfg, width, data, _time_ensemble),
+                "sequential": _Timing(load, _time_sequential),
+                "ensemble": _Timing(load, _time_ensemble),
             }
             if cfg.device == "cpu" and torch.get_num_threads() > 1:
                 # tiny steps can run faster on one thread; shown beside, for a fair reading
-                loops["single"] = _Timing(cfg, width, data, _time_sequential, threads=1)
-            for _ in range(cfg.repeats):  # interleaved: a slow spell hits every loop alike
-                for loop in loops.values():
-                    loop.run()
+                loops["single"] = _Timing(load, _time_sequential, threads=1)
+            _interleaved(loops, cfg.repeats)
             ceilings.append(matmul_ceiling(cfg.device))
             seq, ens = loops["sequential"].rate, loops["ensemble"].rate
             rows.append(
@@ -172,12 +241,13 @@ def run_bench(cfg: BenchConfig) -> dict:
                     "flops_per_step": flops,
                 }
             )
+        lm = lm_rows(cfg)
         threads = torch.get_num_threads()
     # the ceiling is measured before and after every width; the machine's best is the ceiling
     ceiling = max(ceilings)
     for row in rows:
         row["fraction_of_ceiling"] = row["ensemble_gflops"] / ceiling
-    checks = targets(rows)
+    checks = targets(rows, lm)
     return {
         "device": _device_name(cfg.device),
         "threads": threads,
@@ -188,15 +258,29 @@ def run_bench(cfg: BenchConfig) -> dict:
         "repeats": cfg.repeats,
         "matmul_ceiling_gflops": ceiling,
         "widths": rows,
+        "lm": {
+            "depth": cfg.lm_depth,
+            "heads": cfg.lm_heads,
+            "vocab": cfg.lm_vocab,
+            "seq_len": cfg.lm_seq_len,
+            "batch_size": cfg.lm_batch_size,
+        },
+        "lm_widths": lm,
         "targets": checks,
         "meets_targets": all(c["met"] for c in checks),
     }
 
 
-def targets(rows: list[dict]) -> list[dict]:
+def targets(rows: list[dict], lm_rows: list[dict] = ()) -> list[dict]:
     """The stated targets against the measured rows: speed-up at small widths, share of the
-    matmul ceiling at large ones."""
+    matmul ceiling at large ones, and the language models' speed-up at their smallest width."""
     out = []
+    if lm_rows:
+        row = min(lm_rows, key=lambda r: r["width"])
+        out.append(
+            {"width": row["width"], "what": "lm_speedup", "goal": LM_SPEEDUP_TARGET}
+            | {"value": row["speedup"], "met": row["speedup"] >= LM_SPEEDUP_TARGET}
+        )
     for row in rows:
         w = row["width"]
         if w in SPEEDUP_TARGETS:

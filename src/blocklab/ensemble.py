@@ -12,9 +12,20 @@ tolerance (tests/test_ensemble.py). A member that diverges stops where it would 
 out of every later update, so its NaN reaches no other member.
 
 Two forward paths; results record which one ran:
-- "stacked": a `Net` whose blocks are `stackable`; each nn.Linear becomes a batched matmul over
-  stacked weights and the rest of the network runs unchanged on (E, B, ...) tensors.
-- "vmap": any other module, through torch.func.functional_call under torch.func.vmap.
+- "stacked": a `Net` of `stackable` blocks, fed features or token ids (`blocklab.stacked`). Each
+  nn.Linear becomes a batched matmul over stacked weights (E, out, in), each nn.Embedding a
+  lookup in stacked tables (E, V, D), and every other parameter (a block's raw one such as the
+  mixer's (T, T) token weights, the network's learned positions) is stacked as (E, *shape) and
+  read by the module that holds it through `blocks.per_member`, which lines it up with the
+  (E, B, ...) inputs. The rest of the network runs unchanged on (E, B, ...) tensors. A block
+  joins this path by reading only its input's trailing dimensions, keeping its weights in
+  nn.Linear maps or raw parameters read through `per_member`, and setting `stackable = True`
+  (`blocks.base.Block`).
+- "vmap": any module, through torch.func.functional_call under torch.func.vmap: the plain
+  reference, taken by networks of other blocks and forced on any network with path="vmap".
+
+Classification losses go through `tasks.base.UnitCrossEntropy`, which reads a language model's
+logits (E * B * T, vocab), the largest tensor of a step, fewer times than the generic loss.
 """
 
 from __future__ import annotations
@@ -28,8 +39,8 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
-from blocklab.models import Net
 from blocklab.specs import TrainConfig
+from blocklab.stacked import parent_of, stack_weights, stackable
 from blocklab.tasks.base import Split, TaskData, score, unit_losses
 from blocklab.train import (
     EVAL_OUTPUTS,
@@ -42,56 +53,6 @@ from blocklab.train import (
 )
 
 PATHS = ("auto", "stacked", "vmap")
-
-
-class _StackedMatmul(torch.autograd.Function):
-    """x W^T + b for E members. Written out so the weight gradient comes out contiguous in the
-    weight's own layout (E, out, in); autograd's transpose would cost a copy per weight."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-        ctx.save_for_backward(x, weight)
-        ctx.has_bias = bias is not None
-        if bias is None:
-            return torch.bmm(x, weight.mT)  # (E, N, out)
-        return torch.baddbmm(bias.unsqueeze(1), x, weight.mT)  # (E, N, out)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):  # (E, N, out)
-        x, weight = ctx.saved_tensors
-        grad_x = torch.bmm(grad, weight) if ctx.needs_input_grad[0] else None  # (E, N, in)
-        grad_w = torch.bmm(grad.mT, x)  # (E, out, in)
-        return grad_x, grad_w, grad.sum(1) if ctx.has_bias else None
-
-
-class StackedLinear(nn.Module):
-    """E nn.Linear maps at once: (E, ..., in) -> (E, ..., out) by one batched matmul."""
-
-    def __init__(self, weight: Tensor, bias: Tensor | None):
-        super().__init__()
-        self.weight = nn.Parameter(weight)  # (E, out, in)
-        self.bias = None if bias is None else nn.Parameter(bias)  # (E, out)
-
-    def forward(self, x: Tensor) -> Tensor:
-        flat = x.reshape(x.shape[0], -1, x.shape[-1])  # (E, N, in)
-        y = _StackedMatmul.apply(flat, self.weight, self.bias)  # (E, N, out)
-        return y.view(*x.shape[:-1], y.shape[-1])
-
-
-def stackable(model: nn.Module) -> bool:
-    """Whether the "stacked" path can run the model: a `Net` of `stackable` blocks, fed features
-    (no embedding table or positions), whose weights all sit in nn.Linear modules."""
-    if not isinstance(model, Net) or model.pos is not None:
-        return False
-    holders = (m for m in model.modules() if any(True for _ in m.parameters(recurse=False)))
-    return all(getattr(layer.block, "stackable", False) for layer in model.layers) and all(
-        isinstance(m, nn.Linear) for m in holders
-    )
-
-
-def _parent(root: nn.Module, name: str) -> tuple[nn.Module, str]:
-    path, _, leaf = name.rpartition(".")
-    return (root.get_submodule(path) if path else root), leaf
 
 
 class Ensemble(nn.Module):
@@ -119,11 +80,7 @@ class Ensemble(nn.Module):
         self.path, self.size, self.members = path, len(members), members
         self.net = copy.deepcopy(members[0])
         if path == "stacked":
-            for name, mod in list(self.net.named_modules()):
-                if isinstance(mod, nn.Linear):
-                    parent, leaf = _parent(self.net, name)
-                    bias = stacked.get(f"{name}.bias")
-                    setattr(parent, leaf, StackedLinear(stacked[f"{name}.weight"], bias))
+            stack_weights(self.net, stacked)
             self.params = dict(self.net.named_parameters())
         else:
             # the structure only; the weights come from `params` through functional_call
@@ -139,7 +96,7 @@ class Ensemble(nn.Module):
             self.buffers_ = dict(members[0].named_buffers())
         for e, m in enumerate(members):
             for n in names:
-                parent, leaf = _parent(m, n)
+                parent, leaf = parent_of(m, n)
                 view = self.params[n].detach()[e]
                 setattr(parent, leaf, nn.Parameter(view, requires_grad=False))
 

@@ -9,7 +9,8 @@ was running, and a rerun resumes from what was stored.
 
 - local: this process (one worker, or one item), or a pool of spawned processes.
 - ray: Ray core tasks, on the cluster at `address=...` or on a local Ray instance started (and
-  stopped) here with one CPU per worker.
+  stopped) here with one CPU per worker. A HOST:PORT address that accepts no connection fails
+  within seconds, in one line (ray.init itself would retry for many minutes).
 - slurm: a submitit job array; `cluster=local` runs the same jobs as processes on this machine.
 
 Each worker runs torch with one thread per CPU it holds (one, unless options say more): for small
@@ -39,6 +40,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -67,6 +69,7 @@ OPTIONS: dict[str, dict[str, type]] = {
 SLURM_TIME = 24 * 60  # minutes; submitit's own default (5) would kill most trials
 PARENT_POLL = 1.0  # seconds between a pool worker's looks at whether its parent still lives
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+REACH_SECONDS = 10.0  # how long a Ray cluster's address may take to accept a connection
 
 
 class WorkerLost(RuntimeError):
@@ -224,6 +227,8 @@ class RayExecutor(Executor):
         if ray.is_initialized():
             return False
         address = self.options.get("address")
+        if address:
+            check_reachable(address)
         # no address: Ray starts a local instance, which must not take more CPUs than workers
         start = {} if address else {"num_cpus": self.workers, "include_dashboard": False}
         try:
@@ -273,6 +278,25 @@ class RayExecutor(Executor):
         finally:
             if connected:  # stops a local instance this started; only disconnects from a cluster
                 ray.shutdown()
+
+
+def check_reachable(address: str, timeout: float = REACH_SECONDS) -> None:
+    """Raise a one-line UserError unless something accepts a connection at a HOST:PORT (or
+    ray://HOST:PORT) address within `timeout` seconds. ray.init retries an unreachable cluster
+    for many minutes, printing a warning every few seconds; a wrong address should cost seconds.
+    Other forms ("auto", "local") are left to Ray, which resolves and reports them itself."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except OSError as exc:  # refused, timed out, no such host
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise UserError(
+            f"cannot reach the Ray cluster at {address}: {reason} "
+            "(is `ray start --head` running there, and the port open?)"
+        ) from None
 
 
 class SlurmExecutor(Executor):

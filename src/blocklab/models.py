@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from blocklab.blocks import BLOCKS, make_block
+from blocklab.blocks import BLOCKS, make_block, per_member
 from blocklab.errors import UserError
 from blocklab.options import parse_pairs, split_list
 from blocklab.specs import FEED_FORWARD, NORMS, format_degree, parse_degree
@@ -267,10 +267,12 @@ class Net(nn.Module):
 
     def forward(self, x: torch.Tensor, lead: int = 1) -> torch.Tensor:
         """`lead` counts the batch dimensions in front: 1 for (B, ...), 2 for an ensemble's
-        (E, B, ...) run on stacked weights (`blocklab.ensemble`)."""
+        (E, B, ...) run on stacked weights (`blocklab.ensemble`), where the embedding table is
+        (E, V, D) and the positions (E, T, D)."""
         h = self.embed(x if self.seq_len else x.flatten(lead))  # (B, D) or (B, T, D)
         if self.pos is not None:
-            h = h + self.pos[: h.shape[-2]]  # (B, T, D)
+            pos = per_member(self.pos, h, 2)  # (T, D), or (E, 1, T, D) in an ensemble
+            h = h + pos[..., : h.shape[-2], :]  # (B, T, D)
         for layer in self.layers:
             h = layer(h)
         h = self.norm_out(h)

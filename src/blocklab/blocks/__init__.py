@@ -1,6 +1,6 @@
 """Building blocks: one family per file, registered by module name."""
 
-from blocklab.blocks.base import Block
+from blocklab.blocks.base import Block, per_member
 from blocklab.plugins import GROUPS
 from blocklab.registry import Registry, import_submodules
 
@@ -12,4 +12,4 @@ def make_block(name: str, d_in: int, d_out: int, **kwargs) -> Block:
     return BLOCKS.get(name)(d_in, d_out, **kwargs)
 
 
-__all__ = ["BLOCKS", "Block", "make_block"]
+__all__ = ["BLOCKS", "Block", "make_block", "per_member"]

@@ -1,4 +1,8 @@
-"""Shared pieces of the attention blocks: argument checks, projections, heads, causal masks."""
+"""Shared pieces of the attention blocks: argument checks, projections, heads, causal masks.
+
+Every attention block reads only the trailing dimensions of its input, so it runs on (B, T, D)
+and, in an ensemble, on (E, B, T, D) with stacked weights (`Block.stackable`): shapes below are
+written for (B, T, D), and any leading dimensions ride along in front of B."""
 
 from __future__ import annotations
 
@@ -41,11 +45,11 @@ def linear(d_in: int, d_out: int, bias: bool) -> nn.Linear:
 
 
 def split_heads(z: torch.Tensor, heads: int) -> torch.Tensor:
-    return z.unflatten(-1, (heads, -1)).transpose(-3, -2)  # (B, T, H*Dh) -> (B, H, T, Dh)
+    return z.unflatten(-1, (heads, -1)).transpose(-3, -2)  # (..., T, H*Dh) -> (..., H, T, Dh)
 
 
 def merge_heads(y: torch.Tensor) -> torch.Tensor:
-    return y.transpose(-3, -2).flatten(-2)  # (B, H, T, Dh) -> (B, T, H*Dh)
+    return y.transpose(-3, -2).flatten(-2)  # (..., H, T, Dh) -> (..., T, H*Dh)
 
 
 def causal_mask(t: int, device: torch.device | None = None) -> torch.Tensor:
@@ -67,6 +71,7 @@ class Attention(Block):
     """
 
     mixes_tokens = True
+    stackable = True  # weights in nn.Linear only; scores, masks and softmax on the last two dims
     projections: ClassVar[tuple[str, ...]] = ("q", "k", "v")
     # projections that take no bias even with bias=True, because it could not learn anything
     no_bias: ClassVar[tuple[str, ...]] = ()

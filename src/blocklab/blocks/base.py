@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from torch import nn
+from torch import Tensor, nn
 
 
 class Block(nn.Module):
@@ -22,9 +22,13 @@ class Block(nn.Module):
     mixes_tokens: ClassVar[bool] = False
     # blocks whose weights depend on the sequence length take it as the keyword `seq_len`
     needs_seq_len: ClassVar[bool] = False
-    # per-token blocks whose weights all sit in nn.Linear modules and whose other operations act on
-    # the last dimension: an ensemble runs them on stacked weights with one batched matmul per
-    # Linear (`blocklab.ensemble`); any other block is run under torch.func.vmap
+    # blocks an ensemble may run on stacked weights, all members in one computation
+    # (`blocklab.ensemble`): the forward takes any leading dimensions, (E, B, T, D) as (B, T, D),
+    # by reading only the input's trailing ones (x.shape[-2], `...` einsums, softmax(dim=-1),
+    # masks on the last two dimensions); its nn.Linear weights become one batched matmul each;
+    # and a raw nn.Parameter it holds itself (such as a position-mixing (T, T) matrix) arrives
+    # stacked as (E, *shape), which the block reads through `per_member`. Any other block is run
+    # under torch.func.vmap.
     stackable: ClassVar[bool] = False
     # blocks defined for d_in == d_out only (a wrapped module of one width): networks use them
     # width to width, and the contract checks build them so
@@ -52,3 +56,12 @@ class Block(nn.Module):
 
     def extra_repr(self) -> str:
         return f"d_in={self.d_in}, d_out={self.d_out}, degree={self.degree}"
+
+
+def per_member(param: Tensor, like: Tensor, rank: int) -> Tensor:
+    """A raw parameter of `rank` dimensions as it meets `like` by broadcasting: as it is in one
+    network; an ensemble's stacked copy (E, *shape) as (E, 1, ..., 1, *shape) with the rank of
+    `like` (E, B, ...), so member e's slice meets member e's inputs alone."""
+    if param.dim() == rank:
+        return param
+    return param.view(param.shape[0], *[1] * (like.dim() - param.dim()), *param.shape[1:])

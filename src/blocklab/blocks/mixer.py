@@ -16,7 +16,7 @@ from torch import nn
 
 from blocklab.blocks import BLOCKS
 from blocklab.blocks._attention import flag, linear, positive_int
-from blocklab.blocks.base import Block
+from blocklab.blocks.base import Block, per_member
 from blocklab.errors import UserError
 
 
@@ -24,6 +24,8 @@ from blocklab.errors import UserError
 class Mixer(Block):
     mixes_tokens = True
     needs_seq_len = True
+    # the token weights are raw parameters read through `per_member`; the channel map a Linear
+    stackable = True
     degree = 1
     examples = [{}, {"bias": True}]
 
@@ -51,9 +53,11 @@ class Mixer(Block):
             raise UserError(
                 f"mixer block was built for seq_len={self.seq_len} but got length {x.shape[-2]}"
             )
-        z = self.token_weight @ x  # (T, T) @ (B, T, D_in) -> (B, T, D_in)
+        w = per_member(self.token_weight, x, 2)  # (T, T), or (E, 1, T, T) in an ensemble
+        z = w @ x  # (B, T, D_in)
         if self.token_bias is not None:
-            z = z + self.token_bias  # one bias per position, shared by the channels
+            # one bias per position, shared by the channels
+            z = z + per_member(self.token_bias, z, 2)  # (B, T, D_in)
         return self.channel(z)  # (B, T, D_out)
 
     def extra_repr(self) -> str:

@@ -16,6 +16,7 @@ from blocklab.blocks.base import Block
 @BLOCKS.register
 class QuadraticMixing(Block):
     mixes_tokens = True
+    stackable = True  # two Linear maps; the pooling runs over dim -2 whatever leads it
     degree = 2
     examples = [{}, {"causal": True}, {"bias": True}, {"causal": True, "bias": True}]
 

@@ -141,9 +141,43 @@ def unit_losses(out: torch.Tensor, y: torch.Tensor, kind: str) -> torch.Tensor:
     -> (E, units), squared errors per output or cross-entropies per unit."""
     size = out.shape[0]
     if kind == "classification":
-        units = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), reduction="none")
+        units = UnitCrossEntropy.apply(out.reshape(-1, out.shape[-1]), y.reshape(-1))  # (units,)
         return units.view(size, -1)
     return (out - y).square().reshape(size, -1)
+
+
+class UnitCrossEntropy(torch.autograd.Function):
+    """F.cross_entropy(logits, labels, reduction="none") in fewer passes over the logits (n, C):
+    one softmax, kept, whose gradient (softmax - one-hot) * g is then formed in place. An
+    ensemble's language-model logits (E * B * T, vocab) are its largest tensor, and the generic
+    loss (log-softmax, zero-filled gradient, scatter, log-softmax backward) reads and writes them
+    about three times as often."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        p = torch.softmax(logits, dim=-1)  # (n, C)
+        rows = labels.unsqueeze(-1)  # (n, 1)
+        picked = p.gather(-1, rows).squeeze(-1)  # (n,)
+        losses = -picked.log()
+        # a label far below the top logit underflows its probability: those rows go the long way
+        tiny = picked < 1e-30
+        if tiny.any():
+            z = logits[tiny]  # (k, C)
+            losses[tiny] = torch.logsumexp(z, -1) - z.gather(-1, rows[tiny]).squeeze(-1)
+        ctx.save_for_backward(p, rows)
+        ctx.spent = False
+        return losses
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # (n,)
+        if ctx.spent:  # the softmax was overwritten by the first backward
+            raise RuntimeError("UnitCrossEntropy backpropagates once (no retain_graph reuse)")
+        ctx.spent = True
+        p, rows = ctx.saved_tensors
+        g = grad.unsqueeze(-1)  # (n, 1)
+        out = p.mul_(g)  # (n, C): softmax * g
+        out.scatter_add_(-1, rows, -g)  # minus g at each label
+        return out, None
 
 
 def moments(train: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
