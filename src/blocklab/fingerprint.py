@@ -19,6 +19,7 @@ ENGINE = (
     "blocklab.blocks.base",
     "blocklab.ensemble",
     "blocklab.models",
+    "blocklab.stacked",
     "blocklab.tasks.base",
     "blocklab.train",
 )
