@@ -1,7 +1,8 @@
 """Where a language-model training step spends its time: one ensemble step of E members on
 stacked weights against E steps of one network at a time, under torch.profiler.
 
-    python benchmarks/lm_step_profile.py [--width 16] [--members 16] [--threads 1] [--steps 5]
+    python benchmarks/lm_step_profile.py [--width 16] [--members 16] [--vocab 256] [--seq-len 32]
+        [--batch-size 32] [--threads 1] [--steps 5]
 
 The networks are `blocklab bench`'s language models (`bench._lm_net`: token ids, learned
 positions, causal softmax attention, ReLU 4x feed-forward, layer norm) on its random tokens. Each
@@ -63,13 +64,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--width", type=int, default=16)
     parser.add_argument("--members", type=int, default=16)
+    parser.add_argument("--vocab", type=int, default=256)
+    parser.add_argument("--seq-len", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--top", type=int, default=12)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    cfg = bench.BenchConfig(members=args.members)
-    data = bench._lm_data(cfg, 1024)
+    cfg = bench.BenchConfig(
+        members=args.members,
+        lm_vocab=args.vocab,
+        lm_seq_len=args.seq_len,
+        lm_batch_size=args.batch_size,
+    )
+    data = bench._lm_data(cfg, max(64, args.batch_size))
     e, b = args.members, cfg.lm_batch_size
     x = data.train.x[:b].expand(e, *data.train.x[:b].shape).contiguous()  # (E, B, T)
     y = data.train.y[:b].expand(e, *data.train.y[:b].shape).contiguous()  # (E, B, T)
