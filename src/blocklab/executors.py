@@ -31,7 +31,6 @@ where threads are set, so the command line can name executors and their defaults
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import difflib
 import functools
 import importlib
@@ -39,10 +38,7 @@ import itertools
 import logging
 import multiprocessing
 import os
-import signal
 import socket
-import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -52,6 +48,7 @@ from typing import Any
 
 from blocklab import plugins as plugin_loader
 from blocklab.errors import UserError
+from blocklab.processes import hangup_held, init_worker, interruptible_children
 
 EXECUTORS = ("local", "ray", "slurm")
 ENSEMBLE = 16  # most members per ensemble: past this, batching gains little and holds memory
@@ -67,8 +64,6 @@ OPTIONS: dict[str, dict[str, type]] = {
     },
 }
 SLURM_TIME = 24 * 60  # minutes; submitit's own default (5) would kill most trials
-PARENT_POLL = 1.0  # seconds between a pool worker's looks at whether its parent still lives
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 REACH_SECONDS = 10.0  # how long a Ray cluster's address may take to accept a connection
 
 
@@ -102,35 +97,6 @@ def _call(fn: Callable, item: Any, device: str, threads: int, plugins: tuple[str
     return fn(item, device)
 
 
-def _init_worker(parent: int, plugins: tuple[str, ...] = ()) -> None:
-    import torch
-
-    # the parent handles Ctrl-C and a closed terminal, and stops the pool
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if hasattr(signal, "SIGHUP"):
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    _die_with(parent)
-    torch.set_num_threads(1)
-    plugin_loader.load(plugins)
-
-
-def _die_with(parent: int) -> None:
-    """End this process when `parent` ends: at once on Linux (the kernel sends SIGKILL), and
-    within PARENT_POLL seconds elsewhere, by a thread watching for a new parent."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # it died before the watch was set
-        os._exit(1)
-    threading.Thread(target=_watch, args=(parent,), daemon=True, name="parent").start()
-
-
-def _watch(parent: int) -> None:
-    while os.getppid() == parent:
-        time.sleep(PARENT_POLL)
-    os._exit(1)
-
-
 class LocalExecutor(Executor):
     name = "local"
 
@@ -150,11 +116,11 @@ class LocalExecutor(Executor):
                     torch.set_num_threads(threads)
                 yield i, result
             return
-        with _hangup_held():  # the pool starts multiprocessing's resource tracker
+        with hangup_held():  # the pool starts multiprocessing's resource tracker
             pool = ProcessPoolExecutor(
                 max_workers=self.workers,
                 mp_context=multiprocessing.get_context("spawn"),
-                initializer=_init_worker,
+                initializer=init_worker,
                 initargs=(os.getpid(), self.plugins),
             )
         queue = enumerate(itertools.chain(first, items))
@@ -163,7 +129,7 @@ class LocalExecutor(Executor):
             while True:
                 # one item per free worker: the next is read only when a worker can start it
                 for i, item in itertools.islice(queue, self.workers - len(pending)):
-                    with _hangup_held():  # a submit may start a worker
+                    with hangup_held():  # a submit may start a worker
                         pending[pool.submit(fn, item, device)] = i
                 if not pending:
                     break
@@ -177,38 +143,6 @@ class LocalExecutor(Executor):
             _stop(pool)
             raise
         pool.shutdown()
-
-
-@contextlib.contextmanager
-def _hangup_held():
-    """SIGHUP held back from the processes started inside, which keep it held: a closed terminal
-    signals its whole session, and the parent, not the workers or the resource tracker, must stop
-    the pool (a tracker killed first leaks the pool's semaphores). This process receives a held
-    signal at the end of the block."""
-    if not hasattr(signal, "SIGHUP") or not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-
-
-@contextlib.contextmanager
-def _interruptible_children():
-    """Processes started inside take SIGINT, even when this one ignores it, as a command started
-    in the background by a shell does: they would inherit the ignoring, and submitit cancels a
-    local job by SIGINT to its controller. Inside, SIGINT raises KeyboardInterrupt here."""
-    main = threading.current_thread() is threading.main_thread()
-    if not main or signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-        yield
-        return
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
@@ -333,7 +267,7 @@ class SlurmExecutor(Executor):
             while todo or running:
                 batch, todo = todo[: limit - len(running)], todo[limit - len(running) :]
                 if batch:
-                    with _interruptible_children():  # local jobs are cancelled by SIGINT
+                    with interruptible_children():  # local jobs are cancelled by SIGINT
                         jobs = executor.map_array(run, [items[i] for i in batch])
                     running += zip(jobs, batch, strict=True)
                 finished = [(job, i) for job, i in running if job.done()]
