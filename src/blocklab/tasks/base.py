@@ -154,6 +154,8 @@ class UnitCrossEntropy(torch.autograd.Function):
     more often and took two to three times as long on a CPU (16 x 1024 x 256 logits)."""
 
     @staticmethod
+    # under autocast the loss runs in float32, as F.cross_entropy does there
+    @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)
     def forward(ctx, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         p = torch.softmax(logits, dim=-1)  # (n, C)
         rows = labels.unsqueeze(-1)  # (n, 1)
@@ -169,6 +171,7 @@ class UnitCrossEntropy(torch.autograd.Function):
         return losses
 
     @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
     def backward(ctx, grad: torch.Tensor):  # (n,)
         if ctx.spent:  # the softmax was overwritten by the first backward
             raise RuntimeError("UnitCrossEntropy backpropagates once (no retain_graph reuse)")
