@@ -14,6 +14,7 @@ from blocklab.blocks import BLOCKS
 from blocklab.checks import label
 from blocklab.checks.blocks import cases
 from blocklab.ensemble import Ensemble, stackable, train_ensemble
+from blocklab.errors import UserError
 from blocklab.models import Arm, Net, parse_arm
 from blocklab.specs import TrainConfig, TrialSpec, ensemble_key, plan_units
 from blocklab.tasks.base import Split, TaskData, unit_losses
@@ -334,7 +335,7 @@ def test_every_stackable_block_equals_its_members_alone(case):
 
     try:
         net = make()
-    except Exception as exc:  # an example this network cannot hold (a width it refuses)
+    except UserError as exc:  # an example this network cannot hold (a width it refuses)
         pytest.skip(f"{case} does not build in a network: {exc}")
     assert stackable(net)
     _check_stacked(make, _features((seq, 4) if seq else (4,), 3))
