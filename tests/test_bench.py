@@ -102,3 +102,17 @@ def test_bench_rejects_bad_input(argv, capsys):
     assert main(["bench", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("blocklab: error:")
+
+
+def test_a_difference_lost_in_noise_gives_the_long_runs_rate():
+    """n more steps that time as nothing (or less) must not read as a rate of billions."""
+    from types import SimpleNamespace
+
+    from blocklab import bench
+
+    timing = bench._Timing.__new__(bench._Timing)
+    timing.load = SimpleNamespace(cfg=SimpleNamespace(members=4))
+    timing.n, timing.short, timing.long = 10, 1.0, 0.99
+    assert timing.rate == pytest.approx(4 * 20 / 0.99)
+    timing.short, timing.long = 1.0, 1.5
+    assert timing.rate == pytest.approx(4 * 10 / 0.5)
