@@ -226,7 +226,7 @@ def test_teachers_need_a_task_whose_data_follow_the_seed(tmp_path, capsys):
     assert code == 2 and "fixed dataset" in err and len(err.strip().splitlines()) == 1
 
 
-def test_the_plateau_check_says_where_it_read_the_plateau():
+def test_the_plateau_check_states_its_criterion():
     def detail(rows):
         checks = capacity.design_checks(rows, _choice(), list(BUDGETS), 0.03)
         return next(c.detail for c in checks if c.name == "plateau")
@@ -234,7 +234,7 @@ def test_the_plateau_check_says_where_it_read_the_plateau():
     rows = _rows(seeds=2)
     assert "last quarter of training" in detail(rows)
     wsd = [{**r, "schedule": "wsd"} for r in rows]
-    assert "peak-rate phase, before the decay" in detail(wsd)
+    assert "run of half the steps" in detail(wsd)
 
 
 def test_budget_tol_lets_depth_mode_meet_budgets_no_width_meets_within_2_percent():

@@ -88,6 +88,9 @@ def test_members_equal_training_alone_under_wsd():
         assert record["metrics"]["plateau_improvement"] == pytest.approx(
             alone["metrics"]["plateau_improvement"], rel=1e-3, abs=1e-6
         )
+        assert record["metrics"]["half_val_loss"] == pytest.approx(
+            alone["metrics"]["half_val_loss"], rel=1e-4
+        )
 
 
 def test_shared_data_and_the_vmap_fallback_agree():

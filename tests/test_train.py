@@ -7,10 +7,11 @@ import pytest
 import torch
 from torch import nn
 
+import blocklab.train
 from blocklab.models import Net, parse_arm
 from blocklab.specs import TrainConfig
 from blocklab.tasks.base import Split, TaskData
-from blocklab.train import evaluate, lr_factor, plateau_improvement, plateau_until, train
+from blocklab.train import evaluate, lr_factor, plateau_improvement, train
 
 STEPS = 150
 CFG = TrainConfig(steps=STEPS, batch_size=64, lr=1e-2, eval_points=10)
@@ -163,16 +164,48 @@ def test_wsd_holds_the_peak_then_decays_linearly_to_zero():
     assert factors[80:] == pytest.approx([(100 - s) / 20 for s in range(80, 101)])
 
 
-def test_wsd_reads_the_plateau_before_its_decay():
-    """A curve flat at the peak rate that falls in the decay plateaued under wsd; read over the
-    last quarter of all training, as under cosine, the same curve did not."""
+def test_cosine_reads_the_fall_over_the_last_quarter():
     steps = list(range(0, 101, 5))
-    loss = [1.0 if s <= 80 else 1.0 - 0.02 * (s - 80) for s in steps]
-    wsd = TrainConfig(steps=100, schedule="wsd", decay=0.2)
-    assert plateau_improvement(steps, loss, until=plateau_until(wsd)) == pytest.approx(0.0)
-    assert plateau_improvement(steps, loss, until=plateau_until(TrainConfig())) > 0.3
-    falling = [2.0 - s / 100 for s in steps]  # still falling at the peak rate
-    assert plateau_improvement(steps, falling, until=0.8) > 0.1
+    flat = [1.0] * len(steps)
+    falling = [2.0 - s / 100 for s in steps]
+    assert plateau_improvement(steps, flat) == pytest.approx(0.0)
+    # smoothed over 3 evaluations: 1.25 around step 75, 1.05 at the end
+    assert plateau_improvement(steps, falling) == pytest.approx((1.25 - 1.05) / 1.05)
+    assert plateau_improvement(steps[:5], falling[:5]) is None  # too short to tell
+
+
+WSD = TrainConfig(steps=200, batch_size=64, lr=1e-2, eval_points=10, schedule="wsd", warmup=0.0)
+
+
+def test_the_half_run_is_a_run_of_half_the_steps():
+    """Without warmup the branch is exactly a wsd run of half the steps on the same batches:
+    its validation loss is that run's final one."""
+    data = regression_data()
+    full = run(WSD, data=data)
+    half = run(TrainConfig(**{**WSD.__dict__, "steps": 100}), data=data)
+    assert full.half_val_loss == pytest.approx(half.curves["val_loss"][-1], rel=1e-5)
+    end = full.curves["val_loss"][-1]
+    assert full.plateau_improvement == pytest.approx((full.half_val_loss - end) / end)
+    assert full.half_val_loss > end  # twice the steps still helped this small run
+
+
+def test_the_half_run_leaves_the_full_run_as_it_was(monkeypatch):
+    """The branch puts weights, optimizer state and batches back: the full run is the same to
+    the bit with and without it."""
+    cfg = TrainConfig(**{**WSD.__dict__, "warmup": 0.05})
+    with_branch = run(cfg)
+    monkeypatch.setattr(blocklab.train, "half_run", lambda cfg: None)
+    without = run(cfg)
+    assert with_branch.half_val_loss is not None and without.half_val_loss is None
+    for key in ("step", "train_loss", "val_loss"):  # the first train loss is NaN in both
+        np.testing.assert_array_equal(with_branch.curves[key], without.curves[key])
+    assert with_branch.test_loss == without.test_loss
+
+
+def test_wsd_warmup_must_end_before_the_half_run_decays():
+    with pytest.raises(ValueError, match="half the steps"):
+        TrainConfig(schedule="wsd", warmup=0.45, decay=0.2)
+    TrainConfig(schedule="wsd", warmup=0.4, decay=0.2)  # the branch starts right after warmup
 
 
 def test_a_cosine_trial_keeps_its_id_and_wsd_changes_it():

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import math
 import time
 
@@ -49,6 +50,7 @@ from blocklab.train import (
     TrainResult,
     autocast,
     eval_steps,
+    half_run,
     lr_factor,
 )
 
@@ -120,6 +122,21 @@ class StackedAdamW:
         self.exp_avg = [torch.zeros_like(p) for p in params]
         self.exp_avg_sq = [torch.zeros_like(p) for p in params]
         self.t = 0  # members step together until they stop, so one count serves all
+
+    def snapshot(self) -> list[list[Tensor] | int]:
+        """Copies of the parameters and the optimizer's state, for `restore`."""
+        return [[t.detach().clone() for t in group] for group in self._state()] + [self.t]
+
+    @torch.no_grad()
+    def restore(self, snap: list[list[Tensor] | int]) -> None:
+        """Parameters and state back in place as `snapshot` took them: views of them stay valid."""
+        for group, saved in zip(self._state(), snap[:-1], strict=True):
+            for t, value in zip(group, saved, strict=True):
+                t.copy_(value)
+        self.t = snap[-1]
+
+    def _state(self) -> list[list[Tensor]]:
+        return [[p.detach() for p in self.params], self.exp_avg, self.exp_avg_sq]
 
     @torch.no_grad()
     def grad_norms(self) -> Tensor:
@@ -266,24 +283,48 @@ def train_ensemble(
         for e in alive:
             runs[e].checkpoint(step, scores[e][0])
 
-    checkpoint(0)
-    for step in range(1, cfg.steps + 1):
-        x, y = next(draw)  # (E, b, ...)
+    def backward(x: Tensor, y: Tensor, alive: list[int]) -> tuple[list[float], Tensor]:
+        """Every member's batch loss before the update, and the gradient norms (E,) of the
+        members in `alive`: the others get no gradient."""
         with cast:
             out = ens(x)  # (E, b, ...)
         losses = unit_losses(out.float(), y, kind).mean(1)  # (E,)
         values = losses.tolist()
-        alive = [e for e in alive if runs[e].step_loss(step, values[e])]
-        if not alive:
-            break
+        alive = [e for e in alive if math.isfinite(values[e])]
         for p in opt.params:
             p.grad = None
         if len(alive) < size:  # stopped members get no gradient
             keep = torch.zeros(size, dtype=torch.bool, device=losses.device)
             keep[alive] = True
             losses = torch.where(keep, losses, 0.0)
-        losses.sum().backward()
-        norms = opt.grad_norms()
+        if alive:
+            losses.sum().backward()
+        return values, opt.grad_norms()
+
+    def half_run_losses(ahead, alive: list[int]) -> list[float | None]:
+        """`train.train`'s branch for every member at once: the half-length run's decay on the
+        batches ahead, each member's validation loss (None where it went non-finite), then
+        parameters and optimizer state put back."""
+        first, end, half = branch
+        snap = opt.snapshot()
+        for s in range(first, end):
+            values, norms = backward(*next(ahead), alive)
+            alive = [e for e, n in enumerate(norms.tolist()) if e in alive and math.isfinite(n)]
+            alive = [e for e in alive if math.isfinite(values[e])]
+            if not alive:
+                break
+            opt.step(alive, [cfgs[e].lr * lr_factor(s, half) for e in alive], norms, cfg.clip)
+        scores = evaluate_ensemble(ens, [d.val for d in datas], kind, tol) if alive else []
+        opt.restore(snap)
+        return [scores[e][0] if e in alive else None for e in range(size)]
+
+    branch = half_run(cfg)
+    checkpoint(0)
+    for step in range(1, cfg.steps + 1):
+        values, norms = backward(*next(draw), alive)
+        alive = [e for e in alive if runs[e].step_loss(step, values[e])]
+        if not alive:
+            break
         for e, norm in enumerate(norms.tolist()):
             if e in alive and not math.isfinite(norm):
                 runs[e].diverged_at = step
@@ -296,6 +337,10 @@ def train_ensemble(
             runs[e].window.append(values[e])
         if step in checkpoints:
             checkpoint(step)
+        if branch and step == branch[0]:
+            draw, ahead = itertools.tee(draw)  # the branch reads the batches ahead, tee replays
+            for e, value in enumerate(half_run_losses(ahead, alive)):
+                runs[e].half_val_loss = value
 
     val = evaluate_ensemble(ens, [d.val for d in datas], kind, tol)
     test = evaluate_ensemble(ens, [d.test for d in datas], kind, tol)

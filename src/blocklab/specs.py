@@ -77,9 +77,12 @@ class TrainConfig:
 
     def __post_init__(self):
         validate(self)
-        if self.schedule == "wsd" and self.warmup + self.decay >= 1:
+        if self.schedule == "wsd" and self.warmup > (1 - self.decay) / 2:
+            # the run of half the steps, whose loss tells a plateau, branches off the stable
+            # phase and must start its decay after the warmup (`train.half_run`)
             raise ValueError(
-                f"warmup ({self.warmup}) and decay ({self.decay}) leave no steps at the peak rate"
+                f"warmup ({self.warmup}) must end before a run of half the steps starts its "
+                f"decay: under wsd, warmup <= (1 - decay) / 2 = {(1 - self.decay) / 2:g}"
             )
 
     def unused(self) -> dict[str, str]:

@@ -1,15 +1,23 @@
-"""Training one network on one task: AdamW, linear warmup then cosine decay, gradient clipping.
+"""Training one network on one task: AdamW, linear warmup then cosine decay (or wsd: the peak
+rate held, then a linear decay), gradient clipping.
 
 A run whose loss turns non-finite, or grows past `blowup` times its starting loss, stops there and
 is reported as diverged with its step; the caller records it and goes on.
+
+Every run reports whether it had stopped improving (`plateau_improvement`). Under wsd that is
+measured, not guessed from the curve: a run of half the steps branches off the stable phase,
+anneals, and is scored on validation, then the run goes on as if it had not (`half_run`); what
+doubling the steps gained is the gap between the two annealed losses.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import itertools
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -30,9 +38,10 @@ class TrainResult:
     threshold: float
     curves: dict[str, list[float]]
     seconds: float
-    # relative fall of the smoothed validation loss over the last PLATEAU_WINDOW of training
-    # (`plateau_improvement`); near 0 when training had stopped improving
+    # what the end of training still gained, a share of the final validation loss
+    # (`Tracker.plateau`); near 0 when training had stopped improving
     plateau_improvement: float | None = None
+    half_val_loss: float | None = None  # wsd: the annealed loss of the run of half the steps
 
 
 PLATEAU_WINDOW = 0.25  # the share of training, at the end, over which a plateau is read
@@ -40,30 +49,35 @@ SMOOTH = 3  # validation points averaged into one smoothed value
 
 
 def plateau_improvement(
-    steps: list[int], val_loss: list[float], window: float = PLATEAU_WINDOW, until: float = 1.0
+    steps: list[int], val_loss: list[float], window: float = PLATEAU_WINDOW
 ) -> float | None:
     """(L(start) - L(end)) / L(end) of the validation loss smoothed over SMOOTH evaluations:
-    L(end) averages those nearest the step `until` * last step, L(start) those nearest
-    (1 - window) times that step. 0.01 means the loss fell by 1% of its final value over the
-    last `window` of the steps read. None for a curve too short to tell."""
-    if not all(math.isfinite(v) for v in val_loss):
+    L(end) averages the last ones, L(start) those nearest (1 - window) times the last step.
+    0.01 means the loss fell by 1% of its final value over the last `window` of the steps.
+    None for a curve too short to tell."""
+    if not all(math.isfinite(v) for v in val_loss) or len(steps) < 2 * SMOOTH:
         return None
-    end_step = until * steps[-1]
-    read = [i for i, s in enumerate(steps) if s <= end_step + 1e-9]
-    if len(read) < 2 * SMOOTH:
-        return None
-    at = (1.0 - window) * steps[read[-1]]
-    nearest = sorted(read[:-SMOOTH], key=lambda i: abs(steps[i] - at))[:SMOOTH]
+    at = (1.0 - window) * steps[-1]
+    nearest = sorted(range(len(steps) - SMOOTH), key=lambda i: abs(steps[i] - at))[:SMOOTH]
     start = sum(val_loss[i] for i in nearest) / SMOOTH
-    end = sum(val_loss[i] for i in read[-SMOOTH:]) / SMOOTH
+    end = sum(val_loss[i] for i in range(len(steps) - SMOOTH, len(steps))) / SMOOTH
     return (start - end) / end if end > 0 else None
 
 
-def plateau_until(cfg: TrainConfig) -> float:
-    """The share of training whose end a plateau is read at: all of it under cosine decay; under
-    wsd the end of the peak-rate phase, since the decay that follows lowers the loss of any
-    network, converged or not (it removes the noise of the peak rate)."""
-    return 1.0 - cfg.decay if cfg.schedule == "wsd" else 1.0
+def half_run(cfg: TrainConfig) -> tuple[int, int, TrainConfig] | None:
+    """Under wsd, the run of half the steps that branches off this one's stable phase: it takes
+    the same first steps and batches, then decays from step `start` to step `end` (0-based steps
+    [start, end)) on the schedule `cfg` of a run of `end` steps. Its annealed loss, beside this
+    run's, says what doubling the steps gained (`Tracker.plateau`). None under cosine, whose rate
+    falls from the start, and when the run is too short to branch after its warmup."""
+    if cfg.schedule != "wsd":
+        return None
+    end = cfg.steps // 2
+    half = replace(cfg, steps=end)
+    start = end - max(1, round(cfg.decay * end))
+    if start < max(1, int(cfg.warmup * cfg.steps)):
+        return None
+    return start, end, half
 
 
 def lr_factor(step: int, cfg: TrainConfig) -> float:
@@ -135,6 +149,8 @@ class Tracker:
         self.reached: int | None = None
         self.diverged_at: int | None = None
         self.start_loss: float | None = None
+        # validation loss of the half-length run branched off the stable phase (wsd, `half_run`)
+        self.half_val_loss: float | None = None
 
     def step_loss(self, step: int, value: float) -> bool:
         """Take a training loss before the update; False (and diverged) when it blew up."""
@@ -171,12 +187,22 @@ class Tracker:
             self.threshold,
             self.curves,
             seconds,
-            plateau_improvement(
-                self.curves["step"], self.curves["val_loss"], until=plateau_until(self.cfg)
-            )
-            if ok
-            else None,
+            self.plateau() if ok else None,
+            self.half_val_loss if ok else None,
         )
+
+    def plateau(self) -> float | None:
+        """How much the end of training still improved the validation loss, as a share of the
+        final loss. Under wsd: the annealed loss of the half-length run (`half_run`) minus this
+        run's, so 0.02 means twice the steps lowered the loss by 2%. Under cosine, whose last
+        quarter anneals: the fall of the smoothed curve over that quarter
+        (`plateau_improvement`)."""
+        if self.cfg.schedule != "wsd":
+            return plateau_improvement(self.curves["step"], self.curves["val_loss"])
+        half, end = self.half_val_loss, self.curves["val_loss"][-1]
+        if half is None or not math.isfinite(half) or not end > 0:
+            return None
+        return (half - end) / end
 
 
 def batches(n: int, batch_size: int, seed: int):
@@ -227,20 +253,41 @@ def train(
     checkpoints = set(eval_steps(cfg.steps, cfg.eval_points))  # looked up every step
     run = Tracker(cfg, threshold)
     cast = autocast(device)  # entered every step; chosen once
+    branch = half_run(cfg)
+
+    def backward(x: torch.Tensor, y: torch.Tensor) -> tuple[float, torch.Tensor]:
+        """The batch loss before the update, and the gradient norm before clipping."""
+        with cast:
+            out = model(x)
+        batch_loss = loss(out.float(), y, kind)
+        opt.zero_grad(set_to_none=True)
+        batch_loss.backward()
+        return batch_loss.item(), nn.utils.clip_grad_norm_(params, cfg.clip)
+
+    def half_run_loss(ahead) -> float | None:
+        """Run the half-length run's decay on the batches ahead, read its validation loss, and
+        put model and optimizer back as they were; None if it went non-finite."""
+        first, end, half = branch
+        saved = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
+        try:
+            for s in range(first, end):
+                for group in opt.param_groups:
+                    group["lr"] = cfg.lr * lr_factor(s, half)
+                value, norm = backward(*next(ahead))
+                if not (math.isfinite(value) and torch.isfinite(norm)):
+                    return None
+                opt.step()
+            return evaluate(model, data.val, kind, tol)[0]
+        finally:
+            model.load_state_dict(saved[0])
+            opt.load_state_dict(saved[1])
 
     run.checkpoint(0, evaluate(model, data.val, kind, tol)[0])
     model.train()
     for step in range(1, cfg.steps + 1):
-        x, y = next(draw)
-        with cast:
-            out = model(x)
-        batch_loss = loss(out.float(), y, kind)
-        value = batch_loss.item()
+        value, grad_norm = backward(*next(draw))
         if not run.step_loss(step, value):
             break
-        opt.zero_grad(set_to_none=True)
-        batch_loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(params, cfg.clip)
         if not torch.isfinite(grad_norm):
             run.diverged_at = step
             break
@@ -249,6 +296,10 @@ def train(
         run.window.append(value)
         if step in checkpoints:
             run.checkpoint(step, evaluate(model, data.val, kind, tol)[0])
+        if branch and step == branch[0]:
+            # the branch reads the batches this run reads next, and tee replays them to it
+            draw, ahead = itertools.tee(draw)
+            run.half_val_loss = half_run_loss(ahead)
 
     if run.diverged_at is not None:
         return run.result(None, None, time.perf_counter() - start)
@@ -269,6 +320,7 @@ def as_record(result: TrainResult) -> dict[str, Any]:
             "diverged_step",
             "seconds",
             "plateau_improvement",
+            "half_val_loss",
         )
     }
     return {"status": result.status, "metrics": metrics, "curves": result.curves}

@@ -8,9 +8,11 @@ quantity a network's capacity bounds from below; accuracy stays in the summaries
 A verdict is only stated when the run can support one. The checks, in order:
 - `budget_span`: at least MIN_BUDGETS budgets spanning at least MIN_SPAN x (a scaling curve of
   3 parameters needs them);
-- `plateau`: at least PLATEAU_SHARE of the trials plateaued (their smoothed validation loss fell by
-  less than `plateau_tol` of its final value over the last quarter of training, or under the
-  wsd schedule over the last quarter of its peak-rate phase, before the decay);
+- `plateau`: at least PLATEAU_SHARE of the trials plateaued: under the wsd schedule, the run of
+  half the steps (branched off the stable phase and annealed, `train.half_run`) ends less than
+  `plateau_tol` above the full run's validation loss, so doubling the steps gained less than
+  that; under cosine, the smoothed validation loss fell by less than `plateau_tol` of its final
+  value over the last quarter of training (which the annealing also lowers);
 - `monotone_in_budget`: for every arm, the mean test loss does not rise with budget beyond the
   intervals (at no step is the larger budget's 95% interval entirely above the smaller one's);
   a larger network that fits worse is undertrained, not less expressive;
@@ -51,11 +53,17 @@ def _loss(r: dict[str, Any]) -> float | None:
     return r.get("test_loss") if r["status"] == "done" else None
 
 
-def window(rows) -> str:
-    """Where a plateau is read: under wsd before the decay, which lowers any network's loss."""
+def criterion(rows, tol: float) -> str:
+    """The plateau criterion the rows were read by, in words (see `train.Tracker.plateau`)."""
     if rows and all(r.get("schedule") == "wsd" for r in rows):
-        return "the last quarter of the peak-rate phase, before the decay"
-    return "the last quarter of training"
+        return (
+            f"the annealed validation loss of the run of half the steps lies < {tol:g} above "
+            "the full run's: doubling the steps gained less than that"
+        )
+    return (
+        f"smoothed validation loss fell by < {tol:g} of its final value over the last quarter "
+        "of training"
+    )
 
 
 def plateaued(r: dict[str, Any], tol: float) -> bool:
@@ -150,7 +158,7 @@ def design_checks(
     )[:3]
     detail = (
         f"{share:.0%} of {len(flat)} trials plateaued (needs >= {PLATEAU_SHARE:.0%}; plateau: "
-        f"smoothed validation loss fell by < {tol:g} of its final value over {window(rows)})"
+        f"{criterion(rows, tol)})"
     )
     if worst:
         detail += "; least: " + ", ".join(f"{a} at {b} ({f:.0%})" for a, b, f in worst)

@@ -114,8 +114,8 @@ class DegreeSweepConfig:
     plateau_tol: float = field(
         default=0.03,
         metadata=meta(
-            "a trial plateaued when its smoothed validation loss fell by less than this "
-            "fraction over the last quarter of training",
+            "a trial plateaued when more training gained less than this share of its final "
+            "validation loss (wsd: twice the steps; cosine: the last quarter of training)",
             gt=0,
             lt=1,
         ),
@@ -126,7 +126,10 @@ class DegreeSweepConfig:
     n_boot: int = field(
         default=1000, metadata=meta("bootstrap draws for the scaling fits' intervals", ge=0)
     )
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=1000, batch_size=256))
+    # wsd, so that each trial measures what twice its steps would have gained (`train.half_run`)
+    train: TrainConfig = field(
+        default_factory=lambda: TrainConfig(steps=1000, batch_size=256, schedule="wsd")
+    )
 
     def __post_init__(self):
         from blocklab.tasks import make_task

@@ -48,7 +48,7 @@ def capacity_section(capacity):
         "## Test loss per budget",
         "",
         "Mean over (teacher, seed) with std and 95% Student-t interval; plateaued: share of "
-        "trials whose smoothed validation loss had stopped falling (see the design checks). "
+        "trials that had stopped improving (the criterion is in the design checks). "
         "With several teachers, the spread within a teacher (mean std over seeds) and between "
         "teachers (std of their means) are shown apart.",
         "",
