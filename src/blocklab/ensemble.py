@@ -309,8 +309,8 @@ def train_ensemble(
         snap = opt.snapshot()
         for s in range(first, end):
             values, norms = backward(*next(ahead), alive)
-            alive = [e for e, n in enumerate(norms.tolist()) if e in alive and math.isfinite(n)]
-            alive = [e for e in alive if math.isfinite(values[e])]
+            norm = norms.tolist()
+            alive = [e for e in alive if math.isfinite(values[e]) and math.isfinite(norm[e])]
             if not alive:
                 break
             opt.step(alive, [cfgs[e].lr * lr_factor(s, half) for e in alive], norms, cfg.clip)
