@@ -123,6 +123,9 @@ def test_fit_needs_two_depths():
     assert fit is None and "1 transition" in why
     fit, why = report.fit_found([search(1, 20.0), search(2, 30.0), none])
     assert why is None and fit.n_points == 2 and fit.b == pytest.approx(math.log(1.5))
+    assert report.transitions_json([search(1, 20.0), none]) == [
+        {"depth_shallow": 1, "depth_deep": 2, "width": 20.0, "width_error": 2.0, "params": 4800.0}
+    ]
 
 
 @pytest.mark.slow
@@ -137,6 +140,11 @@ def test_depth_width_command_end_to_end(tmp_path, capsys):
     assert len(payload["summaries"]) == 4 and all(s["n"] == 2 for s in payload["summaries"])
     assert all(s["mean"] > 0 for s in payload["summaries"])  # test losses in nats per token
     assert [f["part"] for f in payload["findings"]][0] == "transition"
+    # one entry per transition the findings report as found
+    found = [f for f in payload["findings"] if f["measured"].startswith("transition at")]
+    assert len(payload["transitions"]) == len(found)
+    for t in payload["transitions"]:
+        assert set(t) == {"depth_shallow", "depth_deep", "width", "width_error", "params"}
     assert "Depth-to-width" in (out / "report.md").read_text()
     for fig in ("depth_width_loss.png", "depth_width_fit.png", "depth_width_projection.png"):
         assert (out / fig).stat().st_size > 0

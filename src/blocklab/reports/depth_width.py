@@ -68,6 +68,21 @@ def analyze(cfg, trials) -> Result:
     )
 
 
+def transitions_json(searches) -> list[dict]:
+    """`--json`'s `transitions`: one entry per adjacent pair whose transition was found."""
+    return [
+        {
+            "depth_shallow": t.depth_shallow,
+            "depth_deep": t.depth_deep,
+            "width": t.width,
+            "width_error": t.error,
+            "params": t.n_params,
+        }
+        for t in (s.transition for s in searches)
+        if t is not None
+    ]
+
+
 def write(out_dir, cfg, trials) -> Report:
     """The report, and FIT_FILE for `blocklab advise --fit` when the run found a fit."""
     markdown.require_finished(trials)
@@ -101,7 +116,11 @@ def write(out_dir, cfg, trials) -> Report:
         out,
         cfg,
         result,
-        extra={"fit": fit, "fit_error": result.fit_error},
+        extra={
+            "transitions": transitions_json(result.searches),
+            "fit": fit,
+            "fit_error": result.fit_error,
+        },
         title="Depth-to-width transitions (seed 001, section 5.2)",
         question=QUESTION,
         findings=findings_table(result.findings),
