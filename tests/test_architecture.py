@@ -155,6 +155,10 @@ class SquaresConfig:
             raise ValueError(f"n must be >= 1, got {self.n}")
 
     @classmethod
+    def medium(cls) -> SquaresConfig:
+        return cls(n=6)
+
+    @classmethod
     def full(cls) -> SquaresConfig:
         return cls(n=10)
 
@@ -200,7 +204,12 @@ def test_one_file_adds_an_experiment(toy, tmp_path, capsys):
     }
     assert (tmp_path / "report.md").read_text() == "# Squares\n\n[0, 1, 4, 9]\n"
 
-    assert main(["squares", "--full", "--out", str(tmp_path)]) == 0
-    assert capsys.readouterr().out.splitlines()[0] == f"squares: {[i * i for i in range(10)]}"
+    for form, n in (("--medium", 6), ("--full", 10)):
+        assert main(["squares", form, "--out", str(tmp_path)]) == 0
+        assert capsys.readouterr().out.splitlines()[0] == f"squares: {[i * i for i in range(n)]}"
+    assert main(["squares", "--medium", "--n", "2", "--out", str(tmp_path)]) == 0  # flags win
+    assert capsys.readouterr().out.splitlines()[0] == "squares: [0, 1]"
+    assert main(["squares", "--medium", "--full", "--out", str(tmp_path)]) == 2
+    assert "not allowed with" in capsys.readouterr().err
     assert main(["squares", "--n", "0", "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err.startswith("blocklab: error:")

@@ -113,6 +113,14 @@ def test_plan_covers_depths_budgets_and_seeds():
         assert s.task == "text" and s.task_options == SMALL_TEXT
 
 
+def test_the_medium_form_holds_the_quick_forms_trials():
+    """A medium run in the quick form's directory resumes from its trials, and adds depths."""
+    quick, medium = depth_width.DepthWidthConfig(), depth_width.DepthWidthConfig.medium()
+    ids = {cfg: {s.id for _, s in depth_width.plan(cfg)} for cfg in (quick, medium)}
+    assert ids[quick] < ids[medium]
+    assert len(medium.depths) >= 4 > len(quick.depths) and max(medium.budgets) > max(quick.budgets)
+
+
 def test_fit_needs_two_depths():
     def search(depth, width):
         t = dw.Transition(depth, depth + 1, width, 2.0, 12 * depth * width**2)

@@ -20,6 +20,9 @@ from blocklab.experiments import Command, Experiment
 from blocklab.options import parse_pairs
 from blocklab.store import DB_NAME, Store
 
+# the larger forms an experiment's config may offer beside its quick defaults, as classmethods
+FORMS = ("medium", "full")
+
 
 def add_parser(sub, experiment: type[Experiment], command: Command) -> None:
     """`command`'s last word as a subcommand of `sub`, running `experiment`."""
@@ -54,8 +57,13 @@ def add_parser(sub, experiment: type[Experiment], command: Command) -> None:
         const="stale",
         help="keep stored trials made by other code (by default they are rerun)",
     )
-    if hasattr(experiment.Config, "full"):
-        p.add_argument("--full", action="store_true", help="the full form (quick by default)")
+    forms = [f for f in FORMS if hasattr(experiment.Config, f)]
+    if forms:
+        group = p.add_mutually_exclusive_group()
+        for form in forms:
+            group.add_argument(
+                f"--{form}", action="store_true", help=f"the {form} form (quick by default)"
+            )
     cfgmod.add_flags(p, experiment.Config, skip=experiment.no_flags)
     p.set_defaults(handler=lambda args: run(experiment, args))
 
@@ -107,7 +115,8 @@ def run(experiment: type[Experiment], args: argparse.Namespace) -> int:
 def resolve(experiment: type[Experiment], args: argparse.Namespace) -> Any:
     """Defaults (the quick form, or the full form with --full) < TOML < flags."""
     cls = experiment.Config
-    defaults = cls.full() if getattr(args, "full", False) else cls()
+    form = next((f for f in FORMS if getattr(args, f, False)), None)
+    defaults = getattr(cls, form)() if form else cls()
     flags = cfgmod.overrides(args, cls, skip=experiment.no_flags)
     if experiment.task_options and args.task_option:
         flags["task_options"] = parse_pairs(args.task_option, "task")

@@ -10,8 +10,11 @@ rows this run returns (`blocklab.reports.depth_width`, with `blocklab.analysis.d
 
 The seed's prediction: below a width the deeper network is no better for its size (or worse),
 above it the deeper network wins, and that transition width grows exponentially with depth
-(b > 0). The quick form is a miniature (depths 1-4, widths ~8-130, minutes of training), so its
-a and b are not the paper's: the test is the sign of b, and whether transitions exist at all.
+(b > 0). The quick form is a miniature: depths 1 and 2 at widths ~35-130, with the 2000 steps
+and budgets up to 2e5 that a transition between them needs here (at 1000 steps, or at budgets up
+to 1e5, the shallower net wins everywhere); `medium()` adds depths 3 and 4 and a budget of 4e5,
+for transitions of more pairs and a fit of its own.
+At this scale a and b are not the paper's: the test is whether transitions exist and the sign of b.
 """
 
 from __future__ import annotations
@@ -37,10 +40,10 @@ def _train(steps: int, batch_size: int = 32, lr: float = 6e-3) -> TrainConfig:
 @dataclass(frozen=True)
 class DepthWidthConfig:
     depths: tuple[int, ...] = field(
-        default=(1, 2, 3, 4), metadata=meta("network depths L", ge=1, min_len=2)
+        default=(1, 2), metadata=meta("network depths L", ge=1, min_len=2)
     )
     budgets: tuple[int, ...] = field(
-        default=(3000, 10000, 30000, 100000),
+        default=(30000, 100000, 200000),
         metadata=meta("non-embedding parameter budgets N = 12 L dx^2", ge=1),
     )
     heads: int = field(default=2, metadata=meta("attention heads per layer (the paper's 2)", ge=1))
@@ -53,7 +56,7 @@ class DepthWidthConfig:
     path: str = field(default="", metadata=meta("a text file to model ('' = the stdlib corpus)"))
     max_chars: int = field(default=0, metadata=meta("corpus characters to use (0 = all)", ge=0))
     n_train: int = field(default=16384, metadata=meta("training sequences drawn per seed", ge=1))
-    train: TrainConfig = field(default_factory=lambda: _train(1000))
+    train: TrainConfig = field(default_factory=lambda: _train(2000))
 
     def __post_init__(self):
         from blocklab.tasks import make_task
@@ -62,6 +65,12 @@ class DepthWidthConfig:
         if len(set(self.depths)) < 2:
             raise ValueError(f"give at least two distinct depths, got {self.depths}")
         make_task("text", **self.task_options())  # the text task checks the rest (the path)
+
+    @classmethod
+    def medium(cls) -> DepthWidthConfig:
+        """Depths 1-4 at budgets 3e4-4e5 and 2000 steps, so that transitions of more than one pair
+        of depths (and then a fit) can fall inside the range: about an hour on 2 CPU cores."""
+        return cls(depths=(1, 2, 3, 4), budgets=(30000, 100000, 200000, 400000))
 
     @classmethod
     def full(cls) -> DepthWidthConfig:
