@@ -31,7 +31,7 @@ LAYERS = [
     {"", "errors", "options", "registry", "config", "store", "theory", "specs", "numerics"}
     | {"executors", "processes", "fingerprint", "plugins", "claims"},
     {"blocks", "tasks", "measures"},
-    {"models", "budget", "checks"},
+    {"models", "budget", "checks", "constructions"},
     {"train", "ensemble", "stacked", "sweep", "bench", "provenance", "progress"},
     {"experiments"},
     {"analysis", "reports"},

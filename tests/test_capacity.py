@@ -186,6 +186,37 @@ def test_lr_search_extends_past_an_edge(tmp_path):
     assert c["at_edge"] and c["lr"] == pytest.approx(1e-4)
 
 
+def test_tied_rates_choose_the_middle_and_do_not_extend(tmp_path, monkeypatch):
+    """Accuracy 1 at every rate (a task solved at all of them) is no reason to search past an
+    edge: the choice is the middle rate, and nothing more runs."""
+    from blocklab import sweep
+    from blocklab.experiments import _trials
+
+    calls = []
+
+    def run(specs, *args, **kw):
+        calls.append(len(specs))
+        return {s.id: {"status": "done", "metrics": {"val_metric": 1.0}} for s in specs}
+
+    monkeypatch.setattr(sweep, "run", run)
+    cfg = _one_arm(lr_grid=(1e-3, 3e-3, 1e-2), lr_extend=2, steps=10)
+    shapes = degree_sweep.plan(cfg)
+    choice = degree_sweep.search_lr(cfg, shapes, Store(tmp_path), None, False, True)
+    c = choice[(192, "d=3")]
+    assert calls == [3] and c["lr"] == 3e-3 and not c["at_edge"]
+    # a unique best at an edge still extends
+    val = {1e-3 / 3: 0.95, 1e-3: 0.9, 3e-3: 0.8, 1e-2: 0.7}
+
+    def scored(specs, *args, **kw):
+        return {s.id: {"status": "done", "metrics": {"val_metric": val[s.train.lr]}} for s in specs}
+
+    monkeypatch.setattr(sweep, "run", scored)
+    at = {"k": lambda lr: degree_sweep._spec(cfg, *shapes[(192, "d=3")], lr, 0)}
+    got = _trials.search_lr(at, (1e-3, 3e-3, 1e-2), 1, Store(tmp_path), "x", None, False, True)
+    assert got["k"]["tried"] == pytest.approx([1e-3 / 3, 1e-3, 3e-3, 1e-2])
+    assert got["k"]["lr"] == pytest.approx(1e-3 / 3) and got["k"]["at_edge"]
+
+
 def test_a_single_rate_is_kept_and_reported_at_the_edge(tmp_path):
     """One rate is the user's fixed rate: nothing is searched around it, and the design check
     says the choice was not searched."""

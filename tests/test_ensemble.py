@@ -17,7 +17,7 @@ from blocklab.ensemble import Ensemble, stackable, train_ensemble
 from blocklab.errors import UserError
 from blocklab.models import Arm, Net, parse_arm
 from blocklab.specs import TrainConfig, TrialSpec, ensemble_key, plan_units
-from blocklab.tasks.base import Split, TaskData, unit_losses
+from blocklab.tasks.base import IGNORE, Split, TaskData, member_losses
 from blocklab.train import train
 
 TRAIN = TrainConfig(steps=40, batch_size=16, lr=3e-3, eval_points=4)
@@ -236,22 +236,29 @@ def test_configs_may_differ_in_learning_rate_only():
         )
 
 
-def test_the_ensembles_cross_entropy_is_torchs():
-    """`unit_losses` takes its own cross-entropy (fewer passes over large logits): equal to
-    F.cross_entropy in values and gradients, a label whose probability underflows included."""
+@pytest.mark.parametrize("ignored", [False, True])
+def test_the_ensembles_cross_entropy_is_torchs(ignored):
+    """`member_losses` takes its own cross-entropy (fewer passes over large logits): equal to
+    F.cross_entropy per member in values and gradients, a label whose probability underflows
+    included, and with IGNORE labels left out of both."""
     gen = torch.Generator().manual_seed(0)
     logits = (3 * torch.randn(2, 40, 7, generator=gen)).requires_grad_()  # (E, B, C)
     labels = torch.randint(7, (2, 40), generator=gen)
     with torch.no_grad():
         logits[1, 5, labels[1, 5]] -= 300.0  # exp(-300) is 0 in float32
-    weights = torch.randn(2, 40, generator=gen)
-    ours = unit_losses(logits, labels, "classification")  # (E, units)
+    if ignored:
+        labels[0, :7] = IGNORE
+        labels[1, 30:] = IGNORE
+    weights = torch.randn(2, generator=gen)
+    ours = member_losses(logits, labels, "classification")  # (E,)
     (grad,) = torch.autograd.grad((ours * weights).sum(), logits)
-    ref = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none").view(2, 40)
+    ref = torch.stack([F.cross_entropy(logits[e], labels[e]) for e in range(2)])
     (ref_grad,) = torch.autograd.grad((ref * weights).sum(), logits)
-    assert torch.isfinite(ours).all() and ours[1, 5] > 290
+    assert torch.isfinite(ours).all() and ours[1] > 290 / 40
     assert torch.allclose(ours, ref, rtol=1e-5, atol=1e-5)
     assert torch.allclose(grad, ref_grad, rtol=1e-5, atol=1e-6)
+    if ignored:
+        assert grad[0, :7].abs().max() == 0 and grad[1, 30:].abs().max() == 0
 
 
 # The stacked path against its references, for every stackable block: each member alone (the

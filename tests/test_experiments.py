@@ -159,18 +159,41 @@ def test_sanford_qsa_end_to_end(tmp_path, capsys):
 @pytest.mark.slow
 def test_sanford_match_end_to_end(tmp_path, capsys):
     args = ["sanford", "match", "--widths", "6", "--seeds", "2", "--n-train", "512"]
-    args += ["--out", str(tmp_path), *TINY_TRAIN]
+    args += ["--seq-len", "5", "6", "--lr-grid", "3e-3", "1e-2", "--lr-extend", "0"]
+    args += ["--n-test", "256", "--out", str(tmp_path), *TINY_TRAIN]
     code, out, _ = _run(capsys, *args)
     assert code == 0
     payload = json.loads(out)
     findings = payload["findings"]
-    assert {(f["task"], f["model"]) for f in findings} == {
-        (t, m) for t in ("match2", "match3") for m in ("standard", "tensor")
+    assert {(f["task"], f["seq_len"], f["model"]) for f in findings} == {
+        (t, n, m) for t in ("match2", "match3") for n in (5, 6) for m in ("standard", "tensor")
     }
     sizes = {s["model"]: s["params"] for s in payload["summaries"] if s["task"] == "match3"}
     assert sizes["standard"] == sizes["tensor"]
+    # every construction, at both lengths, measured on fresh data
+    built = {(c["task"], c["block"], c["seq_len"]): c for c in payload["constructions"]}
+    assert set(built) == {
+        (t, b, n)
+        for t, b in (("match2", "softmax_attention"), ("match2", "tensor_attention"))
+        + (("match3", "tensor_attention"),)
+        for n in (5, 6)
+    }
+    assert all(c["accuracy"] == 1.0 and c["n_test"] == 256 for c in built.values())
+    assert {c["width"] for c in built.values() if c["task"] == "match3"} == {5}
+    constructed = {(f["task"], f["model"]): f["constructed"] for f in findings}
+    assert constructed[("match3", "standard")] is None and constructed[("match3", "tensor")] == 1
+    # a rate chosen per (task, N, width, block) from the grid, and the trials ran at it
+    assert len(payload["lr_choice"]) == len(findings)
+    assert all(c["lr"] in (3e-3, 1e-2) for c in payload["lr_choice"].values())
+    assert all(0 <= s["plateaued"] <= 1 for s in payload["summaries"])
+    assert [w for w in payload["solving_widths"] if w["task"] == "match3"]
     report = (tmp_path / "report.md").read_text()
     assert "modulus M = 9" in report and "does not solve" in report
+    assert "constructed: tensor attention solves Match3 at m = 5" in report
+    assert "standard attention has no construction for Match3" in report
+    # one rate fixes the search, so a --lr would say nothing: it is refused, in one line
+    code, _, err = _run(capsys, *args, "--lr", "1e-3")
+    assert code == 2 and "lr_grid" in err and err.count("\n") == 1
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ import torch
 from blocklab.errors import UserError
 from blocklab.tasks import TASKS, make_task
 from blocklab.tasks._match import auto_modulus, match_labels, positive_rates
+from blocklab.tasks.base import IGNORE
 from blocklab.tasks.needle import Needle
 
 
@@ -69,14 +70,19 @@ def brute_match(tokens: torch.Tensor, M: int, order: int) -> torch.Tensor:
     return out
 
 
+@pytest.mark.parametrize("stop", [True, False])
 @pytest.mark.parametrize("name, order", [("match2", 2), ("match3", 3)])
-def test_match_labels_match_brute_force(name, order):
-    d = small(name).make(0)
-    M = d.info["modulus"]
-    x = torch.cat([d.train.x, d.val.x])[:300]  # (300, N, M) one-hot
+def test_match_labels_match_brute_force(name, order, stop):
+    d = small(name, stop=stop).make(0)
+    M, N = d.info["modulus"], 6
+    x = torch.cat([d.train.x, d.val.x])[:300]  # (300, N [+ 1], M [+ 1]) one-hot
+    assert x.shape[1:] == (N + stop, M + stop) and d.seq_len == N + stop
     assert ((x == 0) | (x == 1)).all() and (x.sum(-1) == 1).all()
-    y = torch.cat([d.train.y, d.val.y])[:300]  # (300, N)
-    assert torch.equal(y, brute_match(x.argmax(-1), M, order))
+    y = torch.cat([d.train.y, d.val.y])[:300]  # (300, N [+ 1])
+    assert torch.equal(y[:, :N], brute_match(x[:, :N].argmax(-1), M, order))
+    if stop:  # STOP, symbol M, ends every sequence and carries no label; no residue is M
+        assert (x[:, N, M] == 1).all() and (x[:, :N, M] == 0).all()
+        assert (y[:, N] == IGNORE).all()
 
 
 @pytest.mark.parametrize("order", [2, 3])
@@ -100,9 +106,10 @@ def test_match_auto_modulus_at_n6():
     for name, M in (("match2", 9), ("match3", 31)):
         d = small(name).make(0)
         assert d.info["modulus"] == M and d.info["modulus_chosen"] == "auto"
-        assert d.input_shape == (6, M)
+        assert d.input_shape == (7, M + 1)  # the STOP token is on by default
         assert 0.45 <= d.info["balance"] <= 0.55
-        assert d.info["balance"] == pytest.approx(d.train.y.double().mean().item())
+        labels = d.train.y[:, :6]  # the residues' labels, STOP's left out
+        assert d.info["balance"] == pytest.approx(labels.double().mean().item())
 
 
 def test_match_auto_modulus_is_closest_to_half():
@@ -114,7 +121,7 @@ def test_match_auto_modulus_is_closest_to_half():
 
 
 def test_match_given_modulus_used():
-    d = small("match2", modulus=12).make(0)
+    d = small("match2", modulus=12, stop=False).make(0)
     assert d.info["modulus"] == 12 and d.info["modulus_chosen"] == "given"
     assert d.input_shape == (6, 12)
     assert int(d.train.x.argmax(-1).max()) <= 11

@@ -42,7 +42,7 @@ from torch.func import functional_call, vmap
 
 from blocklab.specs import TrainConfig
 from blocklab.stacked import parent_of, stack_weights, stackable
-from blocklab.tasks.base import Split, TaskData, score, unit_losses
+from blocklab.tasks.base import Split, TaskData, member_losses, score
 from blocklab.train import (
     EVAL_OUTPUTS,
     ONLINE_CHUNK,
@@ -288,7 +288,7 @@ def train_ensemble(
         members in `alive`: the others get no gradient."""
         with cast:
             out = ens(x)  # (E, b, ...)
-        losses = unit_losses(out.float(), y, kind).mean(1)  # (E,)
+        losses = member_losses(out.float(), y, kind)  # (E,)
         values = losses.tolist()
         alive = [e for e in alive if math.isfinite(values[e])]
         for p in opt.params:

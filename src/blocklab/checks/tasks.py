@@ -15,7 +15,7 @@ import torch
 from blocklab.checks import NotApplicable, expect
 from blocklab.errors import UserError
 from blocklab.tasks import TASKS, make_task
-from blocklab.tasks.base import score
+from blocklab.tasks.base import IGNORE, score
 
 
 def registry():
@@ -96,7 +96,9 @@ def shapes(case: Case) -> None:
         else:
             expect(s.y.shape == lead, f"{key}: y shape {tuple(s.y.shape)}, expected {lead}")
             expect(s.y.dtype == torch.int64, f"{key}: labels are {s.y.dtype}, not int64")
-            expect(s.y.min() >= 0 and s.y.max() < d.n_out, f"{key}: a label outside n_out")
+            labels = s.y[s.y != IGNORE]  # positions without a target are not scored
+            expect(labels.numel() > 0, f"{key}: every label is IGNORE")
+            expect(labels.min() >= 0 and labels.max() < d.n_out, f"{key}: a label outside n_out")
     if d.vocab is not None:  # the next token is the class
         expect(d.vocab == d.n_out and d.kind == "classification", "vocab != n_out classes")
 
@@ -115,7 +117,7 @@ def targets(case: Case) -> None:
         # a vocabulary holds every byte, most never in the text: only check the targets vary
         expect(y.unique().numel() > min(d.n_out, y.numel()) // 100, "too few distinct targets")
     else:
-        counts = torch.bincount(y.flatten(), minlength=d.n_out)
+        counts = torch.bincount(y[y != IGNORE], minlength=d.n_out)
         expect(counts.min() > 0, f"class {int(counts.argmin())} never appears in training")
 
 
@@ -146,12 +148,13 @@ def chance(case: Case) -> None:
     d = case.data(0)
     test = d.test
     if d.kind == "classification":
-        counts = torch.bincount(d.train.y.flatten(), minlength=d.n_out)
+        counts = torch.bincount(d.train.y[d.train.y != IGNORE], minlength=d.n_out)
         majority = int(counts.argmax())
         out = torch.zeros(*test.y.shape, d.n_out)  # (n, [T,] C)
         out[..., majority] = 1.0
         _, correct, units = score(out, test.y, d.kind)
-        freq = torch.bincount(test.y.flatten(), minlength=d.n_out).double() / test.y.numel()
+        scored = test.y[test.y != IGNORE]
+        freq = torch.bincount(scored, minlength=d.n_out).double() / scored.numel()
         got, want = correct / units, float(freq[majority])
         expect(math.isclose(got, want, rel_tol=1e-6), f"majority accuracy {got:.4g} != {want:.4g}")
         # random logits pick a uniform class independent of the label: accuracy 1/C in expectation

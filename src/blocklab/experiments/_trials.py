@@ -8,10 +8,13 @@ this module imports what needs torch or numpy where it runs (see `blocklab.exper
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+import math
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from blocklab.experiments import Trials
+from blocklab.options import meta
 from blocklab.specs import TrainConfig, TrialSpec
 from blocklab.store import Store
 
@@ -147,9 +150,103 @@ def row(spec: TrialSpec, rec: dict[str, Any], **keys: Any) -> dict[str, Any]:
         "depth": spec.depth,
         "width": spec.width,
         "lr": spec.train.lr,
+        "schedule": spec.train.schedule,
         "seconds": m.get("seconds"),
         "diverged_step": m.get("diverged_step"),
+        # what more training would have gained, for a plateau criterion (`train.Tracker.plateau`)
+        "plateau_improvement": m.get("plateau_improvement"),
         # {measure: {"init": summary, "trained": summary}} when the spec asked for measures
         "measures": m.get("measures", {}),
         **keys,
     }
+
+
+# the config fields of an experiment that searches learning rates (`search_lr`) and reads a
+# plateau criterion (`analysis.capacity.plateaued`)
+
+
+def lr_grid_field(default: tuple[float, ...], per: str) -> Any:
+    return field(
+        default=default, metadata=meta(f"learning rates tried per {per} on validation", gt=0)
+    )
+
+
+def lr_extend_field(default: int) -> Any:
+    help = "times the grid is extended past an edge where the best rate lies"
+    return field(default=default, metadata=meta(help, ge=0))
+
+
+def plateau_tol_field(more: str) -> Any:
+    help = f"a trial plateaued when more training gained less than this share of its final {more}"
+    return field(default=0.03, metadata=meta(help, gt=0, lt=1))
+
+
+def _score(record: dict[str, Any] | None, higher_is_better: bool) -> float:
+    value = (record or {}).get("metrics", {}).get("val_metric")
+    if (record or {}).get("status") != "done" or value is None:
+        return -math.inf
+    return value if higher_is_better else -value
+
+
+def _beyond(grid: list[float], low: bool) -> float:
+    """The next rate past the grid's low or high edge, at the grid's own ratio there."""
+    return grid[0] ** 2 / grid[1] if low else grid[-1] ** 2 / grid[-2]
+
+
+def search_lr(
+    at: dict[Hashable, Callable[[float], TrialSpec]],
+    grid: tuple[float, ...],
+    extend: int,
+    store: Store,
+    experiment: str,
+    resources: Resources | None,
+    progress: bool,
+    higher: bool,
+) -> dict[Hashable, dict[str, Any]]:
+    """Per key, the rate of `grid` whose trial `at[key](lr)` scores best on validation (ties: the
+    one nearest the middle of the grid). A best rate at an edge is pushed past it up to `extend`
+    times; a choice still at an edge says so. A
+    grid of one rate is the user's fixed rate: never extended, and at its own edge.
+
+    Returns per key {"lr", "tried", "at_edge", "val_metric": {rate: score or None}}."""
+    from blocklab import sweep
+
+    grids = {key: sorted(grid) for key in at}
+    extend = extend if len(grid) > 1 else 0
+    choice: dict[Hashable, dict[str, Any]] = {}
+    pending, round_ = list(at), 0
+    while pending:
+        search = {key: [at[key](lr) for lr in grids[key]] for key in pending}
+        label = "lr search" if round_ == 0 else f"lr search, extended ({round_})"
+        specs = [s for group in search.values() for s in group]
+        records = sweep.run(
+            specs, store, experiment, resources=resources, label=label, progress=progress
+        )
+        again = []
+        for key in pending:
+            rates = grids[key]
+            scores = [_score(records.get(s.id), higher) for s in search[key]]
+            # ties (accuracy 1 at several rates) go to the rate nearest the grid's middle: an edge
+            # tied with a rate inside it is no reason to search past it
+            top, mid = max(scores), (len(rates) - 1) / 2
+            ties = [i for i, sc in enumerate(scores) if sc == top]
+            best = min(ties, key=lambda i: (abs(i - mid), rates[i]))
+            edge = len(rates) == 1 or best in (0, len(rates) - 1)
+            if edge and math.isfinite(scores[best]) and round_ < extend:
+                if best == 0:
+                    rates.insert(0, _beyond(rates, low=True))
+                else:
+                    rates.append(_beyond(rates, low=False))
+                again.append(key)
+                continue
+            choice[key] = {
+                "lr": rates[best],
+                "tried": list(rates),
+                "at_edge": edge,
+                "val_metric": {
+                    f"{lr:g}": (None if math.isinf(sc) else abs(sc))
+                    for lr, sc in zip(rates, scores, strict=True)
+                },
+            }
+        pending, round_ = again, round_ + 1
+    return choice

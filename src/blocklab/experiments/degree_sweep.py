@@ -15,12 +15,12 @@ and with `blocklab.analysis.capacity` design checks, scaling fits and a verdict.
 
 from __future__ import annotations
 
-import math
+import functools
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from blocklab.errors import UserError
-from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials
+from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
 from blocklab.options import meta, validate
 from blocklab.specs import ACTIVATIONS, FEED_FORWARD, NORMS, TrainConfig, TrialSpec
 from blocklab.store import Store
@@ -103,22 +103,10 @@ class DegreeSweepConfig:
             choices=tuple(FEED_FORWARD),
         ),
     )
-    lr_grid: tuple[float, ...] = field(
-        default=(1e-2, 3e-2, 1e-1),
-        metadata=meta("learning rates tried per arm on validation", gt=0),
-    )
-    lr_extend: int = field(
-        default=2,
-        metadata=meta("times the grid is extended past an edge where the best rate lies", ge=0),
-    )
-    plateau_tol: float = field(
-        default=0.03,
-        metadata=meta(
-            "a trial plateaued when more training gained less than this share of its final "
-            "validation loss (wsd: twice the steps; cosine: the last quarter of training)",
-            gt=0,
-            lt=1,
-        ),
+    lr_grid: tuple[float, ...] = _trials.lr_grid_field((1e-2, 3e-2, 1e-1), "arm")
+    lr_extend: int = _trials.lr_extend_field(2)
+    plateau_tol: float = _trials.plateau_tol_field(
+        "validation loss (wsd: twice the steps; cosine: the last quarter of training)"
     )
     alpha: float = field(
         default=0.05, metadata=meta("significance level of the paired tests", gt=0, lt=1)
@@ -222,13 +210,6 @@ def _spec(cfg: DegreeSweepConfig, arm: Arm, shape: Shape, lr: float, seed: int, 
     )
 
 
-def _score(record: dict[str, Any] | None, higher_is_better: bool) -> float:
-    value = (record or {}).get("metrics", {}).get("val_metric")
-    if (record or {}).get("status") != "done" or value is None:
-        return -math.inf
-    return value if higher_is_better else -value
-
-
 @dataclass
 class DegreeSweepTrials(Trials):
     # rows: one per final trial (done or diverged); failed: the final trials that raised.
@@ -237,54 +218,15 @@ class DegreeSweepTrials(Trials):
     lr_choice: dict[str, dict[str, Any]]
 
 
-def _beyond(grid: list[float], low: bool) -> float:
-    """The next rate past the grid's low or high edge, at the grid's own ratio there."""
-    return grid[0] ** 2 / grid[1] if low else grid[-1] ** 2 / grid[-2]
-
-
 def search_lr(
     cfg: DegreeSweepConfig, shapes, store: Store, resources, progress: bool, higher: bool
 ) -> dict[tuple[int, str], dict[str, Any]]:
-    """Per (budget, arm): the grid's best rate on validation (seed 0, teacher 0). A best rate at
-    an edge is pushed past it up to `lr_extend` times; a choice still at an edge says so. A grid
-    of one rate is the user's fixed rate: never extended, and at its own edge."""
-    from blocklab import sweep
-
-    grids = {key: sorted(cfg.lr_grid) for key in shapes}
-    extend = cfg.lr_extend if len(cfg.lr_grid) > 1 else 0
-    choice: dict[tuple[int, str], dict[str, Any]] = {}
-    pending, round_ = list(shapes), 0
-    while pending:
-        search = {key: [_spec(cfg, *shapes[key], lr, 0) for lr in grids[key]] for key in pending}
-        label = "lr search" if round_ == 0 else f"lr search, extended ({round_})"
-        specs = [s for group in search.values() for s in group]
-        records = sweep.run(
-            specs, store, EXPERIMENT, resources=resources, label=label, progress=progress
-        )
-        again = []
-        for key in pending:
-            grid = grids[key]
-            scores = [_score(records.get(s.id), higher) for s in search[key]]
-            best = max(range(len(grid)), key=lambda i: (scores[i], -grid[i]))
-            edge = len(grid) == 1 or best in (0, len(grid) - 1)
-            if edge and math.isfinite(scores[best]) and round_ < extend:
-                if best == 0:
-                    grid.insert(0, _beyond(grid, low=True))
-                else:
-                    grid.append(_beyond(grid, low=False))
-                again.append(key)
-                continue
-            choice[key] = {
-                "lr": grid[best],
-                "tried": list(grid),
-                "at_edge": edge,
-                "val_metric": {
-                    f"{lr:g}": (None if math.isinf(sc) else abs(sc))
-                    for lr, sc in zip(grid, scores, strict=True)
-                },
-            }
-        pending, round_ = again, round_ + 1
-    return choice
+    """Per (budget, arm): the grid's best rate on validation (seed 0, teacher 0), pushed past an
+    edge up to `lr_extend` times (`_trials.search_lr`)."""
+    at = {key: functools.partial(_spec, cfg, *shapes[key], seed=0) for key in shapes}
+    return _trials.search_lr(
+        at, cfg.lr_grid, cfg.lr_extend, store, EXPERIMENT, resources, progress, higher
+    )
 
 
 def run(

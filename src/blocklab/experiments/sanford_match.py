@@ -1,15 +1,22 @@
-"""Seed 002's Match2 / Match3 separation (Sanford, Hsu, Telgarsky 2023), trained and measured.
+"""Seed 002's Match2 / Match3 separation (Sanford, Hsu, Telgarsky 2023), constructed and trained.
 
-One layer of standard vs third-order (tensor) attention on Match2 and Match3 at equal
-parameters. Both networks have the same width, embedding, feed-forward and readout; the tensor
-block's attention dimension is 2/3 of the width so that its five projections cost what the
-standard block's three and an output map cost (6 W a = 4 W^2). The seed predicts: standard
-attention solves Match2 with O(1) dimension but needs m H = Omega(N / log N) for Match3; tensor
-attention solves Match3.
+Constructed: the seed's explicit weights (`blocklab.constructions`), standard attention for Match2
+and tensor attention for Match3, scored on fresh data. Trained: one layer of standard vs
+third-order (tensor) attention at equal parameters, per sequence length N and width. Both
+networks have the same width, embedding, feed-forward and readout; the tensor block's attention
+dimension is 2/3 of the width so that its five projections cost what the standard block's three
+and an output map cost (6 W a = 4 W^2). Each (task, N, width, block) gets its own learning rate,
+the best of `lr_grid` on validation (seed 0; pushed past an edge of the grid up to `lr_extend`
+times), then trains over seeds at that rate. Under the wsd schedule each trial also measures what
+twice its steps would have gained, which is the plateau criterion the report applies.
+
+The seed predicts: standard attention solves Match2 with O(1) dimension but needs
+m H = Omega(N / log N) for Match3; tensor attention solves Match3 at O(1).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -19,9 +26,11 @@ from blocklab.options import meta, validate
 from blocklab.specs import TrainConfig
 from blocklab.store import Store
 
+EXPERIMENT = "sanford-match"
+
 
 def _train(steps: int) -> TrainConfig:
-    return TrainConfig(steps=steps, batch_size=64, lr=3e-3, eval_points=20)
+    return TrainConfig(steps=steps, batch_size=64, lr=3e-3, eval_points=20, schedule="wsd")
 
 
 @dataclass(frozen=True)
@@ -29,11 +38,13 @@ class MatchConfig:
     tasks: tuple[str, ...] = field(
         default=("match2", "match3"), metadata=meta("match2, match3", choices=("match2", "match3"))
     )
-    seq_len: int = field(
-        default=6, metadata=meta("sequence length N (modulus M chosen to balance)", ge=1)
+    seq_len: tuple[int, ...] = field(
+        default=(6,),
+        metadata=meta("sequence lengths N, a width sweep each (M chosen to balance)", ge=3),
     )
     widths: tuple[int, ...] = field(
-        default=(6, 12), metadata=meta("model widths, multiples of 3 (equal parameters)", ge=3)
+        default=(6, 12, 24, 48),
+        metadata=meta("model widths, multiples of 3 (equal parameters)", ge=3),
     )
     n_train: int = field(default=16384, metadata=meta("training examples", ge=1))
     seeds: int = field(default=3, metadata=meta("seeds per configuration", ge=1))
@@ -41,6 +52,12 @@ class MatchConfig:
         default=0.95, metadata=meta("test accuracy that counts as solved", gt=0, le=1)
     )
     alpha: float = field(default=0.05, metadata=meta("level of the paired tests", gt=0, lt=1))
+    lr_grid: tuple[float, ...] = _trials.lr_grid_field(
+        (1e-3, 3e-3, 1e-2), "(task, N, width, block)"
+    )
+    lr_extend: int = _trials.lr_extend_field(1)
+    plateau_tol: float = _trials.plateau_tol_field("validation loss (twice the steps, under wsd)")
+    n_test: int = field(default=2048, metadata=meta("fresh test sequences per construction", ge=1))
     train: TrainConfig = field(default_factory=lambda: _train(2000))
 
     def __post_init__(self):
@@ -50,11 +67,26 @@ class MatchConfig:
         if any(w % 3 for w in self.widths):
             raise ValueError(f"widths must be multiples of 3, got {self.widths}")
         for task in self.tasks:  # the task checks the sequence length it can balance
-            make_task(task, seq_len=self.seq_len, n_train=self.n_train)
+            for n in self.seq_len:
+                make_task(task, seq_len=n, n_train=self.n_train)
+
+    def unused(self) -> dict[str, str]:
+        out = {"train.lr": "the learning rates come from lr_grid (one rate there fixes it)"}
+        if len(self.lr_grid) == 1 and self.lr_extend:
+            out["lr_extend"] = "a grid of one rate is a fixed rate, never extended"
+        return out
 
     @classmethod
     def full(cls) -> MatchConfig:
-        return cls(widths=(6, 12, 24, 48), seq_len=8, seeds=5, n_train=65536, train=_train(6000))
+        """Two sequence lengths, widths 6-96, 5 seeds and 6000 steps: the width where standard
+        attention starts to solve Match3, against the N / log N of the seed's bound."""
+        return cls(
+            seq_len=(6, 10),
+            widths=(6, 12, 24, 48, 96),
+            seeds=5,
+            n_train=65536,
+            train=_train(6000),
+        )
 
 
 MATCH_SHAPE = _trials.NetShape(depth=1, norm="layer", residual=True, ff="relu4x")
@@ -70,29 +102,71 @@ def match_arms(width: int):
     ]
 
 
-def plan(cfg: MatchConfig) -> list[tuple[dict[str, Any], Any]]:
-    out = []
+def task_options(cfg: MatchConfig, seq_len: int) -> dict[str, Any]:
+    return {"seq_len": seq_len, "n_train": cfg.n_train}
+
+
+def plan(cfg: MatchConfig) -> dict[tuple[str, int, int, str], tuple[Any, Any]]:
+    """(task, N, width, model) -> (arm, shape), the arms of each width checked equal in size."""
+    out = {}
     for task in cfg.tasks:
-        opts = {"seq_len": cfg.seq_len, "n_train": cfg.n_train}
-        for width in cfg.widths:
-            shape = replace(MATCH_SHAPE, width=width)
-            counts = {
-                model: _trials.total_params(task, opts, arm, shape)
-                for model, arm in match_arms(width)
-            }
-            if len(set(counts.values())) != 1:
-                raise UserError(f"arms differ in size at width {width}: {counts}")
-            for model, arm in match_arms(width):
-                for seed in range(cfg.seeds):
-                    spec = _trials.spec(task, opts, arm, shape, cfg.train, seed)
-                    out.append(({"width": width, "model": model}, spec))
+        for n in cfg.seq_len:
+            opts = task_options(cfg, n)
+            for width in cfg.widths:
+                shape = replace(MATCH_SHAPE, width=width)
+                arms = match_arms(width)
+                counts = {m: _trials.total_params(task, opts, arm, shape) for m, arm in arms}
+                if len(set(counts.values())) != 1:
+                    raise UserError(f"arms differ in size at width {width}: {counts}")
+                for model, arm in arms:
+                    out[(task, n, width, model)] = (arm, shape)
     return out
 
 
-def run(cfg: MatchConfig, store: Store, *, resources=None, progress=True) -> Trials:
-    return _trials.run_planned(
-        plan(cfg), store, "sanford-match", resources=resources, progress=progress
+def _spec(cfg: MatchConfig, key: tuple[str, int, int, str], arm, shape, lr: float, seed: int):
+    task, n = key[:2]
+    return _trials.spec(task, task_options(cfg, n), arm, shape, replace(cfg.train, lr=lr), seed)
+
+
+@dataclass
+class MatchTrials(Trials):
+    # "task/N/width/model" -> the chosen rate, the rates tried with their validation accuracy,
+    # and whether the choice lies at an edge of what was tried
+    lr_choice: dict[str, dict[str, Any]]
+    # one per construction evaluated: {"task", "block", "width", "seq_len", "modulus",
+    # "accuracy", "n_test"}, the accuracy measured on fresh data
+    constructions: list[dict[str, Any]]
+
+
+def constructed(cfg: MatchConfig) -> list[dict[str, Any]]:
+    """Every construction of the config's tasks, at every sequence length, on fresh data."""
+    from blocklab import constructions
+
+    return [
+        constructions.evaluate(task, block, n, n_test=cfg.n_test, seed=1000 + n)
+        for task, block in sorted(constructions.CONSTRUCTIONS)
+        if task in cfg.tasks
+        for n in cfg.seq_len
+    ]
+
+
+def run(cfg: MatchConfig, store: Store, *, resources=None, progress=True) -> MatchTrials:
+    shapes = plan(cfg)
+    at = {key: functools.partial(_spec, cfg, key, *shapes[key], seed=0) for key in shapes}
+    choice = _trials.search_lr(
+        at, cfg.lr_grid, cfg.lr_extend, store, EXPERIMENT, resources, progress, higher=True
     )
+    planned = [
+        (
+            {"seq_len": key[1], "width": key[2], "model": key[3]},
+            _spec(cfg, key, *shapes[key], choice[key]["lr"], seed),
+        )
+        for key in shapes
+        for seed in range(cfg.seeds)
+    ]
+    trials = _trials.run_planned(planned, store, EXPERIMENT, resources=resources, progress=progress)
+    lr_choice = {"/".join(map(str, key)): c for key, c in choice.items()}
+    return MatchTrials(trials.rows, trials.failed, lr_choice, constructed(cfg))
 
 
 @EXPERIMENTS.register
@@ -103,7 +177,7 @@ class SanfordMatch(Experiment):
     commands = (
         Command(
             "sanford match",
-            "standard vs tensor attention on Match2 and Match3",
+            "standard vs tensor attention on Match2 and Match3, constructed and trained",
             "runs/sanford-match",
         ),
     )

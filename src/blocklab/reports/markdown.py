@@ -133,7 +133,7 @@ def findings_report(path: Path, result, **extra: Any) -> Report:
     lines = []
     for f in result.findings:
         where = " ".join(str(f[k]) for k in ("part", "setting", "task") if k in f)
-        where += "".join(f" {k}={f[k]}" for k in ("q", "width", "model") if k in f)
+        where += "".join(f" {k}={f[k]}" for k in ("q", "seq_len", "width", "model") if k in f)
         verdict = f" -> {f['verdict']}" if "verdict" in f else ""
         lines.append(
             f"{where.strip()}: predicted {f['predicted']}; measured {f['measured']}{verdict}"

@@ -1,5 +1,6 @@
-"""Report of `blocklab sanford match` (seed 002): standard vs tensor attention on Match2 and
-Match3 at equal parameters, beside what the seed predicts each solves."""
+"""Report of `blocklab sanford match` (seed 002): what the seed's constructions compute, beside
+what one trained layer of standard or tensor attention reaches at equal parameters, per task,
+sequence length and width."""
 
 from __future__ import annotations
 
@@ -7,108 +8,26 @@ import math
 from pathlib import Path
 from typing import Any
 
+from blocklab.analysis.capacity import criterion, plateaued
 from blocklab.analysis.stats import holm, paired_p
 from blocklab.analysis.summary import summarize
 from blocklab.reports import Findings, Report, markdown
 from blocklab.reports.figures import lines_plot
-from blocklab.reports.markdown import (
-    failures,
-    number,
-    require_finished,
-    results_table,
-)
-from blocklab.tasks import make_task
+from blocklab.reports.markdown import markdown_table, number, require_finished, results_table
 
 QUESTION = (
     "Seed 002: standard attention represents Match2 with O(1) embedding dimension but needs "
-    "m H = Omega(N / log N) for Match3; third-order (tensor) attention represents Match3 "
-    "efficiently. Here: one layer of each at equal parameters (same width, embedding, "
-    "feed-forward and readout; the tensor block's attention dimension is 2/3 of the width so "
-    "that both blocks cost 4 W^2), trained per position; chance is the label balance."
+    "m H = Omega(N / log N) for Match3; third-order (tensor) attention represents Match3 at "
+    "O(1). Here: the seed's constructions, executed as registered blocks with explicit weights "
+    "and scored on fresh data; and one trained layer of each block at equal parameters (same "
+    "width, embedding, feed-forward and readout; the tensor block's attention dimension is 2/3 of "
+    "the width so that both blocks cost 4 W^2), each with its learning rate chosen on validation, "
+    "trained per position; chance is the label balance."
 )
 
-
 # the keys the trials differ by besides the seed: accuracy is summarized over the seeds of each
-KEYS = ("task", "width", "model")
-
-
-def analyze(cfg, trials) -> Findings:
-    """The summaries over seeds and, per task, width and block, what the seed predicts beside
-    what was measured, with the paired test of tensor against standard attention."""
-    summaries = summarize(trials.rows, KEYS)
-    return Findings(trials.rows, summaries, findings(cfg, summaries), trials.failed)
-
-
-def write(out_dir, cfg, trials) -> Report:
-    require_finished(trials)
-    result = analyze(cfg, trials)
-    out = Path(out_dir)
-    fig = lines_plot(
-        result.summaries,
-        out / "match_accuracy_vs_width.png",
-        x="width",
-        series=("model",),
-        panels="task",
-        ylabel="test accuracy",
-        hline=cfg.solved,
-    )
-    table = (
-        [
-            "task",
-            "width",
-            "block",
-            "seed 002 predicts",
-            "measured",
-            "agrees",
-            "tensor vs standard (Holm p)",
-        ],
-        [
-            [
-                f["task"],
-                str(f["width"]),
-                f["model"],
-                f["predicted"],
-                f["measured"],
-                "yes" if f["agrees"] else "no",
-                number(f["p_holm"], 3),
-            ]
-            for f in result.findings
-        ],
-    )
-    results = results_table(result.summaries, {"task": "task", "width": "width", "model": "block"})
-    notes = [
-        f"{t}: modulus M = {b['modulus']}, fraction of positive labels {b['balance']:.3f} "
-        "(chance level of a constant prediction)"
-        for t, b in _balance(cfg).items()
-    ]
-    notes.append(
-        "'solved' means a mean test accuracy of at least "
-        f"{cfg.solved:.0%}; the p-value is a paired t-test across seeds "
-        "(tensor vs standard), Holm-corrected over widths and tasks."
-    )
-    notes += failures(result)
-    return markdown.report(
-        out,
-        cfg,
-        result,
-        title="Sanford Match2 / Match3: standard vs tensor attention",
-        question=QUESTION,
-        findings=table,
-        results=results,
-        figures=[fig],
-        notes=notes,
-    )
-
-
-def _balance(cfg) -> dict[str, dict[str, float]]:
-    """Per task, the modulus M chosen for the sequence length and the share of positive labels:
-    the accuracy of a constant prediction."""
-    out = {}
-    for t in cfg.tasks:
-        info = make_task(t, seq_len=cfg.seq_len, n_train=cfg.n_train).make(0).info
-        out[t] = {"modulus": info["modulus"], "balance": info["balance"]}
-    return out
-
+KEYS = ("task", "seq_len", "width", "model")
+BLOCK = {"standard": "softmax_attention", "tensor": "tensor_attention"}
 
 PREDICTIONS = {
     ("match2", "standard"): True,
@@ -118,39 +37,261 @@ PREDICTIONS = {
 }
 
 
-def findings(cfg, summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    by = {(s["task"], s["width"], s["model"]): s for s in summaries}
-    findings, pvals = [], []
+def analyze(cfg, trials) -> Findings:
+    """The summaries over seeds and, per task, N, width and block, what the seed predicts beside
+    what was constructed and trained, with the paired test of tensor against standard."""
+    summaries = summarize(trials.rows, KEYS)
+    for s in summaries:
+        group = [r for r in trials.rows if all(r[k] == s[k] for k in KEYS)]
+        s["plateaued"] = sum(plateaued(r, cfg.plateau_tol) for r in group) / len(group)
+    return Findings(trials.rows, summaries, findings(cfg, trials, summaries), trials.failed)
+
+
+def _construction(trials, task: str, seq_len: int, model: str) -> dict[str, Any] | None:
+    return next(
+        (
+            c
+            for c in trials.constructions
+            if (c["task"], c["seq_len"], c["block"]) == (task, seq_len, BLOCK[model])
+        ),
+        None,
+    )
+
+
+def findings(cfg, trials, summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    by = {tuple(s[k] for k in KEYS): s for s in summaries}
+    out, pvals = [], []
     for task in cfg.tasks:
-        for width in cfg.widths:
-            std, ten = by.get((task, width, "standard")), by.get((task, width, "tensor"))
-            if not std or not ten:
-                continue
-            seeds = sorted(set(std["values"]) & set(ten["values"]))
-            p = (
-                paired_p([ten["values"][s] for s in seeds], [std["values"][s] for s in seeds])
-                if len(seeds) >= 2
-                else float("nan")
-            )
-            pvals.append(p)
-            for model, s in (("standard", std), ("tensor", ten)):
-                solved = bool(s["n"]) and s["mean"] >= cfg.solved
-                predicted = PREDICTIONS[(task, model)]
-                findings.append(
-                    {
-                        "task": task,
-                        "width": width,
-                        "model": model,
-                        "predicted": "solves" if predicted else "does not solve (small width)",
-                        "measured": f"{s['mean']:.3f} accuracy "
-                        + ("(solved)" if solved else "(not solved)"),
-                        "agrees": solved == predicted,
-                        "p_tensor_vs_standard": p,
-                    }
+        for n in cfg.seq_len:
+            for width in cfg.widths:
+                std, ten = by.get((task, n, width, "standard")), by.get((task, n, width, "tensor"))
+                if not std or not ten:
+                    continue
+                seeds = sorted(set(std["values"]) & set(ten["values"]))
+                p = (
+                    paired_p([ten["values"][s] for s in seeds], [std["values"][s] for s in seeds])
+                    if len(seeds) >= 2
+                    else float("nan")
                 )
+                pvals.append(p)
+                for model, s in (("standard", std), ("tensor", ten)):
+                    solved = bool(s["n"]) and s["mean"] >= cfg.solved
+                    predicted = PREDICTIONS[(task, model)]
+                    built = _construction(trials, task, n, model)
+                    choice = trials.lr_choice.get(f"{task}/{n}/{width}/{model}", {})
+                    out.append(
+                        {
+                            "task": task,
+                            "seq_len": n,
+                            "width": width,
+                            "model": model,
+                            "predicted": "solves" if predicted else "does not solve (small width)",
+                            "constructed": None if built is None else built["accuracy"],
+                            "constructed_width": None if built is None else built["width"],
+                            "measured": f"{s['mean']:.3f} accuracy "
+                            + ("(solved)" if solved else "(not solved)"),
+                            "mean": s["mean"],
+                            "solved": solved,
+                            "agrees": solved == predicted,
+                            "lr": choice.get("lr"),
+                            "lr_at_edge": choice.get("at_edge"),
+                            "plateaued": s["plateaued"],
+                            "p_tensor_vs_standard": p,
+                        }
+                    )
     finite = [p for p in pvals if not math.isnan(p)]
     adjusted = iter(holm(finite)) if finite else iter(())
     adj = {i: next(adjusted) for i, p in enumerate(pvals) if not math.isnan(p)}
-    for i, f in enumerate(findings):
+    for i, f in enumerate(out):
         f["p_holm"] = adj.get(i // 2, float("nan"))
-    return findings
+    return out
+
+
+def solving_widths(cfg, result: Findings) -> list[dict[str, Any]]:
+    """Per task, N and block: the smallest trained width whose mean accuracy reaches `solved`
+    (None when no width tried does), beside N / log N, the scale of the seed's bound for
+    standard attention on Match3."""
+    out = []
+    for task in cfg.tasks:
+        for n in cfg.seq_len:
+            for model in ("standard", "tensor"):
+                widths = sorted(
+                    f["width"]
+                    for f in result.findings
+                    if (f["task"], f["seq_len"], f["model"]) == (task, n, model) and f["solved"]
+                )
+                out.append(
+                    {
+                        "task": task,
+                        "seq_len": n,
+                        "model": model,
+                        "width": widths[0] if widths else None,
+                        "n_over_log_n": n / math.log(n),
+                    }
+                )
+    return out
+
+
+def scaling(cfg, widths: list[dict[str, Any]]) -> list[str]:
+    """Standard attention on Match3 at two or more N: how its solving width grows, against the
+    growth of N / log N."""
+    rows = [w for w in widths if (w["task"], w["model"]) == ("match3", "standard")]
+    if len(rows) < 2:
+        return ["one sequence length: the Omega(N / log N) scaling needs two (`--full`)"]
+    lines = []
+    for a, b in zip(rows, rows[1:], strict=False):
+        bound = b["n_over_log_n"] / a["n_over_log_n"]
+        if a["width"] is None or b["width"] is None:
+            missing = [str(r["seq_len"]) for r in (a, b) if r["width"] is None]
+            lines.append(
+                f"standard attention on Match3: not solved within widths {list(cfg.widths)} at "
+                f"N = {', '.join(missing)}, so its width cannot be compared with N / log N "
+                f"(which grows {bound:.2f}x from N = {a['seq_len']} to {b['seq_len']})"
+            )
+        else:
+            grew = b["width"] / a["width"]
+            lines.append(
+                f"standard attention on Match3 solves from width {a['width']} at N = "
+                f"{a['seq_len']} and {b['width']} at N = {b['seq_len']}: {grew:.2f}x, "
+                f"against {bound:.2f}x for N / log N (widths are a grid of doublings)"
+            )
+    return lines
+
+
+def statement(cfg, trials, result: Findings, widths: list[dict[str, Any]]) -> list[str]:
+    """The finding in the seed's terms: constructed, then trained, with the numbers."""
+    lines = []
+    for c in trials.constructions:
+        name = "tensor attention" if c["block"] == "tensor_attention" else "standard attention"
+        lines.append(
+            f"constructed: {name} solves {c['task'].capitalize()} at m = {c['width']} "
+            f"(N = {c['seq_len']}, M = {c['modulus']}): accuracy {c['accuracy']:.4f} on "
+            f"{c['n_test']} fresh sequences"
+        )
+    if "match3" in cfg.tasks:
+        lines.append(
+            "constructed: standard attention has no construction for Match3 (the seed proves "
+            "m H = Omega(N / log N))"
+        )
+    for w in widths:
+        best = max(
+            (
+                f
+                for f in result.findings
+                if (f["task"], f["seq_len"], f["model"]) == (w["task"], w["seq_len"], w["model"])
+            ),
+            key=lambda f: f["mean"],
+        )
+        got = (
+            f"solves from width {w['width']}"
+            if w["width"] is not None
+            else f"does not solve at widths {list(cfg.widths)} (best {best['mean']:.3f} at "
+            f"width {best['width']})"
+        )
+        where = f"{w['task'].capitalize()} (N = {w['seq_len']})"
+        lines.append(f"trained: {w['model']} attention on {where} {got}")
+    return lines
+
+
+def write(out_dir, cfg, trials) -> Report:
+    require_finished(trials)
+    result = analyze(cfg, trials)
+    widths = solving_widths(cfg, result)
+    said = statement(cfg, trials, result, widths)
+    out = Path(out_dir)
+    several = len(cfg.seq_len) > 1
+    fig = lines_plot(
+        result.summaries,
+        out / "match_accuracy_vs_width.png",
+        x="width",
+        series=("model", "seq_len") if several else ("model",),
+        panels="task",
+        ylabel="test accuracy",
+        hline=cfg.solved,
+    )
+    header = ["task", "N", "width", "block", "seed 002 predicts", "constructed", "trained"]
+    header += ["plateaued", "lr", "agrees", "tensor vs standard (Holm p)"]
+    table = (
+        header,
+        [
+            [
+                f["task"],
+                str(f["seq_len"]),
+                str(f["width"]),
+                f["model"],
+                f["predicted"],
+                "-"
+                if f["constructed"] is None
+                else f"{f['constructed']:.4f} (m = {f['constructed_width']})",
+                f["measured"],
+                f"{f['plateaued']:.0%}",
+                "-"
+                if f["lr"] is None
+                else f"{f['lr']:.3g}" + (" (edge)" if f["lr_at_edge"] else ""),
+                "yes" if f["agrees"] else "no",
+                number(f["p_holm"], 3),
+            ]
+            for f in result.findings
+        ],
+    )
+    results = results_table(
+        result.summaries, {"task": "task", "seq_len": "N", "width": "width", "model": "block"}
+    )
+    built = markdown_table(
+        ["task", "block", "m", "N", "M", "accuracy", "fresh sequences"],
+        [
+            [c["task"], c["block"], str(c["width"]), str(c["seq_len"]), str(c["modulus"])]
+            + [f"{c['accuracy']:.4f}", str(c["n_test"])]
+            for c in trials.constructions
+        ],
+    )
+    notes = [f"Finding: {line}" for line in said]
+    notes += scaling(cfg, widths)
+    notes.append(
+        "Constructions (`blocklab.constructions`): the block alone on the one-hot input with the "
+        "STOP token, a residue predicted positive when its output exceeds 1/2:\n\n  "
+        + "\n  ".join(built)
+    )
+    notes.append(
+        "'solved' means a mean test accuracy of at least "
+        f"{cfg.solved:.0%}; the p-value is a paired t-test across seeds (tensor vs standard), "
+        "Holm-corrected over widths, lengths and tasks. The learning rate is the best of "
+        f"{list(cfg.lr_grid)} on validation (seed 0), '(edge)' when it stayed at an edge after "
+        f"{cfg.lr_extend} extension(s). Plateaued: the share of seeds where "
+        f"{criterion(trials.rows, cfg.plateau_tol)}."
+    )
+    notes += [
+        f"{t} (N = {b['seq_len']}): modulus M = {b['modulus']}, fraction of positive labels "
+        f"{b['balance']:.3f} (chance level of a constant prediction)"
+        for t, b in _balance(cfg)
+    ]
+    notes += markdown.failures(result)
+    extra = {"constructions": trials.constructions, "solving_widths": widths}
+    extra |= {"lr_choice": trials.lr_choice, "statement": said}
+    report = markdown.report(
+        out,
+        cfg,
+        result,
+        extra,
+        title="Sanford Match2 / Match3: constructed and trained, standard vs tensor attention",
+        question=QUESTION,
+        findings=table,
+        results=results,
+        figures=[fig],
+        notes=notes,
+    )
+    report.text[:0] = said
+    return report
+
+
+def _balance(cfg) -> list[tuple[str, dict[str, Any]]]:
+    """Per task and N, the modulus M chosen and the share of positive labels: the accuracy of a
+    constant prediction."""
+    from blocklab.tasks import make_task
+
+    out = []
+    for t in cfg.tasks:
+        for n in cfg.seq_len:
+            info = make_task(t, seq_len=n, n_train=cfg.n_train).make(0).info
+            out.append((t, {"seq_len": n, "modulus": info["modulus"], "balance": info["balance"]}))
+    return out

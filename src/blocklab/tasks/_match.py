@@ -3,6 +3,14 @@
 Tokens x_1..x_N are residues mod M. Match2(X)_i = 1{exists j: x_i + x_j = 0 mod M} and
 Match3(X)_i = 1{exists j1, j2: x_i + x_j1 + x_j2 = 0 mod M}, where j, j1, j2 range over all of
 [N], i itself and repeats included, as in the definitions.
+
+With the `stop` option (on by default) each sequence ends in one more symbol, STOP (feature M of
+M + 1), whose position has no label (IGNORE). Sanford et al.'s constructions need it: an
+attention output is a convex combination of values, so the weights of a query without any match
+must land somewhere. STOP's key scores between a match and the best non-match, and its value
+differs from the residues' values: the query's output then says "no match" (Match2 with softmax
+attention; for Match3 with tensor attention, the pair (STOP, STOP) plays that part). Without it,
+"every position is a match" and "no position is" can give the same weights.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ from typing import ClassVar
 import torch
 
 from blocklab.errors import UserError
-from blocklab.tasks.base import Split, Task, TaskData
+from blocklab.tasks.base import IGNORE, Split, Task, TaskData
 
 MARGIN = 10.0  # oracle logit margin: cross-entropy ~2e-9 per position
 CHUNK = 1 << 24  # elements per block of the (n, N, M) membership test, bounds its memory
@@ -138,8 +146,11 @@ class MatchTask(Task):
         n_train: int = 16384
         n_val: int = 1024
         n_test: int = 2048
+        stop: bool = True  # a STOP token after the N residues (see the module docstring)
 
         def __post_init__(self):
+            if not isinstance(self.stop, bool):
+                raise UserError(f"stop must be true or false, got {self.stop!r}")
             if self.seq_len < 1:
                 raise UserError(f"seq_len must be >= 1, got {self.seq_len}")
             if self.modulus is not None and self.modulus < 2:
@@ -147,6 +158,11 @@ class MatchTask(Task):
             for key in ("n_train", "n_val", "n_test"):
                 if getattr(self, key) < 1:
                     raise UserError(f"{key} must be >= 1, got {getattr(self, key)}")
+
+    @property
+    def seq_len(self) -> int:
+        """Positions per example: the N residues, and STOP when it is on."""
+        return self.options.seq_len + self.options.stop
 
     def modulus(self) -> tuple[int, float]:
         """M and the exact probability of a positive label under it."""
@@ -167,23 +183,29 @@ class MatchTask(Task):
             )
         g = torch.Generator().manual_seed(seed)
         tokens = distinct_sequences(n, o.seq_len, M, g)  # (n, N)
-        x = torch.nn.functional.one_hot(tokens, M).float()  # (n, N, M)
         y = match_labels(tokens, M, self.order).long()  # (n, N)
+        if o.stop:
+            tokens = torch.cat([tokens, torch.full((n, 1), M)], 1)  # (n, N + 1): STOP is M
+            y = torch.cat([y, torch.full((n, 1), IGNORE)], 1)  # (n, N + 1)
+        x = torch.nn.functional.one_hot(tokens, M + o.stop).float()  # (n, T, M [+ 1])
         sizes = [o.n_train, o.n_val, o.n_test]
         parts = zip(x.split(sizes), y.split(sizes), strict=True)
         train, val, test = (Split(a, b) for a, b in parts)
+        scored = train.y[train.y != IGNORE]
         info = {
             "modulus": M,
             "modulus_chosen": "auto" if o.modulus is None else "given",
-            "balance": float(train.y.float().mean()),  # fraction of positive labels, train split
+            "balance": float(scored.float().mean()),  # fraction of positive labels, train split
             "positive_rate": rate,  # the exact probability under uniform tokens
             "seq_len": o.seq_len,
             "order": self.order,
+            "stop": o.stop,
         }
 
         def oracle(x: torch.Tensor) -> torch.Tensor:
-            labels = match_labels(x.argmax(-1), M, self.order)  # (n, N)
-            return MARGIN * (2 * torch.nn.functional.one_hot(labels.long(), 2).float() - 1)
+            labels = match_labels(x[:, : o.seq_len, :M].argmax(-1), M, self.order)  # (n, N)
+            out = MARGIN * (2 * torch.nn.functional.one_hot(labels.long(), 2).float() - 1)
+            return torch.cat([out, out.new_zeros(len(x), int(o.stop), 2)], 1)  # (n, T, 2)
 
         return TaskData(
             train, val, test, self.kind, 2, info, sequence=True, per_position=True, oracle=oracle

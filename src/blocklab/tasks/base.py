@@ -12,13 +12,18 @@ import torch.nn.functional as F
 
 from blocklab import options
 
+# the label of a position that has no target (a STOP token, a prompt position): not scored, not
+# trained on. PyTorch's cross-entropy ignores this value by default
+IGNORE = -100
+
 
 @dataclass(frozen=True)
 class Split:
     # x: (n, F) for vector tasks, (n, T, F) for sequence tasks; float32. Token tasks
     #    (TaskData.vocab set) hold token ids instead: (n, T) int64
     # y: (n, n_out) float32 for regression, (n,) int64 for classification; per-position targets
-    #    carry the position axis too: (n, T, n_out) and (n, T)
+    #    carry the position axis too: (n, T, n_out) and (n, T), a label IGNORE where a position
+    #    has no target
     x: torch.Tensor
     y: torch.Tensor
 
@@ -120,6 +125,9 @@ def score(
     output, or 1 per correct unit (argmax for classes, within `tolerance` for regression)."""
     if kind == "classification":
         logits, labels = out.reshape(-1, out.shape[-1]), y.reshape(-1)  # (units, C), (units,)
+        scored = labels != IGNORE
+        if not scored.all():
+            logits, labels = logits[scored], labels[scored]
         loss = F.cross_entropy(logits, labels, reduction="sum").item()
         return loss, (logits.argmax(-1) == labels).sum().item(), labels.numel()
     diff = (out - y).reshape(-1, y.shape[-1])  # (units, n_out)
@@ -132,18 +140,23 @@ def score(
 def loss(out: torch.Tensor, y: torch.Tensor, kind: str) -> torch.Tensor:
     """The training loss, the mean over units of what `score` sums."""
     if kind == "classification":
-        return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), ignore_index=IGNORE)
     return F.mse_loss(out, y)
 
 
-def unit_losses(out: torch.Tensor, y: torch.Tensor, kind: str) -> torch.Tensor:
-    """`loss` before its mean, for each member of an ensemble: outputs and targets (E, B, ...)
-    -> (E, units), squared errors per output or cross-entropies per unit."""
+def member_losses(out: torch.Tensor, y: torch.Tensor, kind: str) -> torch.Tensor:
+    """`loss` for each member of an ensemble: outputs and targets (E, B, ...) -> (E,), the mean
+    squared error per output or cross-entropy per scored unit."""
     size = out.shape[0]
-    if kind == "classification":
-        units = UnitCrossEntropy.apply(out.reshape(-1, out.shape[-1]), y.reshape(-1))  # (units,)
-        return units.view(size, -1)
-    return (out - y).square().reshape(size, -1)
+    if kind != "classification":
+        return (out - y).square().reshape(size, -1).mean(1)
+    labels = y.reshape(-1)  # (E * units,)
+    scored = labels != IGNORE
+    if scored.all():
+        return UnitCrossEntropy.apply(out.reshape(-1, out.shape[-1]), labels).view(size, -1).mean(1)
+    units = UnitCrossEntropy.apply(out.reshape(-1, out.shape[-1]), labels.clamp_min(0))
+    units = torch.where(scored, units, 0.0).view(size, -1)  # (E, units): ignored rows get no grad
+    return units.sum(1) / scored.view(size, -1).sum(1).clamp_min(1)
 
 
 class UnitCrossEntropy(torch.autograd.Function):
