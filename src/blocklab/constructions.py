@@ -73,10 +73,14 @@ def _output(block: Block, m: int) -> None:
     block.o.weight.data.copy_(torch.eye(1, m))
 
 
-def match2_standard(modulus: int, seq_len: int) -> Block:
-    """Softmax attention (head dimension 3) whose output at a residue is ~1 iff it has a match."""
+def _check(modulus: int) -> None:
     if modulus < 3:
         raise UserError(f"the constructions need a modulus M >= 3, got {modulus}")
+
+
+def match2_standard(modulus: int, seq_len: int) -> Block:
+    """Softmax attention (head dimension 3) whose output at a residue is ~1 iff it has a match."""
+    _check(modulus)
     block = make_block("softmax_attention", modulus + 1, 1, head_dim=3)
     cos, sin = _angles(modulus)
     zero, one = torch.zeros(modulus), torch.ones(modulus)
@@ -94,8 +98,7 @@ def match2_standard(modulus: int, seq_len: int) -> Block:
 
 
 def _tensor(modulus: int, seq_len: int, order: int) -> Block:
-    if modulus < 3:
-        raise UserError(f"the constructions need a modulus M >= 3, got {modulus}")
+    _check(modulus)
     cos, sin = _angles(modulus)
     zero, one = torch.zeros(modulus), torch.ones(modulus)
     gamma = math.cos(math.pi / modulus)

@@ -181,6 +181,14 @@ def plateau_tol_field(more: str) -> Any:
     return field(default=0.03, metadata=meta(help, gt=0, lt=1))
 
 
+def lr_unused(grid: tuple[float, ...], extend: int) -> dict[str, str]:
+    """The keys a config that searches learning rates does not read (its `unused()`)."""
+    out = {"train.lr": "the learning rates come from lr_grid (one rate there fixes it)"}
+    if len(grid) == 1 and extend:
+        out["lr_extend"] = "a grid of one rate is a fixed rate, never extended"
+    return out
+
+
 def _score(record: dict[str, Any] | None, higher_is_better: bool) -> float:
     value = (record or {}).get("metrics", {}).get("val_metric")
     if (record or {}).get("status") != "done" or value is None:
@@ -205,8 +213,8 @@ def search_lr(
 ) -> dict[Hashable, dict[str, Any]]:
     """Per key, the rate of `grid` whose trial `at[key](lr)` scores best on validation (ties: the
     one nearest the middle of the grid). A best rate at an edge is pushed past it up to `extend`
-    times; a choice still at an edge says so. A
-    grid of one rate is the user's fixed rate: never extended, and at its own edge.
+    times; a choice still at an edge says so. A grid of one rate is the user's fixed rate: never
+    extended, and at its own edge.
 
     Returns per key {"lr", "tried", "at_edge", "val_metric": {rate: score or None}}."""
     from blocklab import sweep

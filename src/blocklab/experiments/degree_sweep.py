@@ -135,7 +135,7 @@ class DegreeSweepConfig:
     def unused(self) -> dict[str, str]:
         """The keys this config does not read as it stands, with what sets their part instead:
         given in a TOML file or as flags, they fail rather than do nothing."""
-        out = {"train.lr": "the learning rates come from lr_grid"}
+        out = _trials.lr_unused(self.lr_grid, self.lr_extend)
         if self.mode == "width":
             out["depth"] = "in width mode each budget solves the depth (--mode depth fixes it)"
         else:
@@ -144,8 +144,6 @@ class DegreeSweepConfig:
             out["scaled_residual"] = "it scales the residual branches, and residual is off"
         if not self.degrees:
             out["bias"] = "it applies to the degree arms, and degrees is empty"
-        if len(self.lr_grid) == 1 and self.lr_extend:
-            out["lr_extend"] = "a grid of one rate is a fixed rate, never extended"
         return out
 
     def arms(self) -> list[Arm]:

@@ -69,7 +69,7 @@ class DepthWidthConfig:
     @classmethod
     def medium(cls) -> DepthWidthConfig:
         """Depths 1-4 at budgets 3e4-4e5 and 2000 steps, so that transitions of more than one pair
-        of depths (and then a fit) can fall inside the range: about an hour on 2 CPU cores."""
+        of depths (and then a fit) can fall inside the range: about 200 core-minutes on a CPU."""
         return cls(depths=(1, 2, 3, 4), budgets=(30000, 100000, 200000, 400000))
 
     @classmethod

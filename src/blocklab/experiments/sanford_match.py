@@ -71,10 +71,7 @@ class MatchConfig:
                 make_task(task, seq_len=n, n_train=self.n_train)
 
     def unused(self) -> dict[str, str]:
-        out = {"train.lr": "the learning rates come from lr_grid (one rate there fixes it)"}
-        if len(self.lr_grid) == 1 and self.lr_extend:
-            out["lr_extend"] = "a grid of one rate is a fixed rate, never extended"
-        return out
+        return _trials.lr_unused(self.lr_grid, self.lr_extend)
 
     @classmethod
     def full(cls) -> MatchConfig:
