@@ -39,6 +39,8 @@ def test_a_small_bench_measures_both_loops():
         assert w["ensemble_gflops"] == pytest.approx(gflops)
         assert w["fraction_of_ceiling"] == pytest.approx(gflops / r["matmul_ceiling_gflops"])
         assert w["sequential_1_thread_steps_per_s"] is None  # one thread already
+        # the profiled kernels carry the names counted: a renamed kernel would read as zero
+        assert 0 < w["matmul_share"] <= 1
     assert [w["width"] for w in r["lm_widths"]] == [8]
     for w in r["lm_widths"]:
         assert set(w) == {"width", "sequential", "ensemble", "speedup"}

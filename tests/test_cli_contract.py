@@ -17,7 +17,7 @@ from blocklab.cli import build_parser, main
 CONTRACT = json.loads((Path(__file__).parent / "cli_contract.json").read_text())
 
 # values whose keys are data (an arm's label, a learning rate), not names of the contract
-DATA_KEYED = {"arms", "lr_choice", "metrics", "values", "config", "provenance"}
+DATA_KEYED = {"arms", "lr_choice", "metrics", "values", "config", "provenance", "scores"}
 
 QUIET = ["--quiet", "--workers", "1"]
 TRAIN = ["--steps", "10", "--batch-size", "32", "--eval-points", "2"]
@@ -50,6 +50,9 @@ COMMANDS = {
     + ["--templates", "20", "--seeds", "2", "--out", "{out}", "--quiet"],
     "collapse": ["collapse", "--depth", "2", "--width", "8", "--seq-len", "8", "--n-train", "128"]
     + ["--seeds", "2", "--variants", "pure", "skip", "--out", "{out}", *TRAIN, *QUIET],
+    "mad": ["mad", "--tasks", "icr", "mqar", "--blocks", "softmax_attention", "linear_attention"]
+    + ["--levels", "2", "--seeds", "2", "--n-train", "128", "--budget", "3000", "--lr-grid"]
+    + ["3e-3", "--out", "{out}", *TRAIN, *QUIET],
     "depth-width": ["depth-width", "--depths", "1", "2", "--budgets", "800", "3000", "--seeds"]
     + ["2", "--vocab", "300", "--seq-len", "8", "--n-train", "128", "--max-chars", "50000"]
     + ["--out", "{out}", "--steps", "4", "--batch-size", "16", "--eval-points", "2", *QUIET],

@@ -6,7 +6,9 @@
     another with `train.train` vs at once with `ensemble.train_ensemble`, per width, both with
     the same torch threads (on a CPU the sequential loop is also timed on one thread, since tiny
     steps can be faster there);
-(c) the ensemble's achieved GFLOP/s (matmul work of forward and backward) as a fraction of (a);
+(c) the ensemble's achieved GFLOP/s (matmul work of forward and backward) as a fraction of (a),
+    and the matmul share of its step: the time torch's profiler puts in matmul kernels over the
+    step's wall time (the rest is elementwise work, normalization, the optimizer and Python);
 (d) the same two loops for small transformer language models (token ids, learned positions,
     causal softmax attention, a ReLU 4x feed-forward, layer norm), per width: the networks of
     the depth-width experiment, which run on the ensemble's stacked path like the polynomial ones.
@@ -195,6 +197,22 @@ class _Timing:
         return self.load.cfg.members * self.n / extra
 
 
+# the kernels that do a matmul's work; their self time excludes the composite ops that call them
+MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
+
+
+def matmul_share(load: _Load, steps: int) -> float:
+    """Share of the ensemble's wall time spent inside matmul kernels over one profiled run of
+    `steps` steps (set-up and evaluation included, a small part of a run of that length)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    _time_ensemble(load, 5)  # warm-up
+    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        wall = _time_ensemble(load, steps)
+    mm = sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in MATMUL_OPS) / 1e6
+    return min(1.0, mm / wall)
+
+
 def _interleaved(loops: dict[str, _Timing], repeats: int) -> None:
     for _ in range(repeats):  # interleaved: a slow spell hits every loop alike
         for loop in loops.values():
@@ -233,6 +251,8 @@ def run_bench(cfg: BenchConfig) -> dict:
             _interleaved(loops, cfg.repeats)
             ceilings.append(matmul_ceiling(cfg.device))
             seq, ens = loops["sequential"].rate, loops["ensemble"].rate
+            n = loops["ensemble"].n
+            share = matmul_share(load, n) if cfg.device == "cpu" else None
             rows.append(
                 {
                     "width": width,
@@ -244,6 +264,7 @@ def run_bench(cfg: BenchConfig) -> dict:
                     "speedup": ens / seq,
                     "ensemble_gflops": ens * flops / 1e9,
                     "flops_per_step": flops,
+                    "matmul_share": share,
                 }
             )
         lm = lm_rows(cfg)
@@ -309,6 +330,24 @@ def _device_name(device: str) -> str:
     import platform
 
     return f"cpu ({platform.processor() or platform.machine()})"
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """The profiler's own library writes start and stop lines to file descriptor 2, past
+    Python's sys.stderr: the descriptor is pointed at /dev/null while it runs."""
+    import os
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 @contextlib.contextmanager

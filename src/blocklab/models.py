@@ -209,6 +209,9 @@ class Net(nn.Module):
     outputs at once (unless pooled): the fully connected network that sees every position.
     `vocab` takes token ids (B, T) instead of features: an embedding table and learned positions,
     as in a language model (seed 001's common transformer with its input embedding).
+    `bottleneck` reads every position's output from the last position's state alone, by one
+    linear map (D -> T * n_out): the layers must compress the whole sequence into one vector
+    (the compression task; mad-lab decodes such a vector with a small MLP).
     `scaled_residual` multiplies every residual branch by 1/sqrt(depth), so the residual stream
     keeps its scale as depth grows and a deep stack trains like a shallow one (Hayou et al. 2021,
     "stable ResNet"); without it each of L polynomial layers adds a unit-variance term, and deep
@@ -226,6 +229,7 @@ class Net(nn.Module):
         seq_len: int | None = None,
         pooled: bool = False,
         flatten: bool = False,
+        bottleneck: bool = False,
         bias: bool = False,
         norm: str = "layer",
         activation: str = "none",
@@ -239,7 +243,10 @@ class Net(nn.Module):
             raise UserError("flatten applies to sequence tasks only")
         if vocab is not None and (seq_len is None or flatten):
             raise UserError("token inputs need a sequence network (seq_len set, not flattened)")
-        self.out_shape = (seq_len, n_out) if flatten and not pooled else None
+        if bottleneck and (seq_len is None or flatten or pooled):
+            raise UserError("a bottleneck readout needs a per-position sequence network")
+        self.out_shape = (seq_len, n_out) if (flatten and not pooled) or bottleneck else None
+        self.bottleneck = bottleneck
         if flatten:
             n_in, n_out, seq_len, pooled = seq_len * n_in, seq_len * n_out, None, False
         if seq_len is None and arm.mixes_tokens:
@@ -260,7 +267,7 @@ class Net(nn.Module):
             Layer(b, width, norm, activation, residual, ff, bias, scale) for b in blocks
         )
         self.norm_out = make_norm(norm, width)
-        self.readout = nn.Linear(width, n_out)
+        self.readout = nn.Linear(width, seq_len * n_out if bottleneck else n_out)
         # name -> size of the parameters left untrained: those built frozen, and after
         # `freeze_unused` those that get no gradient
         self.frozen = {n: p.numel() for n, p in self.named_parameters() if not p.requires_grad}
@@ -278,6 +285,8 @@ class Net(nn.Module):
         h = self.norm_out(h)
         if self.pooled:
             h = h.mean(-2)  # (B, D)
+        elif self.bottleneck:
+            h = h[..., -1, :]  # (B, D): the sequence's summary
         out = self.readout(h)  # (B, n_out) or (B, T, n_out)
         return out if self.out_shape is None else out.unflatten(-1, self.out_shape)
 

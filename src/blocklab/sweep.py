@@ -72,6 +72,7 @@ def build_model(spec: TrialSpec, data: TaskData) -> Net:
         data.n_out,
         seq_len=data.seq_len,
         pooled=data.sequence and not data.per_position,
+        bottleneck=data.bottleneck,
         flatten=spec.flatten,
         bias=spec.bias,
         norm=spec.norm,

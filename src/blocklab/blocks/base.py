@@ -39,6 +39,15 @@ class Block(nn.Module):
         self.d_in, self.d_out = d_in, d_out
 
     degree: float | None = None
+    # the degree of the block's multiplicative skeleton, softmax, feature maps and normalizations
+    # read as the identity: attention's (x Wq)(x Wk)^T (x Wv) is 3, as seed 000 counts it. None:
+    # the polynomial `degree` stands for it (`nominal_degree`)
+    mixing_degree: ClassVar[float | None] = None
+
+    @property
+    def nominal_degree(self) -> float | None:
+        """The degree a comparison of blocks by degree reads: `mixing_degree`, else `degree`."""
+        return self.degree if self.mixing_degree is None else self.mixing_degree
 
     @property
     def homogeneous_degree(self) -> float | None:

@@ -50,6 +50,7 @@ def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 @BLOCKS.register
 class LinearAttention(Attention):
     degree = None
+    mixing_degree = 3  # phi(q), phi(k) and v multiplied
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.project(x)  # (B, H, T, Dh) each

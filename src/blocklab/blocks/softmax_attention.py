@@ -15,6 +15,7 @@ from blocklab.blocks._attention import Attention, causal_mask
 @BLOCKS.register
 class SoftmaxAttention(Attention):
     degree = None
+    mixing_degree = 3  # q, k and v: three projections of the input multiplied
     # a key bias b adds <q_i, b> to every score of query i, which the softmax cancels: it would
     # cost parameters and never learn
     no_bias = ("k",)

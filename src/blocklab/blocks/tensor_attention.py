@@ -22,6 +22,7 @@ from blocklab.blocks._attention import Attention, causal_mask
 @BLOCKS.register
 class TensorAttention(Attention):
     degree = None
+    mixing_degree = 5  # q, k, k2, v and v2 multiplied
     projections = ("q", "k", "k2", "v", "v2")
     examples = [
         {},

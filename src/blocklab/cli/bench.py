@@ -68,8 +68,9 @@ def _table(r: dict) -> str:
         f"{r['repeats']} runs of each length",
         f"float32 matmul ceiling: {r['matmul_ceiling_gflops']:.1f} GFLOP/s",
         "",
-        "width  sequential  (1 thread)  ensemble  speed-up  ensemble GFLOP/s  of ceiling",
-        "       (model-steps per second)",
+        "width  sequential  (1 thread)  ensemble  speed-up  ensemble GFLOP/s  of ceiling  "
+        "matmul share",
+        "       (model-steps per second)                    (of the ensemble's step, profiled)",
     ]
     for w in r["widths"]:
         single = w["sequential_1_thread_steps_per_s"]
@@ -77,7 +78,8 @@ def _table(r: dict) -> str:
             f"{w['width']:>5}  {w['sequential_steps_per_s']:>10.0f}  "
             f"{'-' if single is None else f'{single:.0f}':>10}  "
             f"{w['ensemble_steps_per_s']:>8.0f}  {w['speedup']:>7.2f}x  "
-            f"{w['ensemble_gflops']:>16.1f}  {w['fraction_of_ceiling']:>9.0%}"
+            f"{w['ensemble_gflops']:>16.1f}  {w['fraction_of_ceiling']:>9.0%}  "
+            f"{'-' if w['matmul_share'] is None else format(w['matmul_share'], '.0%'):>12}"
         )
     if r["lm_widths"]:
         lm = r["lm"]

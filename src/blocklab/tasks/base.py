@@ -48,6 +48,9 @@ class TaskData:
     oracle: Callable[[torch.Tensor], torch.Tensor] | None = None
     # token tasks: x holds ids in [0, vocab) that the network embeds, not features
     vocab: int | None = None
+    # per-position targets read from the last position's state alone (`models.Net`'s bottleneck):
+    # the sequence must be compressed into one vector
+    bottleneck: bool = False
     # generative tasks: (n, generator) -> n fresh training examples (x, y), distributed as the
     # train split (same target, same standardization, same label noise). Training draws every
     # batch from it, so the test loss measures approximation and optimization, not overfitting;

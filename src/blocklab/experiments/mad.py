@@ -1,0 +1,252 @@
+"""The token-manipulation suite: every sequence block at one parameter budget on the tasks of
+mad-lab (Poli et al. 2024: in-context recall, fuzzy and noisy recall, selective copying,
+compression, memorization) and zoology's multi-query associative recall (Arora et al. 2023), each
+over a ladder of difficulty levels, over seeds.
+
+Each block runs causal (the labels are next-token style: a block that saw later positions would
+read the answers) in one backbone: token embedding and learned positions, `depth` layers of
+(norm, block, residual, ReLU 4x feed-forward), a norm and a per-position readout. Its width is the
+one whose layers (blocks and feed-forwards) come nearest the budget, per task level, since a token
+map's size can depend on the sequence length. Each (block, task) gets its own learning rate: the
+best of `lr_grid` on validation accuracy at the task's first level (seed 0), pushed past an edge
+of the grid up to `lr_extend` times; every level and seed of that pair trains at it.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from blocklab.errors import UserError
+from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
+from blocklab.options import meta, validate
+from blocklab.specs import TrainConfig
+from blocklab.store import Store
+
+EXPERIMENT = "mad"
+
+TASKS = ("icr", "fuzzy_icr", "noisy_icr", "selective_copy", "compression", "memorization", "mqar")
+
+# the difficulty ladder of each task, easiest first: options over the task's defaults. The quick
+# form climbs the first rungs (`levels`); the full form all of them. One axis per task, the one
+# the papers vary: sequence length and vocabulary (recall), noise share, tokens to copy, the
+# length to compress, the size of the map to memorize, key-value pairs at fixed width (MQAR)
+LADDERS: dict[str, list[dict[str, Any]]] = {
+    "icr": [{"seq_len": 16, "vocab": 16}, {"seq_len": 16, "vocab": 32}]
+    + [{"seq_len": 32, "vocab": 64}, {"seq_len": 64, "vocab": 128}],
+    "fuzzy_icr": [{"seq_len": 32, "vocab": 16}, {"seq_len": 32, "vocab": 24}]
+    + [{"seq_len": 64, "vocab": 32}, {"seq_len": 128, "vocab": 64}],
+    "noisy_icr": [{"seq_len": 16, "frac_noise": 0.2}, {"seq_len": 16, "frac_noise": 0.4}]
+    + [{"seq_len": 32, "frac_noise": 0.6}, {"seq_len": 64, "frac_noise": 0.8}],
+    "selective_copy": [{"seq_len": 16, "n_copy": 2}, {"seq_len": 16, "n_copy": 4}]
+    + [{"seq_len": 32, "n_copy": 8}, {"seq_len": 64, "n_copy": 16}],
+    "compression": [{"seq_len": 8}, {"seq_len": 12}, {"seq_len": 16}, {"seq_len": 32}],
+    "memorization": [{"vocab": 32}, {"vocab": 64}, {"vocab": 128}, {"vocab": 256}],
+    "mqar": [{"seq_len": 32, "num_kv_pairs": 4}, {"seq_len": 32, "num_kv_pairs": 8}]
+    + [{"seq_len": 64, "num_kv_pairs": 16}, {"seq_len": 128, "num_kv_pairs": 32}],
+}
+
+
+def _train(steps: int, batch_size: int = 64) -> TrainConfig:
+    return TrainConfig(steps=steps, batch_size=batch_size, lr=3e-3, eval_points=5)
+
+
+@dataclass(frozen=True)
+class MadConfig:
+    blocks: tuple[str, ...] = field(
+        default=(),
+        metadata=meta(
+            "sequence blocks as arms, e.g. 'softmax_attention(heads=2)'; none: every registered "
+            "token-mixing block that takes causal=true and needs no other option",
+            min_len=0,
+        ),
+    )
+    tasks: tuple[str, ...] = field(default=TASKS, metadata=meta("registered token tasks"))
+    levels: int = field(
+        default=2, metadata=meta("rungs of each task's difficulty ladder, easiest first", ge=1)
+    )
+    budget: int = field(
+        default=20000, metadata=meta("parameters of the layers (blocks and feed-forwards)", ge=1)
+    )
+    depth: int = field(default=2, metadata=meta("layers", ge=1))
+    n_train: int = field(default=4096, metadata=meta("training sequences per task level", ge=1))
+    seeds: int = field(default=3, metadata=meta("seeds per (block, task, level)", ge=1))
+    alpha: float = field(default=0.05, metadata=meta("level of the tests", gt=0, lt=1))
+    solved: float = field(
+        default=0.9, metadata=meta("test accuracy that counts as solved", gt=0, le=1)
+    )
+    lr_grid: tuple[float, ...] = _trials.lr_grid_field((1e-3, 3e-3, 1e-2), "(block, task)")
+    lr_extend: int = _trials.lr_extend_field(0)
+    train: TrainConfig = field(default_factory=lambda: _train(600))
+
+    def __post_init__(self):
+        validate(self)
+        for task in self.tasks:
+            check_task(task)
+        for text in self.blocks:
+            causal_arm(text)
+
+    def unused(self) -> dict[str, str]:
+        return _trials.lr_unused(self.lr_grid, self.lr_extend)
+
+    @classmethod
+    def full(cls) -> MadConfig:
+        """Every rung of the ladders (sequences to 128 tokens), 5 seeds, 3000 steps, a budget of
+        1e5 and a grid extended once: hours on a CPU."""
+        return cls(
+            levels=4, seeds=5, budget=100000, n_train=16384, lr_extend=1, train=_train(3000)
+        )
+
+
+def check_task(name: str) -> None:
+    from blocklab.tasks import TASKS as REGISTRY
+
+    cls = REGISTRY.get(name)
+    if not (cls.sequence and cls.kind == "classification"):
+        raise UserError(f"task {name!r} is not a sequence classification task")
+
+
+def ladder(task: str, levels: int) -> list[dict[str, Any]]:
+    """The task's first `levels` rungs (a task without a ladder: its defaults, one level)."""
+    return LADDERS.get(task, [{}])[:levels]
+
+
+def causal_arm(text: str):
+    """The arm of a block written as an arm, made causal; a block that is not a token mixer or
+    cannot be made causal is refused."""
+    from blocklab.blocks import BLOCKS
+    from blocklab.models import parse_arm
+
+    arm = parse_arm(text)
+    if not arm.mixes_tokens:
+        raise UserError(f"{arm.label} does not mix positions: the suite compares sequence blocks")
+    if not _builds_causal(BLOCKS.get(arm.block), arm.kwargs):
+        raise UserError(f"{arm.block} takes no causal option: it would see the answers")
+    if arm.kwargs.get("causal", True) is not True:
+        raise UserError(f"{arm.label}: the suite runs every block causal")
+    opts = [f"{k}={v}" for k, v in arm.kwargs.items() if k != "causal"] + ["causal=true"]
+    return parse_arm(f"{arm.block}({','.join(opts)})")
+
+
+def default_blocks() -> list[str]:
+    """Every registered token mixer (plugins included) that takes `causal` and builds with no
+    other option; a block that needs one (such as mixing_module's factory) must be named."""
+    from blocklab.blocks import BLOCKS
+
+    return [
+        name
+        for name in BLOCKS.names()
+        if BLOCKS.get(name).mixes_tokens and _builds_causal(BLOCKS.get(name), {})
+    ]
+
+
+def _builds_causal(cls, kwargs: dict[str, Any]) -> bool:
+    """Whether the block builds, causal, from these options alone (a small probe)."""
+    extra = {"seq_len": 4} if cls.needs_seq_len else {}
+    try:
+        cls(4, 4, **{**kwargs, "causal": True}, **extra)
+    except (TypeError, UserError):
+        return False
+    return True
+
+
+def blocks(cfg: MadConfig) -> list[str]:
+    return list(cfg.blocks) or default_blocks()
+
+
+SHAPE = _trials.NetShape(depth=2, norm="layer", residual=True, ff="relu4x")
+
+
+def nominal_degree(arm, seq_len: int) -> float | None:
+    """The degree of the block as seed 000 counts it (`Block.nominal_degree`)."""
+    from blocklab.models import checked_block
+
+    (name, kwargs), *_ = arm.layer_blocks(1, False, seq_len)
+    return checked_block(name, 4, **kwargs).nominal_degree
+
+
+def _width(arm, depth: int, seq_len: int, budget: int) -> int:
+    """The width whose layers cost nearest the budget (costs grow with width)."""
+
+    def cost(w: int) -> int:
+        return arm.block_params(depth, w, False, SHAPE.ff, seq_len)
+
+    if cost(1) > budget:
+        raise UserError(f"{arm.label}: a budget of {budget} is below one channel of width")
+    w = 1
+    while cost(w + 1) <= budget:
+        w += 1
+    return w if budget - cost(w) <= cost(w + 1) - budget else w + 1
+
+
+def plan(cfg: MadConfig) -> dict[tuple[str, str, int], tuple[Any, Any, dict[str, Any]]]:
+    """(block, task, level) -> (arm, shape, task options), the block as the user wrote it: each
+    arm, made causal, at the width whose layers come nearest the budget at that level's sequence
+    length."""
+    from blocklab.tasks import make_task
+
+    out = {}
+    for text in blocks(cfg):
+        arm = causal_arm(text)
+        for task in cfg.tasks:
+            for level, rung in enumerate(ladder(task, cfg.levels)):
+                opts = {**rung, "n_train": cfg.n_train}
+                seq_len = make_task(task, **opts).seq_len
+                width = _width(arm, cfg.depth, seq_len, cfg.budget)
+                shape = replace(SHAPE, depth=cfg.depth, width=width)
+                out[(text, task, level)] = (arm, shape, opts)
+    return out
+
+
+def _spec(cfg: MadConfig, key, arm, shape, opts, lr: float, seed: int):
+    return _trials.spec(key[1], opts, arm, shape, replace(cfg.train, lr=lr), seed)
+
+
+@dataclass
+class MadTrials(Trials):
+    # "block/task" -> the chosen rate, the rates tried with their validation accuracy, and
+    # whether the choice lies at an edge of what was tried
+    lr_choice: dict[str, dict[str, Any]]
+    # block -> its nominal degree (None: no degree); the rows hold the width per (task, level)
+    degrees: dict[str, float | None]
+
+
+def run(cfg: MadConfig, store: Store, *, resources=None, progress=True) -> MadTrials:
+    shapes = plan(cfg)
+    firsts = {key: shapes[key] for key in shapes if key[2] == 0}
+    at = {key[:2]: functools.partial(_spec, cfg, key, *firsts[key], seed=0) for key in firsts}
+    choice = _trials.search_lr(
+        at, cfg.lr_grid, cfg.lr_extend, store, EXPERIMENT, resources, progress, higher=True
+    )
+    planned = [
+        (
+            {"block": key[0], "level": key[2], "options": shapes[key][2]},
+            _spec(cfg, key, *shapes[key], choice[key[:2]]["lr"], seed),
+        )
+        for key in shapes
+        for seed in range(cfg.seeds)
+    ]
+    trials = _trials.run_planned(planned, store, EXPERIMENT, resources=resources, progress=progress)
+    lr_choice = {"/".join(key): c for key, c in choice.items()}
+    degrees = {}
+    for (label, task, _), (arm, _, opts) in shapes.items():
+        if label not in degrees:
+            from blocklab.tasks import make_task
+
+            degrees[label] = nominal_degree(arm, make_task(task, **opts).seq_len)
+    return MadTrials(trials.rows, trials.failed, lr_choice, degrees)
+
+
+@EXPERIMENTS.register
+class Mad(Experiment):
+    Config = MadConfig
+    run = staticmethod(run)
+    report = "blocklab.reports.mad"
+    commands = (
+        Command(
+            "mad",
+            "every sequence block on the MAD and MQAR token tasks at one parameter budget",
+            "runs/mad",
+        ),
+    )
