@@ -94,9 +94,7 @@ class MadConfig:
     def full(cls) -> MadConfig:
         """Every rung of the ladders (sequences to 128 tokens), 5 seeds, 3000 steps, a budget of
         1e5 and a grid extended once: hours on a CPU."""
-        return cls(
-            levels=4, seeds=5, budget=100000, n_train=16384, lr_extend=1, train=_train(3000)
-        )
+        return cls(levels=4, seeds=5, budget=100000, n_train=16384, lr_extend=1, train=_train(3000))
 
 
 def check_task(name: str) -> None:
