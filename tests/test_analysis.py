@@ -333,3 +333,19 @@ def test_table_reports_embedding_and_readout_beside_the_budget():
     summaries = summarize(arms({"d=2": [0.5, 0.4], "d=3": [0.6, 0.5]}))
     text = table(summaries)
     assert "embed+readout" in text.splitlines()[0] and " 577 " in text
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({"d=2": [0.5, 0.4], "d=3": [0.6, 0.5]}, set()),
+        ({"d=2": [0.5, 0.4], "mix[3,2,3]": [0.6, 0.5]}, {"mixed stack"}),
+        ({"d=2": [0.5, 0.4], "mlp": [0.6, 0.5]}, {"non-polynomial (mlp), band: CI"}),
+    ],
+)
+def test_the_degree_plot_names_only_the_arms_that_ran(values, expected, monkeypatch, tmp_path):
+    figures = []
+    monkeypatch.setattr(plots, "save", lambda fig, path: figures.append(fig) or path.name)
+    plots.metric_vs_degree(summarize(arms(values)), tmp_path / "m.png")
+    labels = {t.get_text() for t in figures[0].axes[0].get_legend().get_texts()}
+    assert {x for x in labels if not x.startswith("B = ")} == expected

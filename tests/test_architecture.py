@@ -29,7 +29,7 @@ SRC = Path(blocklab.__file__).resolve().parent
 # trials, and every statistic of them is computed above it.
 LAYERS = [
     {"", "errors", "options", "registry", "config", "store", "theory", "specs", "numerics"}
-    | {"executors", "processes", "fingerprint", "plugins", "claims"},
+    | {"executors", "processes", "fingerprint", "plugins", "claims", "frames"},
     {"blocks", "tasks", "measures"},
     {"models", "budget", "checks", "constructions"},
     {"train", "ensemble", "stacked", "sweep", "bench", "provenance", "progress"},

@@ -1,7 +1,5 @@
-"""The SQLite trial store: round trips, finished trials, prefixes, CSV export, sharing."""
+"""The SQLite trial store: round trips, finished trials, prefixes, sharing."""
 
-import csv
-import json
 import math
 import multiprocessing
 
@@ -79,33 +77,6 @@ def test_records_keep_requested_order(store):
     assert [r["id"] for r in store.records()] == ["a", "b", "c", "d"]  # by finish time
     assert len(store.records(experiment="degree-sweep")) == 4
     assert store.records(experiment="other") == []
-
-
-def test_export_csv(store, tmp_path):
-    store.put(record("t1", seed=1))
-    store.put(record("t2", seed=2, status="diverged"))
-    out = tmp_path / "trials.csv"
-    assert store.export_csv(out, store.records()) == 2
-    with open(out, newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    assert [r["id"] for r in rows] == ["t1", "t2"]
-    assert [r["status"] for r in rows] == ["done", "diverged"]
-    row = rows[0]
-    assert row["config.arm"] == "d=3" and row["config.budget"] == "12288"
-    assert row["config.train.steps"] == "50" and float(row["config.train.lr"]) == 0.01
-    assert float(row["metrics.test_metric"]) == 0.25
-    assert row["metrics.test_loss"] == ""  # NaN was stored as None
-    assert not any(key.startswith("curves") for key in row)
-
-
-def test_export_csv_lists_as_json(store, tmp_path):
-    rec = record("t1")
-    rec["config"]["degrees"] = ["2", "e"]
-    store.put(rec)
-    store.export_csv(tmp_path / "t.csv", store.records())
-    with open(tmp_path / "t.csv", newline="") as fh:
-        (row,) = csv.DictReader(fh)
-    assert json.loads(row["config.degrees"]) == ["2", "e"]
 
 
 def test_store_under_a_file_fails(tmp_path):

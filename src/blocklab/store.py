@@ -11,7 +11,6 @@ one line naming the file and what to do.
 from __future__ import annotations
 
 import contextlib
-import csv
 import json
 import math
 import sqlite3
@@ -325,34 +324,3 @@ class Store:
             rec["error"], rec["finished_at"] = row[8], row[9]
             out.append(rec)
         return out
-
-    def export_csv(self, path: str | Path, records: list[dict[str, Any]]) -> int:
-        """One line per trial: scalar columns, with config and metrics flattened to dotted keys."""
-        flat = [flatten(r) for r in records]
-        keys: list[str] = []
-        for f in flat:
-            keys += [k for k in f if k not in keys]
-        with open(path, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=keys)
-            writer.writeheader()
-            writer.writerows(flat)
-        return len(flat)
-
-
-def flatten(record: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-
-    def walk(prefix: str, value: Any) -> None:
-        if isinstance(value, dict):
-            for k, v in value.items():
-                walk(f"{prefix}.{k}" if prefix else k, v)
-        elif isinstance(value, list):
-            out[prefix] = json.dumps(value)
-        else:
-            out[prefix] = value
-
-    for key in ("id", "experiment", "status", "seed", "error", "finished_at"):
-        out[key] = record.get(key)
-    walk("config", record["config"])
-    walk("metrics", record["metrics"])
-    return out

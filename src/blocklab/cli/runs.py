@@ -15,7 +15,7 @@ from blocklab.store import DB_NAME, Store
 def add_parser(sub) -> None:
     p = sub.add_parser("runs", help="list, show and export stored trials")
     p.add_argument("action", nargs="?", default="list", choices=("list", "show", "export"))
-    p.add_argument("id", nargs="?", help="trial id (show) or CSV path (export)")
+    p.add_argument("id", nargs="?", help="trial id (show), or the .csv or .parquet file (export)")
     p.add_argument("--out", default="runs/demo", help="directory holding blocklab.sqlite")
     p.add_argument("--experiment", help="only this experiment's trials")
     p.add_argument("--status", choices=("done", "diverged", "failed"))
@@ -51,12 +51,18 @@ def run(args: argparse.Namespace) -> int:
         records = [r for r in records if r["status"] == args.status]
     if args.action == "export":
         if not args.id:
-            raise UserError("runs export needs a CSV path, e.g. `blocklab runs export trials.csv`")
+            raise UserError(
+                "runs export needs a file, e.g. `blocklab runs export trials.csv` (or .parquet)"
+            )
+        import pandas as pd
+
+        from blocklab.frames import export, run_row
+
         try:
-            n = store.export_csv(args.id, records)
+            export(pd.DataFrame([run_row(r) for r in records]), args.id)
         except OSError as exc:
             raise UserError(f"cannot write {args.id}: {exc.strerror}") from None
-        print(f"wrote {n} trials to {args.id}")
+        print(f"wrote {len(records)} trials to {args.id}")
         return 0
     current = _currency(records)
     if args.json:

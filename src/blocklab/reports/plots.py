@@ -124,18 +124,13 @@ def metric_vs_degree(summaries, path):
             ylabel=f"test {metric}, mean and 95% CI",
         )
         handles, _ = ax.get_legend_handles_labels()
-        handles += [
-            Line2D(
-                [],
-                [],
-                color="0.4",
-                marker="s",
-                markerfacecolor="none",
-                linestyle="none",
-                label="mixed stack",
-            ),
-            Line2D([], [], color="0.4", linestyle="--", label="non-polynomial (mlp), band: CI"),
-        ]
+        # the legend names only the kinds of arm that ran in this panel
+        if any(s.degree is not None and _is_mix(s.arm) for s in mine):
+            mixed_key = dict(marker="s", markerfacecolor="none", linestyle="none")
+            handles.append(Line2D([], [], color="0.4", label="mixed stack", **mixed_key))
+        if any(s.degree is None for s in mine):
+            label = "non-polynomial (mlp), band: CI"
+            handles.append(Line2D([], [], color="0.4", linestyle="--", label=label))
         ax.legend(handles=handles, fontsize=8)
     return save(fig, path)
 

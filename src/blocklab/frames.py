@@ -1,0 +1,117 @@
+"""A run directory's trials as pandas DataFrames, for every experiment alike.
+
+`load_runs(path)`: one row per stored trial (trained trials and measured points), every config,
+metrics and provenance field its own column under a dotted name ("config.train.lr",
+"metrics.test_metric", "provenance.torch"), lists as JSON text, and in front the columns most
+analyses start from: id, experiment, status, seed, task, arm, lr, test_metric, seconds (the
+trial's wall time, its share of an ensemble's), fingerprint (the code that made it).
+`load_curves(path)`: the learning curves in long form, one row per (trial, step, split, metric).
+pandas is imported here only, so the command line starts without it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from blocklab.errors import UserError
+from blocklab.store import Store, locate
+
+# the columns `load_runs` puts first, read from the nested record (missing ones are None)
+FRONT = {
+    "task": ("config", "task"),
+    "arm": ("config", "arm", "label"),
+    "lr": ("config", "train", "lr"),
+    "test_metric": ("metrics", "test_metric"),
+    "seconds": ("metrics", "seconds"),
+    "fingerprint": ("provenance", "code", "fingerprint"),
+}
+FORMATS = {".csv": "csv", ".parquet": "parquet"}
+
+
+def _store(path: str | Path) -> Store:
+    db = locate(path)
+    if not db.exists():
+        raise UserError(f"no store at {path} (run an experiment with --out {path} first)")
+    return Store(db, read_only=True)
+
+
+def _dig(record: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    value: Any = record
+    for k in keys:
+        value = value.get(k) if isinstance(value, dict) else None
+    return value
+
+
+def _flat(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flat(f"{prefix}.{k}", v, out)
+    elif isinstance(value, list):
+        out[prefix] = json.dumps(value)
+    else:
+        out[prefix] = value
+
+
+def run_row(record: dict[str, Any]) -> dict[str, Any]:
+    """One stored record as a flat row (the curves are `load_curves`')."""
+    row = {k: record.get(k) for k in ("id", "experiment", "status", "seed")}
+    row |= {name: _dig(record, keys) for name, keys in FRONT.items()}
+    row |= {k: record.get(k) for k in ("error", "finished_at")}
+    for part in ("config", "metrics", "provenance"):
+        _flat(part, record.get(part) or {}, row)
+    return row
+
+
+def load_runs(path: str | Path, experiment: str | None = None):
+    """The trials of a run directory (or store file), one row each: a pandas DataFrame."""
+    import pandas as pd
+
+    records = _store(path).records(experiment=experiment)
+    frame = pd.DataFrame([run_row(r) for r in records])
+    return frame if len(frame) else pd.DataFrame(columns=[*run_row({}).keys()])
+
+
+def curve_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """A record's curves ({"step": [...], "train_loss": [...], "val_metric": [...]}) as rows
+    (trial id, step, split, metric, value); a non-finite value, stored as null, stays None."""
+    curves = record.get("curves") or {}
+    steps = curves.get("step") or []
+    out = []
+    for key, values in curves.items():
+        if key == "step" or not isinstance(values, list) or len(values) != len(steps):
+            continue
+        split, _, metric = key.partition("_")
+        out += [
+            {"id": record["id"], "step": s, "split": split, "metric": metric or split, "value": v}
+            for s, v in zip(steps, values, strict=True)
+        ]
+    return out
+
+
+def load_curves(path: str | Path, experiment: str | None = None):
+    """The learning curves of a run directory's trials in long form: a pandas DataFrame with
+    columns id, step, split (train, val), metric (loss, metric) and value."""
+    import pandas as pd
+
+    rows = [row for r in _store(path).records(experiment=experiment) for row in curve_rows(r)]
+    return pd.DataFrame(rows, columns=["id", "step", "split", "metric", "value"])
+
+
+def export(frame, path: str | Path) -> None:
+    """Write a DataFrame as CSV or Parquet, by the file's extension; Parquet needs pyarrow (the
+    `parquet` extra), named in one line when it is missing."""
+    kind = FORMATS.get(Path(path).suffix.lower())
+    if kind is None:
+        raise UserError(f"{path}: export writes .csv or .parquet files")
+    if kind == "parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise UserError(
+                "writing .parquet needs pyarrow: pip install 'blocklab[parquet]'"
+            ) from None
+        frame.to_parquet(path, index=False)
+    else:
+        frame.to_csv(path, index=False)
