@@ -13,6 +13,7 @@ from blocklab.analysis.stats import (
     holm,
     interval,
     layer_degrees,
+    positive_interval,
     ranking_vs_theory,
     summarize,
 )
@@ -349,3 +350,17 @@ def test_the_degree_plot_names_only_the_arms_that_ran(values, expected, monkeypa
     plots.metric_vs_degree(summarize(arms(values)), tmp_path / "m.png")
     labels = {t.get_text() for t in figures[0].axes[0].get_legend().get_texts()}
     assert {x for x in labels if not x.startswith("B = ")} == expected
+
+
+def test_a_positive_metric_keeps_its_plotted_interval_positive(monkeypatch, tmp_path):
+    """Two seeds of an MSE: the t-interval (t = 12.7) reaches below zero, the plotted bootstrap
+    interval stays within the seeds' range."""
+    [s] = summarize(arms({"d=3": [0.2, 0.6]}))
+    assert s.lo < 0 and s.values == (0.2, 0.6)
+    lo, hi = positive_interval(s.values)
+    assert 0.2 <= lo <= s.mean <= hi <= 0.6
+    [err_lo], [err_hi] = plots._yerr([s])
+    assert s.mean - err_lo >= 0.2 and s.mean + err_hi <= 0.6
+    # accuracy keeps its t-interval
+    [a] = summarize(arms({"d=3": [0.2, 0.6]}, metric="accuracy"))
+    assert plots._band(a) == (a.lo, a.hi)

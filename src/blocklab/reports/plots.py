@@ -14,7 +14,7 @@ import numpy as np
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter
 
-from blocklab.analysis.stats import layer_degrees
+from blocklab.analysis.stats import layer_degrees, positive_interval
 from blocklab.theory import h, optimal_degree
 
 DPI = 120
@@ -62,10 +62,25 @@ def _degree_xlim(ax, degrees):
     ax.set_xlim(min(degrees) - 0.3, max(degrees) + 0.3)
 
 
+def _positive(s) -> bool:
+    """A metric that cannot fall below zero (MSE): its interval is drawn so that it cannot."""
+    return s.metric == "mse" and all(v > 0 for v in s.values)
+
+
+def _band(s) -> tuple[float, float]:
+    """The interval a plot draws: the t-interval, or for a positive metric the bootstrap one."""
+    return positive_interval(s.values) if _positive(s) else (s.lo, s.hi)
+
+
 def _yerr(summaries):
     # Asymmetric bars from the interval; a single seed has no interval, so no bar.
-    lo = [s.mean - s.lo if math.isfinite(s.lo) else 0.0 for s in summaries]
-    hi = [s.hi - s.mean if math.isfinite(s.hi) else 0.0 for s in summaries]
+    bands = [_band(s) for s in summaries]
+    lo = [
+        s.mean - b[0] if math.isfinite(b[0]) else 0.0 for s, b in zip(summaries, bands, strict=True)
+    ]
+    hi = [
+        b[1] - s.mean if math.isfinite(b[1]) else 0.0 for s, b in zip(summaries, bands, strict=True)
+    ]
     return [lo, hi]
 
 
@@ -112,8 +127,9 @@ def metric_vs_degree(summaries, path):
             for s in at:
                 if s.degree is None:  # no degree to place it at: a reference level
                     ax.axhline(s.mean, color=c, linestyle="--", linewidth=1)
-                    if math.isfinite(s.lo):
-                        ax.axhspan(s.lo, s.hi, color=c, alpha=0.12, linewidth=0)
+                    lo, hi = _band(s)
+                    if math.isfinite(lo):
+                        ax.axhspan(lo, hi, color=c, alpha=0.12, linewidth=0)
         _degree_xlim(ax, [s.degree for s in mine if s.degree is not None])
         _mark_e(ax)
         metric = mine[0].metric if mine else "metric"
@@ -121,7 +137,8 @@ def metric_vs_degree(summaries, path):
         ax.set(
             title=f"{task}{better}",
             xlabel="degree d (mixed stacks: average)",
-            ylabel=f"test {metric}, mean and 95% CI",
+            ylabel=f"test {metric}, mean and 95% CI"
+            + (" (bootstrap: stays > 0)" if metric == "mse" else ""),
         )
         handles, _ = ax.get_legend_handles_labels()
         # the legend names only the kinds of arm that ran in this panel
