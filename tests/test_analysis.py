@@ -13,10 +13,10 @@ from blocklab.analysis.stats import (
     holm,
     interval,
     layer_degrees,
-    positive_interval,
     ranking_vs_theory,
     summarize,
 )
+from blocklab.analysis.summary import positive_interval
 from blocklab.reports import plots
 from blocklab.reports.degree_sweep import table, to_json, write_report
 

@@ -182,19 +182,6 @@ def summarize(rows, level=0.95):
     return sorted(out, key=lambda s: (s.task, s.budget, *_arm_order(s.arm, s.degree)))
 
 
-def positive_interval(values, level=0.95, draws=4000):
-    """(lo, hi): a percentile bootstrap interval of the mean of positive values (an MSE over
-    seeds). Resampled means stay within the values' range, so the interval stays positive where
-    the Student-t interval of two seeds (t = 12.7) reaches far below zero. nan below 2 values."""
-    x = np.asarray(values, dtype=float)
-    if len(x) < 2:
-        return NAN, NAN
-    rng = np.random.default_rng(0)
-    means = x[rng.integers(0, len(x), (draws, len(x)))].mean(1)
-    lo, hi = np.percentile(means, [50 - 50 * level, 50 + 50 * level])
-    return float(lo), float(hi)
-
-
 @dataclass(frozen=True)
 class Comparison:
     arm: str
