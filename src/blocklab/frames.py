@@ -64,13 +64,18 @@ def run_row(record: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def load_runs(path: str | Path, experiment: str | None = None):
-    """The trials of a run directory (or store file), one row each: a pandas DataFrame."""
+def frame(records: list[dict[str, Any]]):
+    """Stored records as a DataFrame, one row each (`run_row`); no records: the columns alone."""
     import pandas as pd
 
-    records = _store(path).records(experiment=experiment)
-    frame = pd.DataFrame([run_row(r) for r in records])
-    return frame if len(frame) else pd.DataFrame(columns=[*run_row({}).keys()])
+    if not records:
+        return pd.DataFrame(columns=[*run_row({})])
+    return pd.DataFrame([run_row(r) for r in records])
+
+
+def load_runs(path: str | Path, experiment: str | None = None):
+    """The trials of a run directory (or store file), one row each: a pandas DataFrame."""
+    return frame(_store(path).records(experiment=experiment))
 
 
 def curve_rows(record: dict[str, Any]) -> list[dict[str, Any]]:

@@ -145,7 +145,8 @@ def _mean(x: np.ndarray) -> float | None:
 
 def one_sided_lower(a: list[float], b: list[float]) -> float | None:
     """p of "mean(a) < mean(b)" by Welch's t-test (scipy.stats.ttest_ind, one-sided); None
-    without two values on each side. Equal constant samples give p = 1."""
+    without two values on each side. Both sides constant (no spread, where the test is
+    undefined): its limit, 0 when a's value is below b's, else 1."""
     if len(a) < 2 or len(b) < 2:
         return None
     if np.ptp(a) == 0 and np.ptp(b) == 0:

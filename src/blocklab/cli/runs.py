@@ -54,12 +54,10 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(
                 "runs export needs a file, e.g. `blocklab runs export trials.csv` (or .parquet)"
             )
-        import pandas as pd
-
-        from blocklab.frames import export, run_row
+        from blocklab.frames import export, frame
 
         try:
-            export(pd.DataFrame([run_row(r) for r in records]), args.id)
+            export(frame(records), args.id)
         except OSError as exc:
             raise UserError(f"cannot write {args.id}: {exc.strerror}") from None
         print(f"wrote {len(records)} trials to {args.id}")

@@ -164,33 +164,37 @@ def nominal_degree(arm, seq_len: int) -> float | None:
     return checked_block(name, 4, **kwargs).nominal_degree
 
 
+# the layers of every (block, task, level) come within this share of the budget; one step of
+# width moves a 2-layer network of width ~30 by ~7%, so half a step must fit
+BUDGET_TOL = 0.05
+
+
 def _width(arm, depth: int, seq_len: int, budget: int) -> int:
-    """The width whose layers cost nearest the budget (costs grow with width)."""
+    """The width at which `depth` layers of the arm cost nearest the budget (`budget.solve`)."""
+    from blocklab.budget import solve
 
-    def cost(w: int) -> int:
-        return arm.block_params(depth, w, False, SHAPE.ff, seq_len)
+    shape = solve(arm, budget, mode="depth", depth=depth, ff=SHAPE.ff, seq_len=seq_len,
+                  tol=BUDGET_TOL)  # fmt: skip
+    return shape.width
 
-    if cost(1) > budget:
-        raise UserError(f"{arm.label}: a budget of {budget} is below one channel of width")
-    w = 1
-    while cost(w + 1) <= budget:
-        w += 1
-    return w if budget - cost(w) <= cost(w + 1) - budget else w + 1
+
+def _seq_len(task: str, opts: dict[str, Any]) -> int:
+    from blocklab.tasks import make_task
+
+    return make_task(task, **opts).seq_len
 
 
 def plan(cfg: MadConfig) -> dict[tuple[str, str, int], tuple[Any, Any, dict[str, Any]]]:
     """(block, task, level) -> (arm, shape, task options), the block as the user wrote it: each
     arm, made causal, at the width whose layers come nearest the budget at that level's sequence
     length."""
-    from blocklab.tasks import make_task
-
     out = {}
     for text in blocks(cfg):
         arm = causal_arm(text)
         for task in cfg.tasks:
             for level, rung in enumerate(ladder(task, cfg.levels)):
                 opts = {**rung, "n_train": cfg.n_train}
-                seq_len = make_task(task, **opts).seq_len
+                seq_len = _seq_len(task, opts)
                 width = _width(arm, cfg.depth, seq_len, cfg.budget)
                 shape = replace(SHAPE, depth=cfg.depth, width=width)
                 out[(text, task, level)] = (arm, shape, opts)
@@ -229,10 +233,8 @@ def run(cfg: MadConfig, store: Store, *, resources=None, progress=True) -> MadTr
     lr_choice = {"/".join(key): c for key, c in choice.items()}
     degrees = {}
     for (label, task, _), (arm, _, opts) in shapes.items():
-        if label not in degrees:
-            from blocklab.tasks import make_task
-
-            degrees[label] = nominal_degree(arm, make_task(task, **opts).seq_len)
+        if label not in degrees:  # a block's degree is the same at every task and level
+            degrees[label] = nominal_degree(arm, _seq_len(task, opts))
     return MadTrials(trials.rows, trials.failed, lr_choice, degrees)
 
 

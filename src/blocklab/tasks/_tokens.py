@@ -2,7 +2,7 @@
 Arora et al. 2023): option checks, one-hot oracle logits, and distinct train/val/test draws.
 
 Every example of a task is a distinct sequence: draws repeat until the three splits hold the sizes
-asked for, so no test input is also a training input (`info["split_by"] = "draw"`).
+asked for, so no test input is also a training input (the task contract checks it).
 """
 
 from __future__ import annotations
@@ -115,7 +115,6 @@ def token_data(
     g = torch.Generator().manual_seed(seed)
     s = distinct(draw, {"train": o.n_train, "val": o.n_val, "test": o.n_test}, g)
     info = {**info, "vocab": vocab, "seq_len": o.seq_len, **label_info(s["train"], vocab)}
-    info["split_by"] = "draw"  # distinct sequences: the contract holds the splits disjoint
     return TaskData(
         s["train"],
         s["val"],
