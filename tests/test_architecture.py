@@ -34,7 +34,7 @@ LAYERS = [
     {"models", "budget", "checks", "constructions"},
     {"train", "ensemble", "stacked", "sweep", "bench", "provenance", "progress"},
     {"experiments"},
-    {"analysis", "reports"},
+    {"analysis", "reports", "trackers"},
     {"cli", "__main__"},
 ]
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
@@ -201,8 +201,10 @@ def test_one_file_adds_an_experiment(toy, tmp_path, capsys):
         "squares": [0, 1, 4, 9],
         "report": str(tmp_path / "report.md"),
         "config": {"n": 4},
+        "page": str(tmp_path / "index.html"),
     }
     assert (tmp_path / "report.md").read_text() == "# Squares\n\n[0, 1, 4, 9]\n"
+    assert "[0, 1, 4, 9]" in (tmp_path / "index.html").read_text()  # its page, with no trials
 
     for form, n in (("--medium", 6), ("--full", 10)):
         assert main(["squares", form, "--out", str(tmp_path)]) == 0

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from blocklab.cli import build_parser, main
+from blocklab.store import Store
 
 CONTRACT = json.loads((Path(__file__).parent / "cli_contract.json").read_text())
 
@@ -122,9 +123,15 @@ def argv_for(name: str, out: Path) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in COMMANDS if n not in ("degree-sweep", "demo", "runs")])
 def test_json_keys_are_unchanged(name, tmp_path, capsys):
-    assert (
-        missing(CONTRACT["json"][name], key_sets(run_json(capsys, argv_for(name, tmp_path)))) == {}
-    )
+    payload = run_json(capsys, argv_for(name, tmp_path))
+    assert missing(CONTRACT["json"][name], key_sets(payload)) == {}
+    if "{out}" in COMMANDS[name]:  # every experiment's run writes its page beside report.md
+        assert payload["page"] == str(tmp_path / "index.html")
+        records = Store(tmp_path, read_only=True).records()
+        curves = sum(len((r.get("curves") or {}).get("step") or []) > 1 for r in records)
+        page = (tmp_path / "index.html").read_text()
+        assert page.count('<svg class="curve"') == curves  # a trial's curves, where it has them
+        assert page.count("<img ") == len(list(tmp_path.glob("*.png")))
 
 
 @pytest.mark.slow

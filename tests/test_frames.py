@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import pandas as pd
 import pytest
@@ -89,16 +90,18 @@ def test_export_by_extension(run_dir, tmp_path, capsys):
         export(blocklab.load_runs(run_dir), tmp_path / "trials.xlsx")
 
 
-def test_parquet_round_trips_or_names_its_extra(run_dir, tmp_path):
+def test_parquet_round_trips(run_dir, tmp_path):
+    pytest.importorskip("pyarrow")  # the test extra installs it
     path = tmp_path / "trials.parquet"
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        with pytest.raises(UserError, match=r"blocklab\[parquet\]"):
-            export(blocklab.load_runs(run_dir), path)
-        return
     export(blocklab.load_runs(run_dir), path)
     assert list(pd.read_parquet(path)["id"]) == ["t1", "t2", "t3"]
+
+
+def test_parquet_without_pyarrow_names_its_extra(run_dir, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # `import pyarrow` raises ImportError
+    with pytest.raises(UserError, match=r"blocklab\[parquet\]"):
+        export(blocklab.load_runs(run_dir), tmp_path / "trials.parquet")
+    assert not (tmp_path / "trials.parquet").exists()
 
 
 def test_missing_store_is_one_line(tmp_path, capsys):

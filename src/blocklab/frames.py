@@ -44,14 +44,23 @@ def _dig(record: dict[str, Any], keys: tuple[str, ...]) -> Any:
     return value
 
 
-def _flat(prefix: str, value: Any, out: dict[str, Any]) -> None:
+def flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
     if isinstance(value, dict):
         for k, v in value.items():
-            _flat(f"{prefix}.{k}", v, out)
+            flatten(f"{prefix}.{k}", v, out)
     elif isinstance(value, list):
         out[prefix] = json.dumps(value)
     else:
         out[prefix] = value
+
+
+def varying(records: list[dict[str, Any]]) -> list[str]:
+    """The flattened config columns ("config.train.lr") whose values differ between the records,
+    seeds aside: what tells their configurations apart."""
+    rows = [run_row(r) for r in records]
+    cols = [c for c in rows[0] if c.startswith("config.")] if rows else []
+    skip = {"config.seed", "config.data_seed"}
+    return [c for c in cols if c not in skip and len({json.dumps(r.get(c)) for r in rows}) > 1]
 
 
 def run_row(record: dict[str, Any]) -> dict[str, Any]:
@@ -60,7 +69,7 @@ def run_row(record: dict[str, Any]) -> dict[str, Any]:
     row |= {name: _dig(record, keys) for name, keys in FRONT.items()}
     row |= {k: record.get(k) for k in ("error", "finished_at")}
     for part in ("config", "metrics", "provenance"):
-        _flat(part, record.get(part) or {}, row)
+        flatten(part, record.get(part) or {}, row)
     return row
 
 

@@ -16,7 +16,7 @@ import math
 import sqlite3
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +201,8 @@ class Store:
         self.reuse = reuse
         # what this store's run has told the user once (stale trials, frozen parameters)
         self.told: set[str] = set()
+        # called with each record once it is stored: a tracker logs trials as they finish
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []
         self.path = locate(path)
         self.read_only = read_only
         self.conn = _open_read_only(self.path) if read_only else _open(self.path)
@@ -274,6 +276,8 @@ class Store:
         )
         with self.errors():
             self.conn.execute(PUT, row)
+        for listener in self.listeners:
+            listener(record)
 
     def get(self, trial_id: str) -> dict[str, Any] | None:
         rows = self._select("WHERE id = ?", (trial_id,))

@@ -9,16 +9,18 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
 from blocklab import config as cfgmod
-from blocklab import plugins
+from blocklab import plugins, trackers
 from blocklab.errors import UserError
 from blocklab.executors import ENSEMBLE, EXECUTORS, Resources, default_workers
 from blocklab.experiments import Command, Experiment
 from blocklab.options import parse_pairs
 from blocklab.store import DB_NAME, Store
+from blocklab.trackers import TRACKERS
 
 # the larger forms an experiment's config may offer beside its quick defaults, as classmethods
 FORMS = ("medium", "full")
@@ -40,6 +42,13 @@ def add_parser(sub, experiment: type[Experiment], command: Command) -> None:
     if experiment.pool:
         _pool_flags(p)
     p.add_argument("--json", action="store_true", help="print results as JSON on stdout")
+    p.add_argument(
+        "--tracker",
+        action="append",
+        choices=sorted(TRACKERS),
+        help="also log the trials and the summary to TensorBoard or MLflow files in the run "
+        "directory (needs the extra of that name; repeatable)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress output")
     reuse = p.add_mutually_exclusive_group()
     reuse.add_argument(
@@ -94,22 +103,49 @@ def _pool_flags(p: argparse.ArgumentParser) -> None:
 
 
 def run(experiment: type[Experiment], args: argparse.Namespace) -> int:
+    from blocklab.reports import html
     from blocklab.reports.markdown import config_json, plain
 
     # the config's plugins load before it is resolved: its names may be theirs
     imports = plugins.load([*(args.imports or ()), *cfgmod.imports(args.config)])
     cfg = resolve(experiment, args)
     resources = _resources(args, imports) if experiment.pool else None
+    names = list(dict.fromkeys(args.tracker or ()))
+    for name in names:
+        trackers.require(name)  # before anything runs or is written
     out, store = _open_run(args)
-    trials = experiment.run(cfg, store, resources=resources, progress=not args.quiet)
-    # the report module analyzes the trials (summaries, tests, fits, findings) and writes
-    report = importlib.import_module(experiment.report).write(out, cfg, trials)
+    command = shlex.join(["blocklab", *getattr(args, "argv", [])])
+    _write_run_file(out, experiment.name, command, config_json(cfg))
+    opened = [
+        trackers.open_tracker(name, out, experiment.name, command, config_json(cfg))
+        for name in names
+    ]
+    store.listeners += [t.trial for t in opened]  # each trial logged as it is stored
+    try:
+        trials = experiment.run(cfg, store, resources=resources, progress=not args.quiet)
+        # the report module analyzes the trials (summaries, tests, fits, findings) and writes
+        report = importlib.import_module(experiment.report).write(out, cfg, trials)
+    except BaseException:
+        for tracker in opened:
+            tracker.abort()
+        raise
+    page = html.write(out)
+    for tracker in opened:
+        tracker.finish(store.records(), report)
     if args.json:
         payload = {**report.json, "report": str(report.path), "config": config_json(cfg)}
-        print(json.dumps(plain(payload), indent=2))
+        print(json.dumps(plain({**payload, "page": str(page)}), indent=2))
     else:
-        print("\n".join([*report.text, f"\nreport: {report.path}"]))
+        print("\n".join([*report.text, f"\nreport: {report.path}", f"page: {page}"]))
     return 0
+
+
+def _write_run_file(out: Path, experiment: str, command: str, config: dict[str, Any]) -> None:
+    """What the run's page shows of how it was made: the experiment, the command, the config."""
+    from blocklab.reports.html import RUN_FILE
+
+    record = {"experiment": experiment, "command": command, "config": config}
+    (out / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n")
 
 
 def resolve(experiment: type[Experiment], args: argparse.Namespace) -> Any:

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from blocklab import plugins
-from blocklab.cli import advise, bench, check, experiment, runs, seprank, theory
+from blocklab.cli import advise, bench, check, experiment, report, runs, seprank, theory
 from blocklab.errors import Interrupted, UserError, WorkerDied
 from blocklab.experiments import EXPERIMENTS
 
@@ -24,6 +24,7 @@ EXPLICIT = {
     "advise": advise.add_parser,
     "bench": bench.add_parser,
     "check": check.add_parser,
+    "report": report.add_parser,
     "runs": runs.add_parser,
     "seprank measure": seprank.add_parser,
     "theory": theory.add_parser,
@@ -111,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(signal, "SIGHUP"):
         signal.signal(signal.SIGHUP, _sigterm)
     try:
+        argv = sys.argv[1:] if argv is None else list(argv)
         args = build_parser().parse_args(argv)
+        args.argv = argv  # what a run records as its command
         plugins.load(args.imports or ())  # before the command resolves any name
         return args.handler(args)
     except UserError as exc:

@@ -150,9 +150,9 @@ def _plain_log(ax, axes="xy"):
         axis.set_minor_formatter(NullFormatter())
 
 
-def scaling_curves(capacity, path):
+def scaling_curves(capacity, path, unit="MSE or cross-entropy in nats"):
     """Log-log test loss vs actual block parameters: per arm the means with 95% intervals and the
-    fitted L(P) = L_inf + a P^-alpha, one colour per arm."""
+    fitted L(P) = L_inf + a P^-alpha, one colour per arm. `unit`: the loss's (`plots.loss_unit`)."""
     stats, fits = capacity.stats, capacity.fit.fits
     arms = sorted(stats, key=_arm_key(capacity))
     color = colors(arms)
@@ -178,7 +178,10 @@ def scaling_curves(capacity, path):
     ax.set_xscale("log")
     ax.set_yscale("log")
     _plain_log(ax)
-    ax.set(xlabel="block parameters P (actual count)", ylabel="test loss, mean and 95% CI")
+    ax.set(
+        xlabel="block parameters P (actual count)",
+        ylabel=f"test loss ({unit}), mean and 95% CI",
+    )
     ax.set_title("test loss vs budget, fitted L(P) = L_inf + a P^-alpha", fontsize=10)
     ax.legend(fontsize=8)
     return save(fig, path)
@@ -212,7 +215,7 @@ def efficiency(capacity, path):
     ax.set_yscale("log")
     ax.set_ylim(bottom, top * 1.1)
     _plain_log(ax, "y")
-    ax.set(ylabel="parameters needed / those of d = 3")
+    ax.set(xlabel="arm", ylabel="parameters needed / those of d = 3 (ratio)")
     ax.set_title("multiplier vs d = 3 with 95% CI; > 1: needs more than d = 3", fontsize=10)
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=True))  # one entry per kind, not per arm

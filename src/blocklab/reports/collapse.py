@@ -205,9 +205,12 @@ def curves_figure(result, path: Path) -> str:
             label = f"seed 003 bound (pure; log10 {b[0]:.3g} .. {b[-1]:.3g})"
             ax.plot(range(1, len(b) + 1), b, "k--", lw=1, label=label)
         ax.axhline(LOG_FLOOR, color="grey", lw=0.8, ls=":", label="float32 eps (floor)")
-        ax.set(xlabel="layer l", title=f"{stage} (mean over seeds, 95% CI)")
+        ax.set(
+            xlabel="layer l (layer index)",
+            ylabel="log10 ||res(X_l)|| / ||res(X_0)|| (dimensionless)",
+            title=f"{stage} (mean over seeds, 95% CI)",
+        )
         ax.legend(fontsize=7)
-    axes[0][0].set_ylabel("log10 ||res(X_l)|| / ||res(X_0)||")
     # the bound leaves any useful range within a layer or two: keep the data in view
     axes[0][0].set_ylim(lowest - 0.5, max(highest, 0.0) + 0.5)
     return figures.save_figure(fig, path)
@@ -219,7 +222,7 @@ def paths_figure(paths: dict[str, Any], path: Path) -> str:
     ax.bar(range(len(shares)), shares, color="tab:blue")
     ax.set(
         xlabel="path length k (attention layers on the path)",
-        ylabel="share of paths",
+        ylabel="share of paths (fraction)",
         title=f"seed 003 Thm 2.1: L={paths['depth']}, H={paths['heads']}",
     )
     return figures.save_figure(fig, path)

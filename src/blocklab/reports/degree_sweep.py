@@ -201,7 +201,7 @@ def write_report(out_dir, rows, *, title, config, provenance, alpha=0.05, capaci
     plots.learning_curves(rows, out / "learning_curves.png")
     plots.ranking_vs_theory(summaries, out / "ranking_vs_theory.png")
     if capacity is not None:
-        scaling_curves(capacity, out / "scaling.png")
+        scaling_curves(capacity, out / "scaling.png", plots.loss_unit({r["task"] for r in rows}))
         if capacity.fit.efficiency:
             efficiency(capacity, out / "efficiency.png")
 

@@ -33,12 +33,13 @@ def lines_plot(
     x: str,
     series: tuple[str, ...],
     panels: str | None = None,
+    xlabel: str,
     ylabel: str,
     logx: bool = True,
     hline: float | None = None,
 ) -> str:
     """One panel per value of `panels`, one line per value of `series`, x against the mean with
-    its 95% interval."""
+    its 95% interval. The labels state their units: "model width (hidden units)"."""
     panel_keys = sorted({s[panels] for s in summaries}, key=str) if panels else [None]
     fig, axes = plt.subplots(
         1, len(panel_keys), figsize=(4.2 * len(panel_keys), 3.4), squeeze=False
@@ -59,7 +60,7 @@ def lines_plot(
             ax.axhline(hline, color="grey", lw=0.8, ls=":")
         if logx:
             ax.set_xscale("log", base=2)
-        ax.set_xlabel(x)
+        ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         if pk is not None:
             ax.set_title(f"{panels} = {pk}")

@@ -146,7 +146,7 @@ def heat_map(results: list[dict[str, Any]], path: Path) -> str:
     ax.set_yticks(range(len(blocks)), blocks)
     ax.set_xlabel("task (mean over its difficulty levels)")
     ax.set_ylabel("block")
-    fig.colorbar(im, ax=ax, label="test accuracy")
+    fig.colorbar(im, ax=ax, label="test accuracy\n(fraction correct)")
     return save_figure(fig, path)
 
 
@@ -171,7 +171,7 @@ def curves(results: list[dict[str, Any]], ladders: dict[str, list[str]], path: P
         ax.set_xticks(range(len(ladders[task])), ladders[task], fontsize=7)
         ax.set_title(task)
         ax.set_xlabel("difficulty level")
-        ax.set_ylabel("test accuracy")
+        ax.set_ylabel("test accuracy (fraction correct)")
         ax.set_ylim(-0.02, 1.02)
     for ax in list(axes.flat)[len(tasks) :]:
         ax.axis("off")

@@ -68,8 +68,8 @@ def write(out_dir, cfg, trials) -> Report:
         )
     ax.set_xscale("log", base=2)
     ax.set(
-        xlabel="sequence length T",
-        ylabel="fraction of draws that separate",
+        xlabel="sequence length T (positions)",
+        ylabel="draws that separate (fraction)",
         title="random weights (95% Clopper-Pearson)",
     )
     ax.legend(fontsize=7)
@@ -78,7 +78,11 @@ def write(out_dir, cfg, trials) -> Report:
         group = sorted((s for s in group if s["n"]), key=lambda s: s["seq_len"])
         errorbar(ax, [s["seq_len"] for s in group], group, label=model[0])
     ax.set_xscale("log", base=2)
-    ax.set(xlabel="sequence length T", ylabel="test accuracy", title="trained (95% t-interval)")
+    ax.set(
+        xlabel="sequence length T (positions)",
+        ylabel="test accuracy (fraction correct)",
+        title="trained (95% t-interval)",
+    )
     ax.axhline(0.5, color="grey", lw=0.8, ls=":")
     ax.legend(fontsize=7)
     figs.append(save_figure(fig, out / "needle.png"))

@@ -34,6 +34,33 @@ def colors(keys):
     return {k: cmap(i % 10) for i, k in enumerate(keys)}
 
 
+METRIC_LABELS = {
+    "mse": "test MSE (squared error per output)",
+    "accuracy": "test accuracy (fraction correct)",
+}
+
+
+def metric_label(metric):
+    """The axis label of a test metric (`tasks.base.Task.metric`) with its unit."""
+    return METRIC_LABELS.get(metric, f"test {metric} (units of {metric})")
+
+
+def loss_unit(tasks):
+    """The unit of the training loss of these tasks (`tasks.base.score`): MSE for regression
+    (also when scored by accuracy), cross-entropy in nats per target for classification."""
+    from blocklab.errors import UserError
+    from blocklab.tasks import TASKS
+
+    units = {"regression": "MSE", "classification": "cross-entropy, nats"}
+    found = set()
+    for task in tasks:
+        try:
+            found.add(units[TASKS.get(task).kind])
+        except (UserError, KeyError, AttributeError):
+            found.add("MSE or cross-entropy in nats")
+    return found.pop() if len(found) == 1 else "MSE or cross-entropy in nats"
+
+
 def save(fig, path):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -137,8 +164,8 @@ def metric_vs_degree(summaries, path):
         better = f" ({_better(mine[0].higher_is_better)})" if mine else ""
         ax.set(
             title=f"{task}{better}",
-            xlabel="degree d (mixed stacks: average)",
-            ylabel=f"test {metric}, mean and 95% CI"
+            xlabel="degree d (polynomial degree; mixed stacks: average)",
+            ylabel=f"{metric_label(metric)},\nmean and 95% CI"
             + (" (bootstrap: stays > 0)" if metric == "mse" else ""),
         )
         handles, _ = ax.get_legend_handles_labels()
@@ -220,7 +247,7 @@ def learning_curves(rows, path):
         lost = ", ".join(f"{a} ({n})" for (t, b, a), n in diverged.items() if (t, b) == key)
         lost = f"\ndiverged seeds (not drawn): {lost}" if lost else ""
         ax.set_title(f"{key[0]}, B = {key[1]:,}{lost}", fontsize=10)
-        ax.set(xlabel="step", ylabel="validation loss")
+        ax.set(xlabel="optimizer step (steps)", ylabel=f"validation loss ({loss_unit([key[0]])})")
     if shown:  # arms keep one colour across panels, so one legend serves them all
         fig.legend(handles=list(shown.values()), loc="outside right upper", fontsize=8)
     fig.suptitle("mean of finished seeds; band: min to max", fontsize=10)
@@ -263,7 +290,11 @@ def ranking_vs_theory(summaries, path):
             fontsize=8,
         )
     _mark_e(left, text=False)
-    left.set(title="theory: h(d) = ln d / d (higher is better)", xlabel="degree d", ylabel="h(d)")
+    left.set(
+        title="theory: h(d) = ln d / d (higher is better)",
+        xlabel="degree d (polynomial degree)",
+        ylabel="h(d) = ln d / d (dimensionless)",
+    )
     left.legend(
         handles=[
             Line2D([], [], color="0.2", label="h(d) = ln d / d"),
@@ -322,8 +353,9 @@ def ranking_vs_theory(summaries, path):
     _mark_e(right)
     right.set(
         title="measured, relative to the best arm (higher is better)",
-        xlabel="degree d (mixed stacks: average; dashed: mlp)",
-        ylabel="best / mean if lower is better,\nmean / best if higher is better",
+        xlabel="degree d (polynomial degree; mixed stacks: average; dashed: mlp)",
+        ylabel="score relative to the best arm (ratio):\nbest / mean if lower is better,\n"
+        "mean / best if higher is better",
     )
     if right.get_legend_handles_labels()[0]:
         right.legend(fontsize=8)

@@ -206,7 +206,8 @@ def write(out_dir, cfg, trials) -> Report:
         x="width",
         series=("model", "seq_len") if several else ("model",),
         panels="task",
-        ylabel="test accuracy",
+        xlabel="model width (hidden units)",
+        ylabel="test accuracy (fraction correct)",
         hline=cfg.solved,
     )
     header = ["task", "N", "width", "block", "seed 002 predicts", "constructed", "trained"]

@@ -48,7 +48,8 @@ def write(out_dir, cfg, trials) -> Report:
         x="m",
         series=("model",),
         panels="q",
-        ylabel="test accuracy (within 1/(2q))",
+        xlabel="embedding dimension m (hidden units)",
+        ylabel="test accuracy (fraction within 1/(2q))",
         hline=cfg.solved,
     )
     table = (

@@ -280,7 +280,7 @@ def _degree_plot(summaries, cfg, path: Path) -> str:
         _points(ax, ps, group, "float", color, "x", f"d={arm} float64")
     ax.axhline(cfg.templates, color="k", ls=":", lw=0.8, label="grid limit M")
     ax.set_yscale("log")
-    ax.set(xlabel="depth p", ylabel="grid rank", title="rank vs depth")
+    ax.set(xlabel="depth p (layers)", ylabel="grid rank (count)", title="rank vs depth")
     ax.legend(fontsize=6)
     return save_figure(fig, path)
 
@@ -337,8 +337,8 @@ def _budget_plot(summaries, path: Path) -> str:
             if sat:
                 ax.plot(x, y, marker="o", mfc="white", mec=f"C{i}", ms=6)
     ax.set(
-        xlabel="budgeted layer parameters d p w^2",
-        ylabel="ln rank",
+        xlabel="budgeted layer parameters d p w^2 (count)",
+        ylabel="ln rank (dimensionless)",
         title="rank vs parameters (dashed: ln(d^p + 1))",
     )
     ax.legend(fontsize=7)

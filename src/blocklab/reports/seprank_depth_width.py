@@ -273,7 +273,11 @@ def _bands_plot(summaries, cfg, path: Path) -> str:
         ax.axhline(math.log(grid, 3), color="k", ls=":", lw=0.6, label="grid limit log3 M")
         ax.set_yscale("log")
         ax.set_ylim(FLOOR, max(upper) * 1.5)
-        ax.set(xlabel="depth L", ylabel="log3 rank (log scale)", title=f"dx = {dx}")
+        ax.set(
+            xlabel="depth L (layers)",
+            ylabel="log3 rank (dimensionless, log scale)",
+            title=f"dx = {dx}",
+        )
         ax.set_xticks(depths)
         ax.legend(fontsize=6)
     return save_figure(fig, path)
@@ -324,8 +328,8 @@ def _spectrum_plot(rows, summaries, cfg, path: Path) -> str:
     ax.axhline(cfg.rtol, color="k", ls=":", lw=0.8, label=f"rtol = {cfg.rtol:g}")
     ax.set_ylim(1e-18, 2)
     ax.set(
-        xlabel="index i",
-        ylabel="sigma_i / sigma_1 (float64)",
+        xlabel="singular value index i (ordinal)",
+        ylabel="sigma_i / sigma_1 (dimensionless, float64)",
         title=f"dx = {dx}: float64 spectra; dashed: exact rank",
     )
     ax.set_xscale("log")

@@ -1,0 +1,363 @@
+"""A run directory as one self-contained web page, and an index page for a directory of runs.
+
+`write(run_dir)` writes `index.html`: the experiment, the command that ran it and its config (the
+run's `run.json`), report.md rendered by Python-Markdown with its figures embedded as PNG data,
+every stored trial with its learning curves drawn inline as SVG, and any figure report.md does not
+show. `write_index(parent)` writes the page of every run directory under `parent` and an index
+linking them. Nothing is fetched when the page opens: no CDN, no font, no remote script; a few
+lines of inline script sort a table when its header is clicked.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import math
+import xml.etree.ElementTree as etree
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from blocklab.errors import UserError
+from blocklab.store import DB_NAME, Store
+
+PAGE = "index.html"
+RUN_FILE = "run.json"  # what the command wrote when the run started: experiment, command, config
+FIGURES = (".png", ".svg")
+MIME = {".png": "image/png", ".svg": "image/svg+xml"}
+# the learning curves a trial stores, in the order and colour the trials table draws them
+CURVE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")
+
+STYLE = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em;
+       color: #222; }
+table { border-collapse: collapse; margin: 0.8em 0; font-size: 13px; }
+th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: left; vertical-align: top; }
+th { background: #f2f2f2; }
+table.sortable th { cursor: pointer; }
+img { max-width: 100%; border: 1px solid #eee; }
+pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; font-size: 12px; }
+code { font-size: 12px; }
+.wide { overflow-x: auto; }
+.facts td:first-child { font-weight: 600; white-space: nowrap; }
+.legend span { display: inline-block; margin-right: 1.2em; }
+"""
+# sort a table by the clicked column: numbers as numbers, the rest as text; a second click reverses
+SCRIPT = """
+document.querySelectorAll("table.sortable").forEach(function (table) {
+  table.querySelectorAll("th").forEach(function (th, col) {
+    th.addEventListener("click", function () {
+      var body = table.tBodies[0], rows = Array.from(body.rows);
+      var dir = th.dataset.dir === "asc" ? -1 : 1; th.dataset.dir = dir === 1 ? "asc" : "desc";
+      function key(r) { var t = r.cells[col] ? r.cells[col].textContent.trim() : "";
+        var n = parseFloat(t); return isNaN(n) ? t : n; }
+      rows.sort(function (a, b) { var x = key(a), y = key(b);
+        if (typeof x === typeof y) return (x < y ? -1 : x > y ? 1 : 0) * dir;
+        return (typeof x === "number" ? -1 : 1) * dir; });
+      rows.forEach(function (r) { body.appendChild(r); });
+    });
+  });
+});
+"""
+
+
+def data_uri(path: Path) -> str:
+    return (
+        f"data:{MIME[path.suffix.lower()]};base64," + base64.b64encode(path.read_bytes()).decode()
+    )
+
+
+def _markdown(text: str, run_dir: Path, shown: set[str]) -> str:
+    """report.md as HTML: its tables sortable, its figures embedded (their names added to
+    `shown`); a figure that is missing says so in place of the image."""
+    import markdown
+    from markdown.treeprocessors import Treeprocessor
+
+    class Embed(Treeprocessor):
+        def run(self, root: etree.Element) -> None:
+            for table in root.iter("table"):
+                table.set("class", "sortable")
+                # Python-Markdown gives a table of no rows one row of empty cells: none is shown
+                for body in table.iter("tbody"):
+                    rows = list(body)
+                    if len(rows) == 1 and not "".join(rows[0].itertext()).strip():
+                        body.remove(rows[0])
+            for img in root.iter("img"):
+                path = run_dir / (img.get("src") or "")
+                if path.suffix.lower() in FIGURES and path.is_file():
+                    shown.add(path.name)
+                    img.set("src", data_uri(path))
+                else:
+                    img.tag, img.text = "em", f"[figure {img.get('src')} is missing]"
+                    img.attrib.clear()
+
+    class EmbedFigures(markdown.Extension):
+        def extendMarkdown(self, md):  # noqa: N802 (Python-Markdown's name)
+            md.treeprocessors.register(Embed(md), "blocklab-embed", 0)
+
+    md = markdown.Markdown(extensions=["tables", "fenced_code", EmbedFigures()])
+    return md.convert(text)
+
+
+def _table(header: list[str] | None, rows: list[list[str]], cls: str = "sortable") -> str:
+    """A table of already-escaped cells; without a header, a table of facts."""
+    head = "".join(f"<th>{h}</th>" for h in header or [])
+    head = f"<thead><tr>{head}</tr></thead>" if header else ""
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+    return f'<table class="{cls}">{head}<tbody>{body}</tbody></table>'
+
+
+def _cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if isinstance(value, float):
+        return escape(f"{value:.4g}")
+    if isinstance(value, dict | list):
+        return escape(json.dumps(value, sort_keys=True))
+    return escape(str(value))
+
+
+def curve_names(records: list[dict[str, Any]]) -> list[str]:
+    """The curves the records store besides their steps, in first-seen order."""
+    names: dict[str, None] = {}
+    for r in records:
+        names.update((k, None) for k in (r.get("curves") or {}) if k != "step")
+    return list(names)
+
+
+def sparkline(curves: dict[str, Any], names: list[str], width: int = 160, height: int = 40) -> str:
+    """A trial's curves as one small inline SVG, each scaled to its own range, on the log scale
+    where it is positive (the tooltip gives first and last values); a missing (non-finite) value
+    breaks its line."""
+    steps = curves.get("step") or []
+    if len(steps) < 2:
+        return "-"
+    x0, x1 = steps[0], steps[-1]
+    lines, tips = [], []
+    for name, color in zip(names, CURVE_COLORS, strict=False):
+        values = curves.get(name)
+        if not isinstance(values, list) or len(values) != len(steps):
+            continue
+        finite = [v for v in values if v is not None and math.isfinite(v)]
+        if not finite:
+            continue
+        # losses fall by orders of magnitude: a positive curve is drawn on the log scale
+        scale = math.log if min(finite) > 0 else float
+        lo, hi = scale(min(finite)), scale(max(finite))
+        span = (hi - lo) or 1.0
+        segments: list[list[str]] = [[]]
+        for s, v in zip(steps, values, strict=True):
+            if v is None or not math.isfinite(v):
+                segments.append([])
+                continue
+            x = (s - x0) / ((x1 - x0) or 1) * (width - 4) + 2
+            y = height - 2 - (scale(v) - lo) / span * (height - 4)
+            segments[-1].append(f"{x:.1f},{y:.1f}")
+        lines += [
+            f'<polyline points="{" ".join(seg)}" fill="none" stroke="{color}" stroke-width="1.2"/>'
+            for seg in segments
+            if len(seg) > 1
+        ]
+        tips.append(f"{name}: {finite[0]:.4g} -> {finite[-1]:.4g}")
+    title = escape(f"steps {x0}-{x1}; " + "; ".join(tips))
+    return (
+        f'<svg class="curve" width="{width}" height="{height}" role="img">'
+        f"<title>{title}</title>{''.join(lines)}</svg>"
+    )
+
+
+def trials_section(records: list[dict[str, Any]]) -> str:
+    """Every stored trial: id, status, seed, the config fields that vary, its metrics and its
+    learning curves."""
+    from blocklab.frames import run_row, varying
+
+    if not records:
+        return "<p>The store holds no trials.</p>"
+    names = curve_names(records)
+    cols = varying(records)
+    metrics = [m for m in ("test_metric", "seconds") if any(m in r["metrics"] for r in records)]
+    header = ["id", "status", "seed", *metrics, *(["curves"] if names else [])]
+    header += [c.removeprefix("config.") for c in cols]
+    rows = []
+    for r in records:
+        flat = run_row(r)
+        row = [_cell(r["id"]), _cell(r["status"]), _cell(r["seed"])]
+        row += [_cell(r["metrics"].get(m)) for m in metrics]
+        row += [sparkline(r.get("curves") or {}, names)] if names else []
+        rows.append(row + [_cell(flat.get(c)) for c in cols])
+    legend = "".join(
+        f'<span style="color:{c}">&#9644; {escape(n)}</span>'
+        for n, c in zip(names, CURVE_COLORS, strict=False)
+    )
+    note = (
+        f'<p class="legend">Curves against the optimizer step, each scaled to its own range, '
+        f"log scale where positive (hover for first and last values): {legend}</p>"
+        if names
+        else ""
+    )
+    return note + '<div class="wide">' + _table(header, rows) + "</div>"
+
+
+def run_facts(run_dir: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the page and the index say of a run: its experiment, command, config, trial counts,
+    the code that made it and when it last stored a trial."""
+    meta = read_run_file(run_dir)
+    statuses = [r["status"] for r in records]
+    experiments = sorted({r["experiment"] for r in records}) or [meta.get("experiment", "-")]
+    codes = {((r.get("provenance") or {}).get("code") or {}).get("fingerprint") for r in records}
+    last = max((r["finished_at"] for r in records), default=None)
+    return {
+        "experiment": meta.get("experiment") or ", ".join(experiments),
+        "command": meta.get("command"),
+        "config": meta.get("config"),
+        "trials": len(records),
+        "done": statuses.count("done"),
+        "diverged": statuses.count("diverged"),
+        "failed": statuses.count("failed"),
+        "fingerprints": sorted(c for c in codes if c),
+        "last_stored": _when(last),
+        "trial_seconds": sum((r["metrics"] or {}).get("seconds") or 0 for r in records),
+    }
+
+
+def read_run_file(run_dir: Path) -> dict[str, Any]:
+    try:
+        return json.loads((run_dir / RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _when(stamp: float | None) -> str:
+    if stamp is None:
+        return "-"
+    return datetime.datetime.fromtimestamp(stamp).strftime("%Y-%m-%d %H:%M")
+
+
+def _records(run_dir: Path) -> list[dict[str, Any]]:
+    store = Store(run_dir / DB_NAME, read_only=True)
+    try:
+        return store.records()
+    finally:
+        store.close()
+
+
+def _page(title: str, body: str) -> str:
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{escape(title)}</title><style>{STYLE}</style></head>"
+        f"<body>{body}<script>{SCRIPT}</script></body></html>\n"
+    )
+
+
+def write(run_dir: str | Path, records: list[dict[str, Any]] | None = None) -> Path:
+    """`run_dir/index.html`: the run's page (see the module's docstring), from `records` when
+    the caller has read the store already."""
+    run_dir = Path(run_dir)
+    records = _records(run_dir) if records is None else records
+    facts = run_facts(run_dir, records)
+    command = facts["command"] or "not recorded (the run predates run.json)"
+    counts = f"{facts['trials']} ({facts['done']} done, {facts['diverged']} diverged, "
+    counts += f"{facts['failed']} failed)"
+    rows = [
+        ["experiment", escape(facts["experiment"])],
+        ["command", f"<code>{escape(command)}</code>"],
+        ["run directory", escape(str(run_dir.resolve()))],
+        ["trials", counts],
+        ["trial time", escape(f"{facts['trial_seconds']:.0f} s (sum over trials)")],
+        ["last trial stored", escape(facts["last_stored"])],
+        ["code fingerprint", escape(", ".join(facts["fingerprints"]) or "-")],
+    ]
+    parts = [f"<h1>{escape(run_dir.name)}: {escape(facts['experiment'])}</h1>"]
+    parts.append(_table(None, rows, cls="facts"))
+    if facts["config"] is not None:
+        config = escape(json.dumps(facts["config"], indent=2))
+        parts.append(f"<details><summary>config</summary><pre>{config}</pre></details>")
+    shown: set[str] = set()
+    report = run_dir / "report.md"
+    if report.is_file():
+        parts.append(_markdown(report.read_text(), run_dir, shown))
+    else:
+        parts.append(
+            "<p><em>No report.md: the run has not finished. Rerun its command to resume it and "
+            "write the report.</em></p>"
+        )
+    others = sorted(p for p in run_dir.iterdir() if p.suffix.lower() in FIGURES)
+    others = [p for p in others if p.name not in shown]
+    if others:
+        parts.append("<h2>Other figures</h2>")
+        parts += [f'<p><img alt="{escape(p.stem)}" src="{data_uri(p)}"></p>' for p in others]
+    parts.append('<h2 id="trials">Trials</h2>')
+    parts.append(trials_section(records))
+    return _save(run_dir / PAGE, _page(f"{run_dir.name}: {facts['experiment']}", "".join(parts)))
+
+
+def _save(path: Path, text: str) -> Path:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror}") from None
+    return path
+
+
+def run_dirs(parent: Path) -> list[Path]:
+    """The run directories right under `parent`: those holding a store."""
+    return sorted(p.parent for p in parent.glob(f"*/{DB_NAME}"))
+
+
+def _summary_line(run_dir: Path) -> tuple[str, str]:
+    """(title, verdict) from report.md: its first heading, and the first line of its Verdict
+    section where it has one."""
+    try:
+        lines = (run_dir / "report.md").read_text().splitlines()
+    except OSError:
+        return "-", "-"
+    title = next((ln[2:] for ln in lines if ln.startswith("# ")), "-")
+    if "## Verdict" not in lines:
+        return title, "-"
+    after = lines[lines.index("## Verdict") + 1 :]
+    return title, next((ln for ln in after if ln.strip()), "-")
+
+
+def _clip(text: str, most: int = 160) -> str:
+    """A long line cut to `most` characters; the whole of it in the tooltip."""
+    if len(text) <= most:
+        return escape(text)
+    return f'<span title="{escape(text)}">{escape(text[:most])}&hellip;</span>'
+
+
+def write_index(parent: str | Path) -> list[Path]:
+    """The page of every run directory under `parent`, and `parent/index.html` linking them;
+    returns the pages written, the index last."""
+    parent = Path(parent)
+    pages, rows = [], []
+    for run_dir in run_dirs(parent):
+        records = _records(run_dir)
+        pages.append(write(run_dir, records))
+        facts = run_facts(run_dir, records)
+        title, verdict = _summary_line(run_dir)
+        link = f'<a href="{escape(run_dir.name)}/{PAGE}">{escape(run_dir.name)}</a>'
+        rows.append(
+            [link, escape(facts["experiment"]), escape(title), _cell(facts["trials"])]
+            + [_cell(facts[k]) for k in ("done", "diverged", "failed")]
+            + [escape(facts["last_stored"]), _clip(verdict)]
+        )
+    header = ["run", "experiment", "report", "trials", "done", "diverged", "failed"]
+    header += ["last trial stored", "verdict"]
+    body = f"<h1>Runs in {escape(str(parent.resolve()))}</h1>" + _table(header, rows)
+    pages.append(_save(parent / PAGE, _page(f"runs in {parent.name}", body)))
+    return pages
+
+
+def write_any(path: str | Path) -> list[Path]:
+    """The page of a run directory, or of every run under a directory of runs and their index."""
+    path = Path(path)
+    if not path.is_dir():
+        raise UserError(f"{path} is not a directory: name a run directory or one holding runs")
+    if (path / DB_NAME).is_file():
+        return [write(path)]
+    if run_dirs(path):
+        return write_index(path)
+    raise UserError(
+        f"no run in {path}: a run directory holds {DB_NAME} (run an experiment with --out {path})"
+    )

@@ -1,0 +1,214 @@
+"""`blocklab report` and the page every experiment's run writes beside report.md: parsed as HTML
+and checked against the run directory's store and files, not against fixed text."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+import blocklab
+from blocklab.cli import main
+from blocklab.reports import html
+from blocklab.store import Store
+
+SWEEP = ["degree-sweep", "--task", "teacher", "--task-option", "n_train=256"]
+SWEEP += ["--task-option", "n_val=64", "--task-option", "n_test=128", "--budgets", "1536", "3072"]
+# one learning rate: every trial is a final one, so a groupby over the store is the report's table
+SWEEP += ["--width", "16", "--steps", "20", "--seeds", "3", "--lr-grid", "1e-2"]
+SWEEP += ["--degrees", "2", "3", "--baselines", "--quiet", "--workers", "1"]
+
+
+class Page(HTMLParser):
+    """What a test reads of a page: its tables (rows of cell texts, the header row first), images,
+    links, scripts and every URL-valued attribute."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.tables: list[list[list[str]]] = []
+        self.images: list[str] = []
+        self.links: list[str] = []
+        self.scripts: list[dict] = []
+        self.urls: list[str] = []
+        self.svgs = 0
+        self._cell: list[str] | None = None
+        self._depth = 0
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.urls += [v for k, v in attrs if k in ("src", "href") and v]
+        if tag == "table":
+            self._depth += 1
+            if self._depth == 1:
+                self.tables.append([])
+        elif tag == "tr" and self._depth == 1:
+            self.tables[-1].append([])
+        elif tag in ("td", "th") and self._depth == 1:
+            self._cell = []
+        elif tag == "img":
+            self.images.append(a.get("src", ""))
+        elif tag == "a":
+            self.links.append(a.get("href", ""))
+        elif tag == "script":
+            self.scripts.append(a)
+        elif tag == "svg":
+            self.svgs += 1
+
+    def handle_endtag(self, tag):
+        if tag == "table":
+            self._depth -= 1
+        elif tag in ("td", "th") and self._cell is not None and self._depth == 1:
+            self.tables[-1][-1].append("".join(self._cell).strip())
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def markdown_tables(text: str) -> list[list[list[str]]]:
+    """report.md's tables as rows of cells, the separator lines left out."""
+    tables, current = [], None
+    for line in text.splitlines():
+        if line.startswith("|"):
+            if current is None:
+                current = []
+                tables.append(current)
+            if not re.fullmatch(r"\|(---\|)+", line):
+                current.append([c.strip() for c in line.strip("|").split("|")])
+        else:
+            current = None
+    return tables
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "sweep"
+    assert main([*SWEEP, "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def page(run_dir):
+    return Page((run_dir / "index.html").read_text())
+
+
+@pytest.mark.slow
+def test_the_run_writes_its_page_and_its_command(run_dir, page):
+    recorded = json.loads((run_dir / html.RUN_FILE).read_text())
+    assert recorded["experiment"] == "degree_sweep"
+    assert recorded["command"].startswith("blocklab degree-sweep --task teacher")
+    assert recorded["config"]["seeds"] == 3
+    facts = dict(row for row in page.tables[0] if len(row) == 2)
+    assert facts["command"] == recorded["command"]
+    assert facts["trials"].startswith(f"{len(Store(run_dir, read_only=True).records())} (")
+
+
+@pytest.mark.slow
+def test_the_page_fetches_nothing(page):
+    # every image is embedded data, every script inline: the page opens without a network
+    assert page.urls and all(u.startswith("data:") or not re.match(r"\w+://|//", u)
+                             for u in page.urls)  # fmt: skip
+    assert all("src" not in s for s in page.scripts)
+    assert all(src.startswith("data:image/png;base64,") for src in page.images)
+
+
+@pytest.mark.slow
+def test_every_figure_is_embedded_once_byte_for_byte(run_dir, page):
+    embedded = [base64.b64decode(src.split(",", 1)[1]) for src in page.images]
+    on_disk = sorted(p.read_bytes() for p in run_dir.glob("*.png"))
+    assert on_disk and sorted(embedded) == on_disk
+
+
+@pytest.mark.slow
+def test_report_tables_are_those_of_report_md(run_dir, page):
+    expected = markdown_tables((run_dir / "report.md").read_text())
+    assert expected
+    # the page's tables: its facts, then report.md's in order, then the trials
+    assert page.tables[1 : 1 + len(expected)] == expected
+
+
+@pytest.mark.slow
+def test_the_trials_table_is_the_store(run_dir, page):
+    records = {r["id"]: r for r in Store(run_dir, read_only=True).records()}
+    header, *rows = page.tables[-1]
+    assert header[:6] == ["id", "status", "seed", "test_metric", "seconds", "curves"]
+    assert {row[0] for row in rows} == set(records) and len(rows) == len(records)
+    for row in rows:
+        r = records[row[0]]
+        assert row[1] == r["status"] and row[2] == str(r["seed"])
+        assert row[3] == f"{r['metrics']['test_metric']:.4g}"
+    assert page.svgs == len(records)  # a curve per trial
+
+
+@pytest.mark.slow
+def test_a_groupby_of_load_runs_reproduces_the_results_table(run_dir, page):
+    runs = blocklab.load_runs(run_dir)
+    stats = runs.groupby(["arm", "config.budget"])["test_metric"].agg(["mean", "std"])
+    table = next(t for t in page.tables if t[0][:3] == ["arm", "budget", "params"])
+    assert len(table) - 1 == len(stats)
+    for arm, budget, _params, loss, *_ in table[1:]:
+        mean, std = stats.loc[(arm, int(budget))]
+        assert loss == f"{mean:.4g} ± {std:.4g}"
+
+
+def test_a_directory_of_runs_gets_an_index(tmp_path, capsys):
+    for name, seeds in (("a", 2), ("b", 3)):
+        store = Store(tmp_path / name)
+        for seed in range(seeds):
+            store.put(record(f"{name}{seed}", seed))
+        store.close()
+    (tmp_path / "not-a-run").mkdir()
+    assert main(["report", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.count("wrote ") == 3
+    index = Page((tmp_path / "index.html").read_text())
+    assert index.links == ["a/index.html", "b/index.html"]
+    header, *rows = index.tables[0]
+    assert [(r[0], r[3]) for r in rows] == [("a", "2"), ("b", "3")]
+    # a run without report.md (stopped before it) says so and still shows its trials
+    text = (tmp_path / "a" / "index.html").read_text()
+    assert "No report.md" in text and len(Page(text).tables[-1]) == 3
+
+
+def test_report_of_nothing_is_one_line(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    assert main(["report", str(tmp_path)]) == 2  # a directory holding no run
+    err = capsys.readouterr().err
+    assert err.count("\n") == 2 and "no run in" in err
+
+
+def test_a_sparkline_breaks_at_missing_points_and_draws_losses_on_the_log_scale():
+    curves = {"step": [0, 1, 2, 3, 4], "train_loss": [100.0, 10.0, None, 1.0, 0.1]}
+    svg = html.sparkline(curves, ["train_loss"], width=104, height=44)
+    lines = re.findall(r'points="([^"]+)"', svg)
+    assert len(lines) == 2  # the missing point splits the line
+    ys = [float(p.split(",")[1]) for line in lines for p in line.split()]
+    # log scale: equal ratios are equal steps (100 -> 10 -> 1 -> 0.1 over 40 pixels)
+    assert ys == pytest.approx([2.0, 2.0 + 40 / 3, 2.0 + 80 / 3, 42.0], abs=0.05)  # 0.1 px
+    assert "100 -&gt; 0.1" in svg
+
+
+def record(trial_id: str, seed: int) -> dict:
+    return {
+        "id": trial_id,
+        "experiment": "degree-sweep",
+        "status": "done",
+        "seed": seed,
+        "config": {"arm": {"label": "d=3"}, "budget": 100},
+        "metrics": {"test_metric": 0.5 + seed},
+        "curves": {"step": [0, 10], "train_loss": [1.0, 0.5]},
+        "provenance": {},
+        "finished_at": 1000.0,
+    }
+
+
+def test_the_page_of_a_run_directory_is_its_own(tmp_path):
+    store = Store(tmp_path)
+    store.put(record("x0", 0))
+    store.close()
+    assert html.write_any(tmp_path) == [Path(tmp_path) / "index.html"]

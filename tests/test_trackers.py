@@ -1,0 +1,184 @@
+"""`--tracker tensorboard` and `--tracker mlflow`: what a run logs is read back (TensorBoard's
+event files, the MLflow store) and compared with the run directory's store and files."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from blocklab import trackers
+from blocklab.cli import main
+from blocklab.store import FINISHED, Store
+
+pytest.importorskip("tensorboard")  # both are in the test extra
+pytest.importorskip("mlflow")
+
+SWEEP = ["degree-sweep", "--task", "teacher", "--task-option", "n_train=256"]
+SWEEP += ["--task-option", "n_val=64", "--task-option", "n_test=128", "--budgets", "3072"]
+SWEEP += ["--width", "16", "--steps", "20", "--seeds", "2", "--lr-grid", "1e-2"]
+SWEEP += ["--degrees", "2", "3", "--baselines", "--quiet", "--workers", "1"]
+BOTH = ["--tracker", "tensorboard", "--tracker", "mlflow"]
+
+
+def finished(run_dir):
+    return {r["id"]: r for r in Store(run_dir, read_only=True).records() if r["status"] in FINISHED}
+
+
+def expected_curves(record):
+    return {
+        k: [(s, v) for s, v in zip(record["curves"]["step"], vals, strict=True) if v is not None]
+        for k, vals in record["curves"].items()
+        if k != "step"
+    }
+
+
+def events(path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    found = EventAccumulator(str(path), size_guidance={"scalars": 0, "tensors": 0, "images": 0})
+    found.Reload()
+    return found
+
+
+def mlflow_runs(run_dir):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{run_dir / trackers.MLFLOW_DB}")
+    experiment = client.get_experiment_by_name("degree_sweep")
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    by_role = {"trial": [], "sweep": []}
+    for r in runs:
+        by_role[r.data.tags["blocklab.role"]].append(r)
+    return client, by_role
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tracked") / "run"
+    # the first half of the trials without a tracker: a later run with one logs them too
+    assert main([*SWEEP, "--degrees", "2", "--out", str(out)]) == 0
+    assert main([*SWEEP, *BOTH, "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.slow
+def test_tensorboard_holds_each_trial_curves_config_and_metrics(run_dir):
+    records = finished(run_dir)
+    logged = sorted(p.name for p in (run_dir / "tensorboard" / "trials").iterdir())
+    assert logged == sorted(records)
+    for trial_id, record in records.items():
+        found = events(run_dir / "tensorboard" / "trials" / trial_id)
+        for key, points in expected_curves(record).items():
+            split, _, metric = key.partition("_")
+            got = [(e.step, e.value) for e in found.Scalars(f"{split}/{metric}")]
+            assert [s for s, _ in got] == [s for s, _ in points]
+            assert [v for _, v in got] == pytest.approx([v for _, v in points], rel=1e-6)
+        [final] = found.Scalars("final/test_metric")
+        assert final.value == pytest.approx(record["metrics"]["test_metric"], rel=1e-6)
+        [config] = found.Tensors("config/text_summary")
+        text = config.tensor_proto.string_val[0].decode()
+        assert json.loads(text) == record["config"]
+        assert "_hparams_/session_start_info" in found.summary_metadata
+
+
+@pytest.mark.slow
+def test_tensorboard_holds_the_summary(run_dir):
+    [summary] = list((run_dir / "tensorboard" / "summary").iterdir())
+    found = events(summary)
+    assert sorted(found.Tags()["images"]) == sorted(p.stem for p in run_dir.glob("*.png"))
+    [report] = found.Tensors("report/text_summary")
+    assert report.tensor_proto.string_val[0].decode() == (run_dir / "report.md").read_text()
+    [table] = found.Tensors("mean over seeds/text_summary")
+    assert "d=2" in table.tensor_proto.string_val[0].decode()
+
+
+@pytest.mark.slow
+def test_mlflow_holds_each_trial_once_nested_under_the_sweep(run_dir):
+    records = finished(run_dir)
+    client, runs = mlflow_runs(run_dir)
+    [sweep] = runs["sweep"]
+    assert sweep.data.tags["blocklab.command"].startswith("blocklab degree-sweep")
+    assert sorted(r.data.tags["blocklab.trial_id"] for r in runs["trial"]) == sorted(records)
+    for run in runs["trial"]:
+        record = records[run.data.tags["blocklab.trial_id"]]
+        assert run.data.tags["mlflow.parentRunId"] == sweep.info.run_id
+        assert float(run.data.params["train.lr"]) == record["config"]["train"]["lr"]
+        assert run.data.params["seed"] == str(record["seed"])
+        metric = record["metrics"]["test_metric"]
+        assert math.isclose(run.data.metrics["test_metric"], metric, rel_tol=1e-9)
+        for key, points in expected_curves(record).items():
+            history = client.get_metric_history(run.info.run_id, key)
+            assert [m.step for m in history] == [s for s, _ in points]
+            assert [m.value for m in history] == pytest.approx([v for _, v in points])
+
+
+@pytest.mark.slow
+def test_mlflow_holds_the_summary(run_dir, tmp_path):
+    client, runs = mlflow_runs(run_dir)
+    [sweep] = runs["sweep"]
+    names = {a.path for a in client.list_artifacts(sweep.info.run_id)}
+    figures = {p.name for p in run_dir.glob("*.png")}
+    assert {"report.md", "index.html", "summary.json", "mean_over_seeds.md"} | figures <= names
+    report = client.download_artifacts(sweep.info.run_id, "report.md", str(tmp_path))
+    assert Path(report).read_text() == (run_dir / "report.md").read_text()
+    assert json.loads(sweep.data.params["degrees"]) == ["2", "3"]
+
+
+@pytest.mark.slow
+def test_a_rerun_logs_no_trial_twice(run_dir):
+    before = sorted(p.name for p in (run_dir / "tensorboard" / "trials").iterdir())
+    assert main([*SWEEP, *BOTH, "--out", str(run_dir)]) == 0
+    assert sorted(p.name for p in (run_dir / "tensorboard" / "trials").iterdir()) == before
+    _, runs = mlflow_runs(run_dir)
+    assert len(runs["trial"]) == len(before) and len(runs["sweep"]) == 2
+    assert len(list((run_dir / "tensorboard" / "summary").iterdir())) == 2
+
+
+@pytest.mark.parametrize("name", ["tensorboard", "mlflow"])
+def test_a_missing_extra_is_one_line_and_nothing_runs(name, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, name, None)  # as if the extra were not installed
+    assert main([*SWEEP, "--tracker", name, "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"blocklab[{name}]" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_unknown_tracker_is_one_line(tmp_path, capsys):
+    assert main([*SWEEP, "--tracker", "wandb", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_the_store_tells_its_listeners_of_each_stored_record(tmp_path):
+    store = Store(tmp_path)
+    heard = []
+    store.listeners.append(heard.append)
+    record = {"id": "t", "experiment": "x", "status": "done", "seed": 0, "config": {}}
+    store.put(record)
+    assert heard == [record] and store.records()[0]["id"] == "t"
+
+
+def test_params_and_metrics_fit_what_trackers_accept():
+    record = {"seed": 3, "config": {"train": {"lr": 0.01}, "degrees": [2, 3], "arm": {"x": None}}}
+    record["metrics"] = {"test_metric": 0.5, "ok": True, "rank(eps=1e-3)": 4, "name": "d=3"}
+    assert trackers.params(record) == {"train.lr": "0.01", "degrees": "[2, 3]", "arm.x": "None",
+                                       "seed": "3"}  # fmt: skip
+    assert trackers.params(record, text=False)["train.lr"] == 0.01
+    assert trackers.final_metrics(record) == {"test_metric": 0.5, "rank_eps_1e-3_": 4.0}
+
+
+def test_an_interrupted_command_keeps_the_trials_it_logged(tmp_path):
+    record = {"id": "t1", "experiment": "x", "status": "done", "seed": 0, "finished_at": 1.0}
+    record |= {"config": {"train": {"lr": 0.1}}, "metrics": {"test_metric": 0.5}}
+    record["curves"] = {"step": [0, 5], "train_loss": [1.0, None]}
+    tracker = trackers.open_tracker("mlflow", tmp_path, "degree_sweep", "blocklab x", {})
+    tracker.trial(record)
+    tracker.abort()
+    client, runs = mlflow_runs(tmp_path)
+    [sweep], [trial] = runs["sweep"], runs["trial"]
+    assert sweep.info.status == "KILLED" and trial.data.tags["blocklab.trial_id"] == "t1"
+    history = client.get_metric_history(trial.info.run_id, "train_loss")
+    assert [(m.step, m.value) for m in history] == [(0, 1.0)]  # the missing point left out
