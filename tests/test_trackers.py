@@ -182,3 +182,16 @@ def test_an_interrupted_command_keeps_the_trials_it_logged(tmp_path):
     assert sweep.info.status == "KILLED" and trial.data.tags["blocklab.trial_id"] == "t1"
     history = client.get_metric_history(trial.info.run_id, "train_loss")
     assert [(m.step, m.value) for m in history] == [(0, 1.0)]  # the missing point left out
+
+
+def test_the_summary_is_the_mean_over_seeds_per_configuration():
+    def rec(i, lr, seed, value, status="done"):
+        config = {"train": {"lr": lr}, "seed": seed}
+        record = {"id": f"t{i}", "experiment": "x", "status": status, "seed": seed}
+        return record | {"config": config, "metrics": {"test_metric": value}}
+
+    records = [rec(0, 0.1, 0, 1.0), rec(1, 0.1, 1, 3.0), rec(2, 0.3, 0, 5.0)]
+    records.append(rec(3, 0.3, 1, 99.0, status="failed"))  # a failed trial is no seed
+    header, rows = trackers.seed_summary(records)
+    assert header == ["train.lr", "mean", "std", "seeds"]
+    assert rows == [["0.1", "2", f"{2**0.5:.4g}", "2"], ["0.3", "5", "-", "1"]]

@@ -103,15 +103,11 @@ def seed_summary(records: list[dict[str, Any]]) -> tuple[list[str], list[list[st
     keys = frames.varying(records) or ["experiment"]
     stats = table.groupby(keys, dropna=False)["test_metric"].agg(["mean", "std", "count"])
     header = [k.removeprefix("config.") for k in keys] + ["mean", "std", "seeds"]
-    rows = [
-        [
-            *(str(v) for v in (key if isinstance(key, tuple) else (key,))),
-            f"{m:.4g}",
-            f"{s:.4g}",
-            str(n),
-        ]
-        for key, (m, s, n) in stats.iterrows()
-    ]
+    rows = []
+    for key, row in stats.iterrows():
+        spread = "-" if row["count"] < 2 else f"{row['std']:.4g}"  # one seed has no spread
+        values = key if isinstance(key, tuple) else (key,)
+        rows.append([*map(str, values), f"{row['mean']:.4g}", spread, str(int(row["count"]))])
     return header, rows
 
 

@@ -266,7 +266,7 @@ def write(run_dir: str | Path, records: list[dict[str, Any]] | None = None) -> P
         ["trials", counts],
         ["trial time", escape(f"{facts['trial_seconds']:.0f} s (sum over trials)")],
         ["last trial stored", escape(facts["last_stored"])],
-        ["code fingerprint", escape(", ".join(facts["fingerprints"]) or "-")],
+        ["code fingerprints", escape(", ".join(facts["fingerprints"]) or "-")],
     ]
     parts = [f"<h1>{escape(run_dir.name)}: {escape(facts['experiment'])}</h1>"]
     parts.append(_table(None, rows, cls="facts"))

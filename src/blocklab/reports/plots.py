@@ -215,6 +215,8 @@ def learning_curves(rows, path):
     arms = sorted(degree, key=lambda a: (degree[a] is None, degree[a] or 0.0, a))
     color = colors(arms)
     plain = FuncFormatter(lambda v, _: f"{v:g}")  # 0.3, not 3 x 10^-1, on log axes
+    # of the minor ticks only 2 and 5 times a power of ten are labelled: all eight crowd
+    sparse = FuncFormatter(lambda v, _: f"{v:g}" if v > 0 and f"{v:.0e}"[0] in "25" else "")
     keys = sorted(groups) or [("(no finished trials)", 0)]
     ncols = min(3, len(keys))
     nrows = math.ceil(len(keys) / ncols)
@@ -243,7 +245,7 @@ def learning_curves(rows, path):
         if positive and groups[key]:
             ax.set_yscale("log")
             ax.yaxis.set_major_formatter(plain)
-            ax.yaxis.set_minor_formatter(plain)
+            ax.yaxis.set_minor_formatter(sparse)
         lost = ", ".join(f"{a} ({n})" for (t, b, a), n in diverged.items() if (t, b) == key)
         lost = f"\ndiverged seeds (not drawn): {lost}" if lost else ""
         ax.set_title(f"{key[0]}, B = {key[1]:,}{lost}", fontsize=10)
@@ -353,7 +355,7 @@ def ranking_vs_theory(summaries, path):
     _mark_e(right)
     right.set(
         title="measured, relative to the best arm (higher is better)",
-        xlabel="degree d (polynomial degree; mixed stacks: average; dashed: mlp)",
+        xlabel="degree d (polynomial degree; mixed stacks: average)\ndashed line: mlp",
         ylabel="score relative to the best arm (ratio):\nbest / mean if lower is better,\n"
         "mean / best if higher is better",
     )
