@@ -125,6 +125,21 @@ def test_help_shows_the_defaults_a_parent_config_sets():
     assert f"peak learning rate (default: {quick.lr:g})" in text
 
 
+def test_help_names_an_empty_default():
+    import argparse
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Empty:
+        names: tuple[str, ...] = dataclasses.field(default=(), metadata={"help": "names"})
+        path: str = dataclasses.field(default="", metadata={"help": "a file"})
+
+    parser = argparse.ArgumentParser()
+    config.add_flags(parser, Empty)
+    text = " ".join(parser.format_help().split())
+    assert "names (default: none)" in text and "a file (default: '')" in text
+
+
 @pytest.mark.parametrize(
     ("kw", "field"),
     [

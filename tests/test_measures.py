@@ -338,3 +338,23 @@ def test_collapse_input_errors():
         rank_collapse(vector, torch.randn(2, 3, 2))
     layers = [torch.nn.Linear(3, 3), torch.nn.Linear(3, 3)]  # a plain list of layers works
     assert rank_collapse(layers, randn(2, 4, 3).float()).ratios["composite"].shape == (3, 2)
+
+
+def test_wide_inputs_are_evaluated_fewer_points_at_a_time(monkeypatch):
+    from blocklab.measures import seprank
+
+    templates = torch.randn(
+        2, 5, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0)
+    )
+    seen = []
+
+    def fn(x):  # (b, N, D) -> (b,)
+        seen.append(x.shape[0])
+        return x[:, 0, :].sum(-1) * x[:, 1, :].prod(-1)
+
+    whole = seprank.grid_tensor(fn, templates)
+    assert seen == [25]
+    monkeypatch.setattr(seprank, "CHUNK_NUMBERS", 2 * 8 * 4)  # room for 4 points of (N, D) inputs
+    seen.clear()
+    assert torch.equal(seprank.grid_tensor(fn, templates), whole)
+    assert max(seen) == 4 and sum(seen) == 25

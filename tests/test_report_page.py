@@ -90,6 +90,8 @@ def markdown_tables(text: str) -> list[list[list[str]]]:
 def run_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "sweep"
     assert main([*SWEEP, "--out", str(out)]) == 0
+    # the command closed its store: the WAL is folded back and the directory holds the file alone
+    assert not list(out.glob("blocklab.sqlite-*"))
     return out
 
 

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 
 from blocklab.errors import UserError
 from blocklab.models import Arm
-
-TOLERANCE = 0.02
+from blocklab.specs import BUDGET_TOLERANCE as TOLERANCE
 
 
 @dataclass(frozen=True)

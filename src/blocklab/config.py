@@ -105,6 +105,8 @@ def add_flags(
             add_flags(parser, tp, skip, default)
             continue
         shown = " ".join(map(str, default)) if isinstance(default, tuple) else default
+        if shown == "":  # an empty list is none, an empty text is ''
+            shown = "none" if isinstance(default, tuple) else "''"
         help_text = f"{f.metadata.get('help', f.name)} (default: {shown})".replace("%", "%%")
         kw: dict[str, Any] = {"default": None, "help": help_text}
         if tp is bool:

@@ -23,6 +23,8 @@ NORMS = ("none", "layer", "rms")
 SCHEDULES = ("cosine", "wsd")  # the learning rate after warmup (train.lr_factor)
 ACTIVATIONS = ("none", "relu", "gelu", "tanh")  # after each block (models.ACTIVATIONS builds them)
 FEED_FORWARD = {"none": 0, "relu4x": 4}  # name -> hidden expansion of the position-wise MLP
+# how far from its budget an arm's parameter count may land, as a share of it (budget.solve)
+BUDGET_TOLERANCE = 0.02
 
 
 def format_degree(d: float) -> str:

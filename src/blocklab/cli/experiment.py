@@ -103,7 +103,6 @@ def _pool_flags(p: argparse.ArgumentParser) -> None:
 
 
 def run(experiment: type[Experiment], args: argparse.Namespace) -> int:
-    from blocklab.reports import html
     from blocklab.reports.markdown import config_json, plain
 
     # the config's plugins load before it is resolved: its names may be theirs
@@ -114,6 +113,24 @@ def run(experiment: type[Experiment], args: argparse.Namespace) -> int:
     for name in names:
         trackers.require(name)  # before anything runs or is written
     out, store = _open_run(args)
+    try:
+        report, page = _run_and_report(experiment, cfg, args, out, store, resources, names)
+    finally:
+        store.close()  # the last connection to close folds the WAL back into the store file
+    if args.json:
+        payload = {**report.json, "report": str(report.path), "config": config_json(cfg)}
+        print(json.dumps(plain({**payload, "page": str(page)}), indent=2))
+    else:
+        print("\n".join([*report.text, f"\nreport: {report.path}", f"page: {page}"]))
+    return 0
+
+
+def _run_and_report(experiment, cfg, args, out: Path, store: Store, resources, names):
+    """Run the trials (each logged to the trackers as it is stored), write the report and the
+    page, hand the trackers the summary; return the report and the page's path."""
+    from blocklab.reports import html
+    from blocklab.reports.markdown import config_json
+
     command = shlex.join(["blocklab", *getattr(args, "argv", [])])
     _write_run_file(out, experiment.name, command, config_json(cfg))
     opened = [
@@ -129,15 +146,11 @@ def run(experiment: type[Experiment], args: argparse.Namespace) -> int:
         for tracker in opened:
             tracker.abort()
         raise
-    page = html.write(out)
+    records = store.records()
+    page = html.write(out, records)
     for tracker in opened:
-        tracker.finish(store.records(), report)
-    if args.json:
-        payload = {**report.json, "report": str(report.path), "config": config_json(cfg)}
-        print(json.dumps(plain({**payload, "page": str(page)}), indent=2))
-    else:
-        print("\n".join([*report.text, f"\nreport: {report.path}", f"page: {page}"]))
-    return 0
+        tracker.finish(records, report)
+    return report, page
 
 
 def _write_run_file(out: Path, experiment: str, command: str, config: dict[str, Any]) -> None:

@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING, Any
 from blocklab.errors import UserError
 from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
 from blocklab.options import meta, validate
-from blocklab.specs import ACTIVATIONS, FEED_FORWARD, NORMS, TrainConfig, TrialSpec
+from blocklab.specs import (
+    ACTIVATIONS,
+    BUDGET_TOLERANCE,
+    FEED_FORWARD,
+    NORMS,
+    TrainConfig,
+    TrialSpec,
+)
 from blocklab.store import Store
 
 if TYPE_CHECKING:
@@ -70,7 +77,7 @@ class DegreeSweepConfig:
     )
     width: int = field(default=7, metadata=meta("layer width in width mode", ge=1))
     budget_tol: float = field(
-        default=0.02,
+        default=BUDGET_TOLERANCE,
         metadata=meta(
             "how far an arm's parameter count may land from its budget (a share of it); the "
             "fits read the actual counts",

@@ -31,6 +31,8 @@ from blocklab.measures.base import Measure
 from blocklab.numerics import MAX_POINTS, RTOL
 
 CHUNK = 1 << 14  # grid points evaluated per call of the function: bounds memory
+# input numbers per call (points x N x D), so wide inputs take fewer points at a time: 128 MB
+CHUNK_NUMBERS = 1 << 24
 
 Partition = str | Sequence[int] | tuple[Sequence[int], Sequence[int]]
 
@@ -186,9 +188,10 @@ def draw_templates(templates: int | torch.Tensor, n: int, dim: int, seed: int) -
 def grid_tensor(
     fn: Callable[[torch.Tensor], torch.Tensor], templates: torch.Tensor, chunk: int = CHUNK
 ) -> torch.Tensor:
-    """A(y)[i_1, ..., i_N] = y(t[1, i_1], ..., t[N, i_N]), evaluated `chunk` points at a time."""
-    n, m, _ = templates.shape
-    chunk = _positive(chunk, "chunk", 1)
+    """A(y)[i_1, ..., i_N] = y(t[1, i_1], ..., t[N, i_N]), evaluated `chunk` points at a time
+    (fewer where the inputs of `chunk` points would exceed CHUNK_NUMBERS numbers)."""
+    n, m, dim = templates.shape
+    chunk = min(_positive(chunk, "chunk", 1), max(1, CHUNK_NUMBERS // (n * dim)))
     total = m**n
     place = m ** torch.arange(n - 1, -1, -1)  # (N,) position 0 is the slowest index (C order)
     rows = torch.arange(n)
