@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from _pages import Page, markdown_tables
 from blocklab.cli import build_parser, main
 from blocklab.store import Store
 
@@ -132,6 +133,9 @@ def test_json_keys_are_unchanged(name, tmp_path, capsys):
         page = (tmp_path / "index.html").read_text()
         assert page.count('<svg class="curve"') == curves  # a trial's curves, where it has them
         assert page.count("<img ") == len(list(tmp_path.glob("*.png")))
+        # report.md's tables, each whole on the page (the run's facts first, trials last)
+        tables = markdown_tables((tmp_path / "report.md").read_text())
+        assert Page(page).tables[1 : 1 + len(tables)] == tables
 
 
 @pytest.mark.slow

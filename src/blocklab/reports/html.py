@@ -261,12 +261,12 @@ def write(run_dir: str | Path, records: list[dict[str, Any]] | None = None) -> P
     counts += f"{facts['failed']} failed)"
     rows = [
         ["experiment", escape(facts["experiment"])],
-        ["command", f"<code>{escape(command)}</code>"],
+        ["last command", f"<code>{escape(command)}</code>"],
         ["run directory", escape(str(run_dir.resolve()))],
         ["trials", counts],
         ["trial time", escape(f"{facts['trial_seconds']:.0f} s (sum over trials)")],
         ["last trial stored", escape(facts["last_stored"])],
-        ["code fingerprints", escape(", ".join(facts["fingerprints"]) or "-")],
+        ["code fingerprints", _fingerprints(facts["fingerprints"])],
     ]
     parts = [f"<h1>{escape(run_dir.name)}: {escape(facts['experiment'])}</h1>"]
     parts.append(_table(None, rows, cls="facts"))
@@ -290,6 +290,18 @@ def write(run_dir: str | Path, records: list[dict[str, Any]] | None = None) -> P
     parts.append('<h2 id="trials">Trials</h2>')
     parts.append(trials_section(records))
     return _save(run_dir / PAGE, _page(f"{run_dir.name}: {facts['experiment']}", "".join(parts)))
+
+
+def _fingerprints(found: list[str], shown: int = 3) -> str:
+    """The code fingerprints of a run's trials (one per set of modules a trial ran): a few in
+    line, all of them folded away when there are more."""
+    if len(found) <= shown:
+        return escape(", ".join(found) or "-")
+    every = escape(", ".join(found))
+    return (
+        f"<details><summary>{len(found)}, one per set of code modules a trial ran: "
+        f"{escape(', '.join(found[:shown]))}, &hellip;</summary>{every}</details>"
+    )
 
 
 def _save(path: Path, text: str) -> Path:

@@ -82,7 +82,11 @@ def write(
     lines += markdown_table(*results)
     lines += [""] + [f"![{Path(f).stem}]({f})" for f in figures]
     if notes:
-        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+        lines += ["", "## Notes", ""]
+        for n in notes:
+            lines.append(f"- {n}")
+            if n.rstrip().splitlines()[-1].lstrip().startswith("|"):
+                lines.append("")  # a note ending in a table: the blank line ends the table
     lines += ["", "## Configuration", "", "```json", json.dumps(config, indent=2), "```", ""]
     lines += ["## Provenance", ""] + [f"- {k}: {v}" for k, v in provenance().items()]
     path = Path(out_dir) / "report.md"
