@@ -13,6 +13,7 @@ import pytest
 import blocklab
 from _pages import Page, markdown_tables
 from blocklab.cli import main
+from blocklab.frames import curve_points
 from blocklab.reports import html
 from blocklab.store import Store
 
@@ -123,7 +124,7 @@ def test_report_of_nothing_is_one_line(tmp_path, capsys):
 
 def test_a_sparkline_breaks_at_missing_points_and_draws_losses_on_the_log_scale():
     curves = {"step": [0, 1, 2, 3, 4], "train_loss": [100.0, 10.0, None, 1.0, 0.1]}
-    svg = html.sparkline(curves, ["train_loss"], width=104, height=44)
+    svg = html.sparkline(curve_points({"curves": curves}), ["train_loss"], width=104, height=44)
     lines = re.findall(r'points="([^"]+)"', svg)
     assert len(lines) == 2  # the missing point splits the line
     ys = [float(p.split(",")[1]) for line in lines for p in line.split()]

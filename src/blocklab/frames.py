@@ -87,19 +87,28 @@ def load_runs(path: str | Path, experiment: str | None = None):
     return frame(_store(path).records(experiment=experiment))
 
 
+def curve_points(record: dict[str, Any]) -> dict[str, list[tuple[Any, Any]]]:
+    """A record's stored curves ({"step": [...], "train_loss": [...], ...}) as
+    {"train_loss": [(step, value), ...]}; a non-finite value, stored as null, stays None, and a
+    curve whose length is not the steps' is left out."""
+    stored = record.get("curves") or {}
+    steps = stored.get("step") or []
+    return {
+        key: list(zip(steps, values, strict=True))
+        for key, values in stored.items()
+        if key != "step" and isinstance(values, list) and len(values) == len(steps)
+    }
+
+
 def curve_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """A record's curves ({"step": [...], "train_loss": [...], "val_metric": [...]}) as rows
-    (trial id, step, split, metric, value); a non-finite value, stored as null, stays None."""
-    curves = record.get("curves") or {}
-    steps = curves.get("step") or []
+    """A record's curves as rows (trial id, step, split, metric, value): "val_loss" is split val,
+    metric loss."""
     out = []
-    for key, values in curves.items():
-        if key == "step" or not isinstance(values, list) or len(values) != len(steps):
-            continue
+    for key, points in curve_points(record).items():
         split, _, metric = key.partition("_")
         out += [
             {"id": record["id"], "step": s, "split": split, "metric": metric or split, "value": v}
-            for s, v in zip(steps, values, strict=True)
+            for s, v in points
         ]
     return out
 

@@ -24,6 +24,7 @@ import json
 import logging
 import math
 import re
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,18 +81,10 @@ def final_metrics(record: dict[str, Any]) -> dict[str, float]:
 
 def curves(record: dict[str, Any]) -> dict[str, list[tuple[int, float]]]:
     """A trial's learning curves, "val_loss" -> [(step, value)], non-finite points left out."""
-    stored = record.get("curves") or {}
-    steps = stored.get("step") or []
-    out = {}
-    for key, values in stored.items():
-        if key == "step" or not isinstance(values, list) or len(values) != len(steps):
-            continue
-        out[key] = [
-            (int(s), float(v))
-            for s, v in zip(steps, values, strict=True)
-            if v is not None and math.isfinite(v)
-        ]
-    return out
+    return {
+        key: [(int(s), float(v)) for s, v in points if v is not None and math.isfinite(v)]
+        for key, points in frames.curve_points(record).items()
+    }
 
 
 def seed_summary(records: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
@@ -111,7 +104,7 @@ def seed_summary(records: list[dict[str, Any]]) -> tuple[list[str], list[list[st
     return header, rows
 
 
-class Tracker:
+class Tracker(ABC):
     """What every tracker does: log each finished trial once (`trial`, a store listener) and,
     when the command is done, the trials not yet logged and the summary (`finish`)."""
 
@@ -121,36 +114,43 @@ class Tracker:
         self.started = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         self.logged: set[str] = self.logged_ids()
 
+    @abstractmethod
     def logged_ids(self) -> set[str]:
-        raise NotImplementedError
+        """The ids of the trials this tracker logged before (in earlier commands)."""
 
+    @abstractmethod
     def log_trial(self, record: dict[str, Any]) -> None:
-        raise NotImplementedError
+        """Log one finished trial: its config, curves and final metrics."""
 
-    def log_summary(self, records: list[dict[str, Any]], report: Report | None) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def log_summary(self, records: list[dict[str, Any]], report: Report) -> None:
+        """Log what the command concluded: the report, its figures, the means over seeds."""
 
     def trial(self, record: dict[str, Any]) -> None:
         if record["status"] in FINISHED and record["id"] not in self.logged:
             self.log_trial(record)
             self.logged.add(record["id"])
 
-    def finish(self, records: list[dict[str, Any]], report: Report | None) -> None:
+    def finish(self, records: list[dict[str, Any]], report: Report) -> None:
         """Log the finished trials not logged yet, then the summary: `report` is what the
-        report module wrote (None when the run stopped before it)."""
+        report module wrote (a command stopped before it calls `abort` instead)."""
         for record in records:
             self.trial(record)
         self.log_summary(records, report)
 
+    @abstractmethod
     def abort(self) -> None:
-        """The command stopped before its report (interrupted, a worker lost): the trials
-        logged so far stay."""
+        """The command stopped before its report (interrupted, a worker lost): mark what is
+        open as stopped; the trials logged so far stay."""
 
     def figures(self) -> list[Path]:
         return sorted(self.run_dir.glob("*.png"))
 
 
 class TensorBoard(Tracker):
+    def abort(self) -> None:
+        pass  # each trial's event file is closed as it is written: nothing is left open
+
     def logged_ids(self) -> set[str]:
         trials = self.run_dir / TENSORBOARD_DIR / "trials"
         return {p.name for p in trials.glob("*") if any(p.glob("events.out.tfevents.*"))}
@@ -161,17 +161,18 @@ class TensorBoard(Tracker):
         with SummaryWriter(
             log_dir=str(self.run_dir / TENSORBOARD_DIR / "trials" / record["id"])
         ) as w:
-            for key, points in curves(record).items():
+            found = curves(record)
+            for key, points in found.items():
                 split, _, metric = key.partition("_")
                 for step, value in points:
                     w.add_scalar(f"{split}/{metric or split}", value, step)
             config = json.dumps(record["config"], indent=2, sort_keys=True)
             w.add_text("config", "    " + config.replace("\n", "\n    "))
-            last = max((p[-1][0] for p in curves(record).values() if p), default=0)
+            last = max((p[-1][0] for p in found.values() if p), default=0)
             metrics = {f"final/{k}": v for k, v in final_metrics(record).items()}
             w.add_hparams(params(record, text=False), metrics, run_name=".", global_step=last)
 
-    def log_summary(self, records: list[dict[str, Any]], report: Report | None) -> None:
+    def log_summary(self, records: list[dict[str, Any]], report: Report) -> None:
         import matplotlib.image
         from torch.utils.tensorboard import SummaryWriter
 
@@ -180,8 +181,7 @@ class TensorBoard(Tracker):
         where = self.run_dir / TENSORBOARD_DIR / "summary" / self.started
         with SummaryWriter(log_dir=str(where)) as w:
             w.add_text("command", f"`{self.command}`")
-            if report is not None:
-                w.add_text("report", report.path.read_text())
+            w.add_text("report", report.path.read_text())
             header, rows = seed_summary(records)
             if rows:
                 w.add_text("mean over seeds", "\n".join(markdown_table(header, rows)))
@@ -262,7 +262,7 @@ class MLflow(Tracker):
         for i in range(0, len(found), 100):
             self.client.log_batch(run_id, params=found[i : i + 100])
 
-    def log_summary(self, records: list[dict[str, Any]], report: Report | None) -> None:
+    def log_summary(self, records: list[dict[str, Any]], report: Report) -> None:
         from mlflow.entities import Param
 
         from blocklab.reports.markdown import markdown_table, plain
@@ -271,10 +271,9 @@ class MLflow(Tracker):
         frames.flatten("", self.config, flat)
         found = [Param(k.lstrip("."), str(v)[:MAX_PARAM]) for k, v in flat.items()]
         self._batch(self.parent, [], found)
-        if report is not None:
-            self.client.log_dict(self.parent, plain(report.json), "summary.json")
-        for path in [getattr(report, "path", None), self.run_dir / "index.html", *self.figures()]:
-            if path is not None and path.is_file():
+        self.client.log_dict(self.parent, plain(report.json), "summary.json")
+        for path in [report.path, self.run_dir / "index.html", *self.figures()]:
+            if path.is_file():
                 self.client.log_artifact(self.parent, str(path))
         header, rows = seed_summary(records)
         if rows:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from blocklab.errors import UserError
+from blocklab.frames import curve_points, run_row, varying
 from blocklab.store import DB_NAME, Store
 
 PAGE = "index.html"
@@ -119,27 +120,27 @@ def _cell(value: Any) -> str:
 
 
 def curve_names(records: list[dict[str, Any]]) -> list[str]:
-    """The curves the records store besides their steps, in first-seen order."""
+    """The curves the records store, in first-seen order."""
     names: dict[str, None] = {}
     for r in records:
-        names.update((k, None) for k in (r.get("curves") or {}) if k != "step")
+        names.update(dict.fromkeys(curve_points(r)))
     return list(names)
 
 
-def sparkline(curves: dict[str, Any], names: list[str], width: int = 160, height: int = 40) -> str:
-    """A trial's curves as one small inline SVG, each scaled to its own range, on the log scale
-    where it is positive (the tooltip gives first and last values); a missing (non-finite) value
-    breaks its line."""
-    steps = curves.get("step") or []
-    if len(steps) < 2:
+def sparkline(
+    points: dict[str, list[tuple[Any, Any]]], names: list[str], width: int = 160, height: int = 40
+) -> str:
+    """A trial's curves (`frames.curve_points`) as one small inline SVG, each scaled to its own
+    range, on the log scale where it is positive (the tooltip gives first and last values); a
+    missing (non-finite) value breaks its line."""
+    steps = [s for curve in points.values() for s, _ in curve]
+    if len(set(steps)) < 2:
         return "-"
-    x0, x1 = steps[0], steps[-1]
+    x0, x1 = min(steps), max(steps)
     lines, tips = [], []
     for name, color in zip(names, CURVE_COLORS, strict=False):
-        values = curves.get(name)
-        if not isinstance(values, list) or len(values) != len(steps):
-            continue
-        finite = [v for v in values if v is not None and math.isfinite(v)]
+        curve = points.get(name, [])
+        finite = [v for _, v in curve if v is not None and math.isfinite(v)]
         if not finite:
             continue
         # losses fall by orders of magnitude: a positive curve is drawn on the log scale
@@ -147,11 +148,11 @@ def sparkline(curves: dict[str, Any], names: list[str], width: int = 160, height
         lo, hi = scale(min(finite)), scale(max(finite))
         span = (hi - lo) or 1.0
         segments: list[list[str]] = [[]]
-        for s, v in zip(steps, values, strict=True):
+        for s, v in curve:
             if v is None or not math.isfinite(v):
                 segments.append([])
                 continue
-            x = (s - x0) / ((x1 - x0) or 1) * (width - 4) + 2
+            x = (s - x0) / (x1 - x0) * (width - 4) + 2
             y = height - 2 - (scale(v) - lo) / span * (height - 4)
             segments[-1].append(f"{x:.1f},{y:.1f}")
         lines += [
@@ -170,8 +171,6 @@ def sparkline(curves: dict[str, Any], names: list[str], width: int = 160, height
 def trials_section(records: list[dict[str, Any]]) -> str:
     """Every stored trial: id, status, seed, the config fields that vary, its metrics and its
     learning curves."""
-    from blocklab.frames import run_row, varying
-
     if not records:
         return "<p>The store holds no trials.</p>"
     names = curve_names(records)
@@ -184,7 +183,7 @@ def trials_section(records: list[dict[str, Any]]) -> str:
         flat = run_row(r)
         row = [_cell(r["id"]), _cell(r["status"]), _cell(r["seed"])]
         row += [_cell(r["metrics"].get(m)) for m in metrics]
-        row += [sparkline(r.get("curves") or {}, names)] if names else []
+        row += [sparkline(curve_points(r), names)] if names else []
         rows.append(row + [_cell(flat.get(c)) for c in cols])
     legend = "".join(
         f'<span style="color:{c}">&#9644; {escape(n)}</span>'
