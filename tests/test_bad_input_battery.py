@@ -240,12 +240,12 @@ def _reached(what: str):
 def guarded(monkeypatch):
     """Where work starts, a bad value that got through stops, so that none runs for long."""
     import blocklab.bench
+    import blocklab.engine.sweep
     import blocklab.measures.exact_rank
     import blocklab.measures.seprank
-    import blocklab.sweep
 
     for module, name in [
-        (blocklab.sweep, "task_data"),
+        (blocklab.engine.sweep, "task_data"),
         (blocklab.bench, "run_bench"),
         (blocklab.measures.seprank, "separation_rank"),
         (blocklab.measures.exact_rank, "exact_grid_rank"),

@@ -10,7 +10,7 @@ import torch
 
 from blocklab import bench
 from blocklab.cli import main
-from blocklab.ensemble import Ensemble
+from blocklab.engine.ensemble import Ensemble
 from blocklab.models import Net, parse_arm
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from blocklab import budget
 from blocklab.errors import UserError
-from blocklab.models import Net, parse_arm
+from blocklab.models import Net, block_params, parse_arm
 
 ARMS = ["2", "e", "3", "4", "[3,2,3,3,2]", "mlp", "2.5"]
 BUDGETS = [5000, 12288, 24576, 100000]
@@ -13,17 +13,17 @@ TOL = budget.TOLERANCE
 
 
 def within(arm, n_budget, depth, width) -> bool:
-    return abs(arm.block_params(depth, width) / n_budget - 1) <= TOL
+    return abs(block_params(arm, depth, width) / n_budget - 1) <= TOL
 
 
 def closest_depth(arm, n_budget, width) -> int:
     """The smallest depth whose count at `width` reaches the budget (counts grow with depth)."""
     lo, hi = 1, 1
-    while arm.block_params(hi, width) < n_budget:
+    while block_params(arm, hi, width) < n_budget:
         hi *= 2
     while lo < hi:
         mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if arm.block_params(mid, width) >= n_budget else (mid + 1, hi)
+        lo, hi = (lo, mid) if block_params(arm, mid, width) >= n_budget else (mid + 1, hi)
     return lo
 
 
@@ -46,7 +46,7 @@ def feasible_shape(arm, n_budget, mode, value):
 def test_solved_shape_is_exact_and_within_tolerance(text, n_budget, mode, value):
     arm = parse_arm(text)
     kw = {"width": value} if mode == "width" else {"depth": value}
-    first = arm.block_params(1, value) if mode == "width" else arm.block_params(value, 1)
+    first = block_params(arm, 1, value) if mode == "width" else block_params(arm, value, 1)
     if first > n_budget * (1 + TOL):
         with pytest.raises(UserError, match="too small"):
             budget.solve(arm, n_budget, mode=mode, **kw)
@@ -61,7 +61,7 @@ def test_solved_shape_is_exact_and_within_tolerance(text, n_budget, mode, value)
     if mode == "depth":
         assert shape.depth == value
     assert shape.budget == n_budget
-    assert shape.block_params == arm.block_params(shape.depth, shape.width)
+    assert shape.block_params == block_params(arm, shape.depth, shape.width)
     net = Net(arm, shape.depth, shape.width, n_in=10, n_out=3)
     assert net.param_counts()["blocks"] == shape.block_params
     assert abs(shape.deviation) <= TOL
@@ -109,6 +109,6 @@ def test_sequence_length_dependent_block():
     arm = parse_arm("mixer")
     shape = budget.solve(arm, 5000, mode="depth", depth=2, seq_len=16)
     assert abs(shape.deviation) <= 0.02
-    assert shape.block_params == arm.block_params(2, shape.width, seq_len=16)
+    assert shape.block_params == block_params(arm, 2, shape.width, seq_len=16)
     with pytest.raises(UserError, match="sequence"):
         budget.solve(arm, 5000, mode="depth", depth=2)

@@ -189,7 +189,7 @@ def test_lr_search_extends_past_an_edge(tmp_path):
 def test_tied_rates_choose_the_middle_and_do_not_extend(tmp_path, monkeypatch):
     """Accuracy 1 at every rate (a task solved at all of them) is no reason to search past an
     edge: the choice is the middle rate, and nothing more runs."""
-    from blocklab import sweep
+    from blocklab.engine import sweep
     from blocklab.experiments import _trials
 
     calls = []

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 import blocklab
-from blocklab import claims, executors, specs, sweep
+from blocklab import specs
+from blocklab.engine import claims, executors, sweep
 from blocklab.models import parse_arm
 from blocklab.specs import TrainConfig
 from blocklab.store import Store
@@ -148,7 +149,7 @@ def test_a_sweep_reads_what_another_live_sweep_stores(tmp_path):
 # runs the command line, logging every trial it trains
 TRAIN_LOGGED = """
 import os, sys
-from blocklab import sweep
+from blocklab.engine import sweep
 from blocklab.cli import main
 train = sweep.run_group
 def logged(specs, device="cpu"):

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from blocklab import executors, sweep
 from blocklab.analysis import collapse as stats
 from blocklab.analysis.collapse import LOG_FLOOR
 from blocklab.cli import main
+from blocklab.engine import executors, sweep
 from blocklab.experiments import collapse
 from blocklab.experiments.collapse import CollapseConfig
 from blocklab.reports import collapse as report

@@ -9,16 +9,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from blocklab import sweep
 from blocklab.blocks import BLOCKS
 from blocklab.checks import label
 from blocklab.checks.blocks import cases
-from blocklab.ensemble import Ensemble, stackable, train_ensemble
+from blocklab.engine import sweep
+from blocklab.engine.ensemble import Ensemble, stackable, train_ensemble
+from blocklab.engine.train import train
 from blocklab.errors import UserError
-from blocklab.models import Arm, Net, parse_arm
-from blocklab.specs import TrainConfig, TrialSpec, ensemble_key, plan_units
+from blocklab.models import Net, mixes_tokens, parse_arm
+from blocklab.specs import Arm, TrainConfig, TrialSpec, ensemble_key, plan_units
 from blocklab.tasks.base import IGNORE, Split, TaskData, member_losses
-from blocklab.train import train
 
 TRAIN = TrainConfig(steps=40, batch_size=16, lr=3e-3, eval_points=4)
 
@@ -185,7 +185,7 @@ def _block_arms() -> list[Arm]:
 def test_every_block_runs_in_an_ensemble(arm):
     """Contract: every registered block, on the path the engine picks for it, gives each
     member's own forward and gradients."""
-    seq = 6 if arm.mixes_tokens or BLOCKS.get(arm.block).needs_seq_len else None
+    seq = 6 if mixes_tokens(arm) or BLOCKS.get(arm.block).needs_seq_len else None
     nets = []
     for seed in range(3):
         torch.manual_seed(seed)

@@ -12,15 +12,16 @@ import textwrap
 import pytest
 import torch
 
-from blocklab import fingerprint, sweep
+from blocklab import fingerprint
 from blocklab.blocks import BLOCKS
 from blocklab.cli import main
+from blocklab.engine import sweep
+from blocklab.engine.executors import Resources
+from blocklab.engine.train import train
 from blocklab.errors import UserError
-from blocklab.executors import Resources
 from blocklab.models import parse_arm
 from blocklab.specs import TrainConfig, TrialSpec
 from blocklab.store import Store
-from blocklab.train import train
 
 BLOCK = """
 import torch
@@ -94,7 +95,7 @@ def test_a_trial_records_the_code_that_made_it(tmp_path, plugin):
     records = run(Store(tmp_path), specs(name))
     for rec in records.values():
         code = rec["provenance"]["code"]
-        assert {name, "blocklab.tasks.teacher", "blocklab.train"} <= set(code["modules"])
+        assert {name, "blocklab.tasks.teacher", "blocklab.engine.train"} <= set(code["modules"])
         assert code["fingerprint"] == fingerprint.fingerprint(code["modules"])
         assert fingerprint.is_current(code)
 

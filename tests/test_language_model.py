@@ -9,9 +9,9 @@ import math
 import pytest
 import torch
 
-from blocklab import sweep, train
 from blocklab.analysis import depth_width as dw
 from blocklab.cli import main
+from blocklab.engine import sweep, train
 from blocklab.errors import UserError
 from blocklab.experiments import depth_width
 from blocklab.models import Net, parse_arm

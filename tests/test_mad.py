@@ -11,12 +11,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from blocklab import sweep
 from blocklab.analysis import suite
 from blocklab.cli import main
+from blocklab.engine import sweep
 from blocklab.errors import UserError
 from blocklab.experiments import mad
-from blocklab.models import Net, parse_arm
+from blocklab.models import Net, block_params, parse_arm
 from blocklab.reports import mad as mad_report
 from blocklab.specs import TrainConfig, TrialSpec
 
@@ -51,8 +51,8 @@ def test_every_block_gets_the_width_nearest_the_budget():
     cfg = mad.MadConfig(tasks=("icr", "compression"), budget=12000)
     for (block, task, level), (arm, shape, opts) in mad.plan(cfg).items():
         seq_len = mad.ladder(task, cfg.levels)[level].get("seq_len")
-        cost = arm.block_params(cfg.depth, shape.width, False, shape.ff, seq_len)
-        step = arm.block_params(cfg.depth, shape.width + 1, False, shape.ff, seq_len) - cost
+        cost = block_params(arm, cfg.depth, shape.width, False, shape.ff, seq_len)
+        step = block_params(arm, cfg.depth, shape.width + 1, False, shape.ff, seq_len) - cost
         assert abs(cost - cfg.budget) <= step, (block, task, level)
         assert opts["n_train"] == cfg.n_train and arm.kwargs["causal"] is True
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from _contract import contract_test
-from blocklab import sweep
 from blocklab.checks import measures as contract
 from blocklab.checks.measures import D, T, net
+from blocklab.engine import sweep
 from blocklab.errors import UserError
 from blocklab.experiments import _trials
 from blocklab.measures import (

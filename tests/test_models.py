@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from blocklab.errors import UserError
-from blocklab.models import Net, parse_arm, parse_degree
+from blocklab.models import Net, block_params, layer_blocks, mixes_tokens, parse_arm, parse_degree
 
 
 @pytest.mark.parametrize(
@@ -42,19 +42,19 @@ def test_parse_arm_rejects(text):
 
 
 def test_mixed_arm_cycles_pattern():
-    blocks = parse_arm("[3,2]").layer_blocks(5)
+    blocks = layer_blocks(parse_arm("[3,2]"), 5)
     assert [kw["degree"] for _, kw in blocks] == [3, 2, 3, 2, 3]
     assert {name for name, _ in blocks} == {"poly"}
 
 
 def test_fractional_layers_use_fractional_block():
-    [(name, kw)] = parse_arm("2.5").layer_blocks(1)
+    [(name, kw)] = layer_blocks(parse_arm("2.5"), 1)
     assert name == "fractional" and kw["degree"] == 2.5
 
 
 def test_bias_with_fractional_degree_fails():
     with pytest.raises(UserError, match="bias"):
-        parse_arm("2.5").layer_blocks(2, bias=True)
+        layer_blocks(parse_arm("2.5"), 2, bias=True)
     with pytest.raises(UserError):
         Net(parse_arm("[3,2.5]"), 2, 8, n_in=4, n_out=1, bias=True)
 
@@ -124,9 +124,8 @@ def test_parse_arm_block_with_options():
         "causal": True,
     }
     assert parse_arm("linearized_attention").degree == 3
-    assert (
-        parse_arm("softmax_attention").degree is None
-        and parse_arm("softmax_attention").mixes_tokens
+    assert parse_arm("softmax_attention").degree is None and mixes_tokens(
+        parse_arm("softmax_attention")
     )
 
 
@@ -144,7 +143,7 @@ def test_common_transformer_costs_12_L_D2(depth, width):
     arm = parse_arm("softmax_attention(heads=2)")
     net = Net(arm, depth, width, 5, 3, seq_len=7, ff="relu4x", norm="layer")
     assert net.param_counts()["blocks"] == 12 * depth * width**2
-    assert arm.block_params(depth, width, ff="relu4x") == 12 * depth * width**2
+    assert block_params(arm, depth, width, ff="relu4x") == 12 * depth * width**2
 
 
 def test_analyzed_network_is_one_config_away():
@@ -198,7 +197,7 @@ def test_mixing_block_needs_a_sequence():
 def test_mixer_gets_the_sequence_length():
     net = Net(parse_arm("mixer"), 2, 8, 5, 3, seq_len=7)
     assert net(torch.randn(2, 7, 5)).shape == (2, 7, 3)
-    assert parse_arm("mixer").block_params(2, 8, seq_len=7) == net.param_counts()["blocks"]
+    assert block_params(parse_arm("mixer"), 2, 8, seq_len=7) == net.param_counts()["blocks"]
 
 
 def test_unknown_feed_forward():

@@ -8,7 +8,8 @@ import random
 
 import pytest
 
-from blocklab import executors, specs, sweep
+from blocklab import specs
+from blocklab.engine import executors, sweep
 from blocklab.errors import Interrupted
 from blocklab.models import parse_arm
 from blocklab.specs import TrainConfig

@@ -17,7 +17,7 @@ from blocklab.experiments import seprank_degree as dg
 from blocklab.experiments import seprank_depth_width as dw
 from blocklab.measures import exact_rank as ex
 from blocklab.measures import separation_rank
-from blocklab.models import parse_arm
+from blocklab.models import block_params, mixes_tokens, parse_arm
 from blocklab.reports import seprank_degree as dg_report
 from blocklab.reports import seprank_depth_width as dw_report
 from blocklab.store import Store
@@ -78,7 +78,7 @@ def test_exact_net_computes_the_float_network_mod_p(block):
 @pytest.mark.parametrize("block,depth,width", [("linearized_attention", 1, 4), ("2", 2, 4)])
 def test_exact_and_float_ranks_agree_where_float_is_reliable(block, depth, width):
     arm = parse_arm(block)
-    dim = width if arm.mixes_tokens else 1
+    dim = width if mixes_tokens(arm) else 1
     net = sr.build_net(arm, depth, width, 2, dim, seed=1)
     m = sr.measure(net, 2, dim, 64, seed=1, rtol=1e-9)
     assert m["exact_rank"] == m["float_rank"] and not m["exact_saturated"]
@@ -202,7 +202,7 @@ def test_degree_tiny_run(tmp_path):
     for s in result.summaries:
         if s["polynomial"] and not s["exact_saturated"]:
             assert set(s["exact"]["values"]) == {s["predicted"]}
-        assert s["params"] == parse_arm(s["arm"]).block_params(s["depth"], 3)
+        assert s["params"] == block_params(parse_arm(s["arm"]), s["depth"], 3)
     assert by[("e", 1)]["exact"]["min"] is None  # not a polynomial: no exact rank
     parts = [(f["part"], f["verdict"]) for f in result.findings]
     assert ("per parameter", "matches h(d)") in parts

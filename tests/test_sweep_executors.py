@@ -9,7 +9,8 @@ import signal
 
 import pytest
 
-from blocklab import executors, specs, sweep
+from blocklab import specs
+from blocklab.engine import executors, sweep
 from blocklab.errors import WorkerDied
 from blocklab.models import parse_arm
 from blocklab.specs import TrainConfig

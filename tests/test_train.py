@@ -7,11 +7,11 @@ import pytest
 import torch
 from torch import nn
 
-import blocklab.train
+import blocklab.engine.train
+from blocklab.engine.train import evaluate, lr_factor, plateau_improvement, train
 from blocklab.models import Net, parse_arm
 from blocklab.specs import TrainConfig
 from blocklab.tasks.base import Split, TaskData
-from blocklab.train import evaluate, lr_factor, plateau_improvement, train
 
 STEPS = 150
 CFG = TrainConfig(steps=STEPS, batch_size=64, lr=1e-2, eval_points=10)
@@ -194,7 +194,7 @@ def test_the_half_run_leaves_the_full_run_as_it_was(monkeypatch):
     the bit with and without it."""
     cfg = TrainConfig(**{**WSD.__dict__, "warmup": 0.05})
     with_branch = run(cfg)
-    monkeypatch.setattr(blocklab.train, "half_run", lambda cfg: None)
+    monkeypatch.setattr(blocklab.engine.train, "half_run", lambda cfg: None)
     without = run(cfg)
     assert with_branch.half_val_loss is not None and without.half_val_loss is None
     for key in ("step", "train_loss", "val_loss"):  # the first train loss is NaN in both

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from blocklab.ensemble import train_ensemble
+from blocklab.engine.ensemble import train_ensemble
+from blocklab.engine.train import train
 from blocklab.models import Net, parse_arm
 from blocklab.specs import TrainConfig
 from blocklab.tasks.base import Split, TaskData
-from blocklab.train import train
 
 WIDTHS = (32, 64, 128, 256)
 LM_WIDTHS = (16, 32, 64)

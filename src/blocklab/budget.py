@@ -11,8 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from blocklab.errors import UserError
-from blocklab.models import Arm
+from blocklab.models import block_params
 from blocklab.specs import BUDGET_TOLERANCE as TOLERANCE
+from blocklab.specs import Arm
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ def solve(
     blocks and, with `ff`, their feed-forward sublayers."""
 
     def cost(depth: int, width: int) -> int:
-        return arm.block_params(depth, width, bias, ff, seq_len)
+        return block_params(arm, depth, width, bias, ff, seq_len)
 
     if budget <= 0:
         raise UserError(f"budget must be a positive parameter count, got {budget}")

@@ -17,11 +17,11 @@ from pathlib import Path
 # the modules every trial runs through: the network, the training loops, the task interface
 ENGINE = (
     "blocklab.blocks.base",
-    "blocklab.ensemble",
+    "blocklab.engine.ensemble",
     "blocklab.models",
-    "blocklab.stacked",
+    "blocklab.engine.stacked",
     "blocklab.tasks.base",
-    "blocklab.train",
+    "blocklab.engine.train",
 )
 
 

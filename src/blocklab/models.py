@@ -2,9 +2,10 @@
 feed-forward) -> readout. Vector inputs (B, F) or sequences (B, T, F), read out per position or
 mean-pooled.
 
-An `Arm` names what a comparison varies: a polynomial degree (integer -> `poly`, real ->
-`fractional`), a per-layer degree pattern (a mixed stack, cycled to the depth), or another
-registered block with its options, such as the `mlp` control or `poly_attention(n=2)`.
+An `Arm` (`blocklab.specs`) names what a comparison varies; here it becomes layers: a polynomial
+degree (integer -> `poly`, real -> `fractional`), a per-layer degree pattern (a mixed stack,
+cycled to the depth), or another registered block with its options, such as the `mlp` control or
+`poly_attention(n=2)`.
 
 With a token-mixing block the switches give the transformer family: seed 001's analyzed network
 (eq. 3: `linearized_attention`, norm none, no feed-forward) and the common one (eq. 1-2:
@@ -14,7 +15,6 @@ With a token-mixing block the switches give the transformer family: seed 001's a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -23,73 +23,60 @@ from torch import nn
 from blocklab.blocks import BLOCKS, make_block, per_member
 from blocklab.errors import UserError
 from blocklab.options import parse_pairs, split_list
-from blocklab.specs import FEED_FORWARD, NORMS, format_degree, parse_degree
+from blocklab.specs import FEED_FORWARD, NORMS, Arm, format_degree, parse_degree
 
 
-@dataclass(frozen=True)
-class Arm:
-    label: str
-    block: str  # "poly" for the polynomial family, else a registered block name
-    degrees: tuple[float, ...] = ()  # per-layer pattern, cycled; empty for other blocks
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    block_degree: float | None = None  # the degree another block states (None: not polynomial)
+def mixes_tokens(arm: Arm) -> bool:
+    return not arm.degrees and BLOCKS.get(arm.block).mixes_tokens
 
-    @property
-    def degree(self) -> float | None:
-        """Average degree per layer over one pattern, or the block's stated degree."""
-        return sum(self.degrees) / len(self.degrees) if self.degrees else self.block_degree
 
-    @property
-    def mixes_tokens(self) -> bool:
-        return not self.degrees and BLOCKS.get(self.block).mixes_tokens
+def layer_blocks(
+    arm: Arm, depth: int, bias: bool = False, seq_len: int | None = None
+) -> list[tuple[str, dict[str, Any]]]:
+    """The (block name, options) of each of `depth` layers: the degree pattern cycled, or the
+    arm's block in every layer."""
+    if not arm.degrees:
+        kw = dict(arm.kwargs)
+        if BLOCKS.get(arm.block).needs_seq_len:
+            if seq_len is None:
+                raise UserError(f"block {arm.block} needs a sequence task")
+            kw["seq_len"] = seq_len
+        return [(arm.block, kw)] * depth
+    out = []
+    for i in range(depth):
+        d = arm.degrees[i % len(arm.degrees)]
+        if float(d).is_integer():
+            out.append(("poly", {"degree": int(d), "bias": bias, **arm.kwargs}))
+        elif bias:
+            raise UserError(f"degree {d:g} has no bias form (the fractional block is bias-free)")
+        else:
+            out.append(("fractional", {"degree": float(d), **arm.kwargs}))
+    return out
 
-    def layer_blocks(
-        self, depth: int, bias: bool = False, seq_len: int | None = None
-    ) -> list[tuple[str, dict[str, Any]]]:
-        if not self.degrees:
-            kw = dict(self.kwargs)
-            if BLOCKS.get(self.block).needs_seq_len:
-                if seq_len is None:
-                    raise UserError(f"block {self.block} needs a sequence task")
-                kw["seq_len"] = seq_len
-            return [(self.block, kw)] * depth
-        out = []
-        for i in range(depth):
-            d = self.degrees[i % len(self.degrees)]
-            if float(d).is_integer():
-                out.append(("poly", {"degree": int(d), "bias": bias, **self.kwargs}))
-            elif bias:
-                raise UserError(
-                    f"degree {d:g} has no bias form (the fractional block is bias-free)"
-                )
-            else:
-                out.append(("fractional", {"degree": float(d), **self.kwargs}))
-        return out
 
-    def code_modules(self, bias: bool = False) -> list[str]:
-        """The modules whose code makes this arm's blocks (`blocklab.fingerprint`)."""
-        modules = []
-        for name, kwargs in self.layer_blocks(
-            1 if not self.degrees else len(self.degrees), bias, 1
-        ):
-            cls = BLOCKS.get(name)
-            modules += [cls.__module__, *cls.code_modules(**kwargs)]
-        return modules
+def code_modules(arm: Arm, bias: bool = False) -> list[str]:
+    """The modules whose code makes this arm's blocks (`blocklab.fingerprint`)."""
+    modules = []
+    for name, kwargs in layer_blocks(arm, 1 if not arm.degrees else len(arm.degrees), bias, 1):
+        cls = BLOCKS.get(name)
+        modules += [cls.__module__, *cls.code_modules(**kwargs)]
+    return modules
 
-    def block_params(
-        self,
-        depth: int,
-        width: int,
-        bias: bool = False,
-        ff: str = "none",
-        seq_len: int | None = None,
-    ) -> int:
-        """Parameters of the layers: blocks and feed-forward sublayers (the budgeted part)."""
-        blocks = sum(
-            BLOCKS.get(name).count_params(width, width, **kw)
-            for name, kw in self.layer_blocks(depth, bias, seq_len)
-        )
-        return blocks + depth * ff_params(ff, width, bias)
+
+def block_params(
+    arm: Arm,
+    depth: int,
+    width: int,
+    bias: bool = False,
+    ff: str = "none",
+    seq_len: int | None = None,
+) -> int:
+    """Parameters of the layers: blocks and feed-forward sublayers (the budgeted part)."""
+    blocks = sum(
+        BLOCKS.get(name).count_params(width, width, **kw)
+        for name, kw in layer_blocks(arm, depth, bias, seq_len)
+    )
+    return blocks + depth * ff_params(ff, width, bias)
 
 
 def parse_arm(text: str) -> Arm:
@@ -249,7 +236,7 @@ class Net(nn.Module):
         self.bottleneck = bottleneck
         if flatten:
             n_in, n_out, seq_len, pooled = seq_len * n_in, seq_len * n_out, None, False
-        if seq_len is None and arm.mixes_tokens:
+        if seq_len is None and mixes_tokens(arm):
             raise UserError(f"{arm.label} mixes positions and needs a sequence task")
         self.seq_len, self.pooled = seq_len, pooled
         self.pos = None
@@ -260,7 +247,7 @@ class Net(nn.Module):
             self.embed = nn.Embedding(vocab, width)
             self.pos = nn.Parameter(torch.randn(seq_len, width))  # (T, D)
         blocks = [
-            checked_block(name, width, **kw) for name, kw in arm.layer_blocks(depth, bias, seq_len)
+            checked_block(name, width, **kw) for name, kw in layer_blocks(arm, depth, bias, seq_len)
         ]
         scale = 1.0 / math.sqrt(depth) if scaled_residual else 1.0
         self.layers = nn.ModuleList(
@@ -274,8 +261,8 @@ class Net(nn.Module):
 
     def forward(self, x: torch.Tensor, lead: int = 1) -> torch.Tensor:
         """`lead` counts the batch dimensions in front: 1 for (B, ...), 2 for an ensemble's
-        (E, B, ...) run on stacked weights (`blocklab.ensemble`), where the embedding table is
-        (E, V, D) and the positions (E, T, D)."""
+        (E, B, ...) run on stacked weights (`blocklab.engine.ensemble`), where the embedding table
+        is (E, V, D) and the positions (E, T, D)."""
         h = self.embed(x if self.seq_len else x.flatten(lead))  # (B, D) or (B, T, D)
         if self.pos is not None:
             pos = per_member(self.pos, h, 2)  # (T, D), or (E, 1, T, D) in an ensemble

@@ -1,6 +1,6 @@
-"""What a trial is, free of torch: the training config, the trial spec and its id, the degrees and
-switches a network takes by name, and how trials group into units of work. Configs and the command
-line read these without importing torch; `sweep` runs the specs.
+"""What a trial is, free of torch: the arm, the training config, the trial spec and its id, the
+degrees and switches a network takes by name, and how trials group into units of work. Configs and
+the command line read these without importing torch; `engine.sweep` runs the specs.
 """
 
 from __future__ import annotations
@@ -11,13 +11,10 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from blocklab.errors import UserError
 from blocklab.options import meta, validate
-
-if TYPE_CHECKING:
-    from blocklab.models import Arm
 
 NORMS = ("none", "layer", "rms")
 SCHEDULES = ("cosine", "wsd")  # the learning rate after warmup (train.lr_factor)
@@ -42,6 +39,24 @@ def parse_degree(text: str) -> float:
     if not math.isfinite(d) or d < 1:
         raise UserError(f"degree must be a real number >= 1, got {text!r}")
     return d
+
+
+@dataclass(frozen=True)
+class Arm:
+    """What a comparison varies, by name: a polynomial degree pattern (cycled over the layers)
+    or another registered block with its options. `models` builds its layers (`parse_arm`,
+    `layer_blocks`, `block_params`)."""
+
+    label: str
+    block: str  # "poly" for the polynomial family, else a registered block name
+    degrees: tuple[float, ...] = ()  # per-layer pattern, cycled; empty for other blocks
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    block_degree: float | None = None  # the degree another block states (None: not polynomial)
+
+    @property
+    def degree(self) -> float | None:
+        """Average degree per layer over one pattern, or the block's stated degree."""
+        return sum(self.degrees) / len(self.degrees) if self.degrees else self.block_degree
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from blocklab.bench import BenchConfig, run_bench
-    from blocklab.sweep import device_name
+    from blocklab.engine.sweep import device_name
 
     device = device_name(args.device)
     given = {k: getattr(args, k) for k in SETTINGS if getattr(args, k) is not None}

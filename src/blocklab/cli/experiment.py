@@ -15,8 +15,8 @@ from typing import Any
 
 from blocklab import config as cfgmod
 from blocklab import plugins, trackers
+from blocklab.engine.executors import ENSEMBLE, EXECUTORS, Resources, default_workers
 from blocklab.errors import UserError
-from blocklab.executors import ENSEMBLE, EXECUTORS, Resources, default_workers
 from blocklab.experiments import Command, Experiment
 from blocklab.options import parse_pairs
 from blocklab.store import DB_NAME, Store
@@ -176,7 +176,7 @@ def resolve(experiment: type[Experiment], args: argparse.Namespace) -> Any:
 def _open_run(args: argparse.Namespace) -> tuple[Path, Store]:
     """Check the run flags and the output directory, then open the store in it: a check that
     fails leaves nothing behind. --out always names a directory, whatever its name."""
-    from blocklab.sweep import device_name
+    from blocklab.engine.sweep import device_name
 
     device_name(getattr(args, "device", "cpu"))  # a bad or missing device fails here
     out = Path(args.out)

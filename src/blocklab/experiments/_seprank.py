@@ -33,7 +33,8 @@ from blocklab.numerics import MAX_POINTS, RTOL
 from blocklab.store import Store
 
 if TYPE_CHECKING:
-    from blocklab.models import Arm, Net
+    from blocklab.models import Net
+    from blocklab.specs import Arm
 
 VERSION = 1  # part of every record id: bump when a measurement changes meaning
 
@@ -53,11 +54,11 @@ def build_net(
     norm, no residual, no feed-forward, no activation, bias-free blocks; weights from `seed`."""
     import torch
 
-    from blocklab.models import Net
+    from blocklab.models import Net, mixes_tokens
 
     if min(depth, width, dim) < 1:
         raise UserError(f"depth, width and dim must be >= 1, got {depth}, {width}, {dim}")
-    seq = arm.mixes_tokens
+    seq = mixes_tokens(arm)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return Net(
@@ -126,11 +127,11 @@ def measure_network(
     or where they apply."""
     from blocklab.measures.exact_rank import PRIME, exact_grid_rank
     from blocklab.measures.seprank import separation_rank
-    from blocklab.models import parse_arm
+    from blocklab.models import mixes_tokens, parse_arm
 
     arm = parse_arm(block)
     if dim is None:  # token mixers: dx inputs per position make the embedding invertible
-        dim = width if arm.mixes_tokens else 1
+        dim = width if mixes_tokens(arm) else 1
     if templates is None:  # the largest grid of at most 2^16 points, two templates at least
         templates = max(2, math.floor(2 ** (16 / max(positions, 1)) + 1e-9))
     net = build_net(arm, depth, width, positions, dim, seed, norm, residual)
@@ -231,7 +232,7 @@ def measured(
 ):
     """The stored record of (experiment, config, seed), computed and stored first if missing or
     made by other code; `modules` (besides the rank code here) make the measured network."""
-    from blocklab.sweep import stored_point
+    from blocklab.engine.sweep import stored_point
 
     config = {**config, "seed": seed}
     record = {"id": _record_id(experiment, config), "experiment": experiment, "seed": seed}

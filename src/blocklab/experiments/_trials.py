@@ -19,8 +19,8 @@ from blocklab.specs import TrainConfig, TrialSpec
 from blocklab.store import Store
 
 if TYPE_CHECKING:
-    from blocklab.executors import Resources
-    from blocklab.models import Arm
+    from blocklab.engine.executors import Resources
+    from blocklab.specs import Arm
 
 
 @dataclass(frozen=True)
@@ -45,12 +45,13 @@ def spec(
     seed: int,
     measures: tuple[str, ...] = (),
 ) -> TrialSpec:
+    from blocklab.models import block_params
     from blocklab.tasks import make_task
 
     seq_len = make_task(task, **task_options).seq_len
-    budget = (
-        0 if shape.flatten else arm.block_params(shape.depth, shape.width, False, shape.ff, seq_len)
-    )
+    budget = 0  # a flattened baseline is compared by its total count, not a budget
+    if not shape.flatten:
+        budget = block_params(arm, shape.depth, shape.width, False, shape.ff, seq_len)
     return TrialSpec(
         task=task,
         task_options=dict(task_options),
@@ -72,7 +73,7 @@ def spec(
 
 def total_params(task: str, task_options: dict[str, Any], arm: Arm, shape: NetShape) -> int:
     """Every parameter of the network, embedding and readout included."""
-    from blocklab import sweep
+    from blocklab.engine import sweep
 
     trial = spec(task, task_options, arm, shape, TrainConfig(), seed=0)
     data = sweep.task_data(task, json.dumps(task_options, sort_keys=True), 0)
@@ -109,7 +110,7 @@ def run_planned(
 ) -> Trials:
     """Run (keys, spec) pairs: the finished rows, each tagged with its keys, and the trials that
     raised."""
-    from blocklab import sweep
+    from blocklab.engine import sweep
 
     specs = [s for _, s in planned]
     records = sweep.run(
@@ -217,7 +218,7 @@ def search_lr(
     extended, and at its own edge.
 
     Returns per key {"lr", "tried", "at_edge", "val_metric": {rate: score or None}}."""
-    from blocklab import sweep
+    from blocklab.engine import sweep
 
     grids = {key: sorted(grid) for key in at}
     extend = extend if len(grid) > 1 else 0

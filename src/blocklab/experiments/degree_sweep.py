@@ -27,6 +27,7 @@ from blocklab.specs import (
     BUDGET_TOLERANCE,
     FEED_FORWARD,
     NORMS,
+    Arm,
     TrainConfig,
     TrialSpec,
 )
@@ -34,8 +35,7 @@ from blocklab.store import Store
 
 if TYPE_CHECKING:
     from blocklab.budget import Shape
-    from blocklab.executors import Resources
-    from blocklab.models import Arm
+    from blocklab.engine.executors import Resources
 
 EXPERIMENT = "degree-sweep"
 
@@ -169,12 +169,13 @@ class DegreeSweepConfig:
 def plan(cfg: DegreeSweepConfig) -> dict[tuple[int, str], tuple[Arm, Shape]]:
     """Solve every (budget, arm) shape up front, so that a bad budget fails before any training."""
     from blocklab import budget as budgets
+    from blocklab.models import mixes_tokens
     from blocklab.tasks import make_task
 
     shapes, arms = {}, cfg.arms()
     seq_len = make_task(cfg.task, **cfg.task_options).seq_len
     for arm in arms:
-        if arm.mixes_tokens and seq_len is None:
+        if mixes_tokens(arm) and seq_len is None:
             raise UserError(f"{arm.label} mixes positions; task {cfg.task!r} has no sequence")
     for b in cfg.budgets:
         for arm in arms:
@@ -241,7 +242,7 @@ def run(
     resources: Resources | None = None,
     progress: bool = True,
 ) -> DegreeSweepTrials:
-    from blocklab import sweep
+    from blocklab.engine import sweep
     from blocklab.tasks import make_task
 
     task = make_task(cfg.task, **cfg.task_options)

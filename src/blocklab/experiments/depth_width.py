@@ -129,7 +129,7 @@ class DepthWidthTrials(Trials):
 
 
 def run(cfg: DepthWidthConfig, store: Store, *, resources=None, progress=True) -> DepthWidthTrials:
-    from blocklab import sweep
+    from blocklab.engine import sweep
 
     opts = cfg.task_options()
     # the tokenizer is trained (and cached) here once, not by every worker at the same time

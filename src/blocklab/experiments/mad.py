@@ -114,10 +114,10 @@ def causal_arm(text: str):
     """The arm of a block written as an arm, made causal; a block that is not a token mixer or
     cannot be made causal is refused."""
     from blocklab.blocks import BLOCKS
-    from blocklab.models import parse_arm
+    from blocklab.models import mixes_tokens, parse_arm
 
     arm = parse_arm(text)
-    if not arm.mixes_tokens:
+    if not mixes_tokens(arm):
         raise UserError(f"{arm.label} does not mix positions: the suite compares sequence blocks")
     if not _builds_causal(BLOCKS.get(arm.block), arm.kwargs):
         raise UserError(f"{arm.block} takes no causal option: it would see the answers")
@@ -158,9 +158,9 @@ SHAPE = _trials.NetShape(depth=2, norm="layer", residual=True, ff="relu4x")
 
 def nominal_degree(arm, seq_len: int) -> float | None:
     """The degree of the block as seed 000 counts it (`Block.nominal_degree`)."""
-    from blocklab.models import checked_block
+    from blocklab.models import checked_block, layer_blocks
 
-    (name, kwargs), *_ = arm.layer_blocks(1, False, seq_len)
+    (name, kwargs), *_ = layer_blocks(arm, 1, False, seq_len)
     return checked_block(name, 4, **kwargs).nominal_degree
 
 

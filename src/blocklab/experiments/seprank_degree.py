@@ -79,7 +79,7 @@ def run(cfg: DegreeConfig, store: Store, *, resources=None, progress=True) -> Tr
     """Every point in this process, on the CPU: the exact rank is CPU arithmetic (`resources` is
     not used)."""
     from blocklab.measures.exact_rank import PRIME
-    from blocklab.models import parse_arm
+    from blocklab.models import block_params, code_modules, parse_arm
 
     rows = []
     for text in cfg.degrees:
@@ -101,10 +101,10 @@ def run(cfg: DegreeConfig, store: Store, *, resources=None, progress=True) -> Tr
                     seed,
                     compute,
                     progress,
-                    [__name__, *arm.code_modules()],
+                    [__name__, *code_modules(arm)],
                 )
                 row = {"arm": format_degree(d), "degree": d, "depth": p, "seed": seed}
-                rows.append(row | {"params": arm.block_params(p, cfg.width)} | rec["metrics"])
+                rows.append(row | {"params": block_params(arm, p, cfg.width)} | rec["metrics"])
     return Trials(rows, [])
 
 

@@ -23,7 +23,7 @@ from blocklab.options import meta, validate
 from blocklab.store import Store
 
 if TYPE_CHECKING:
-    from blocklab.models import Arm
+    from blocklab.specs import Arm
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,7 @@ def run(cfg: DepthWidthConfig, store: Store, *, resources=None, progress=True) -
     """Every point in this process, on the CPU: the exact rank is CPU arithmetic (`resources` is
     not used)."""
     from blocklab.measures.exact_rank import PRIME
+    from blocklab.models import code_modules
 
     arm = attention_arm(cfg.heads)
     rows = []
@@ -83,7 +84,7 @@ def run(cfg: DepthWidthConfig, store: Store, *, resources=None, progress=True) -
                     seed,
                     compute,
                     progress,
-                    [__name__, *arm.code_modules()],
+                    [__name__, *code_modules(arm)],
                 )
                 rows.append({"width": dx, "depth": depth, "seed": seed, **rec["metrics"]})
     return Trials(rows, [])

@@ -23,7 +23,7 @@ from blocklab.analysis.stats import (
     ranking_vs_theory,
     summarize,
 )
-from blocklab.provenance import provenance
+from blocklab.engine.provenance import provenance
 from blocklab.reports import Report, plots
 from blocklab.reports.capacity import capacity_section, check_lines, efficiency, scaling_curves
 from blocklab.reports.markdown import (

@@ -73,7 +73,7 @@ def write(
 ) -> Path:
     """report.md: the question, prediction beside measurement, the results, figures and notes,
     then the configuration and the provenance of the run."""
-    from blocklab.provenance import provenance
+    from blocklab.engine.provenance import provenance
 
     config = config_json(cfg)
     lines = [f"# {title}", "", "## Question", "", question, "", "## Prediction and measurement", ""]

@@ -235,8 +235,8 @@ def train(
 ) -> TrainResult:
     """Train in place. Batches come from a generator seeded by `seed`, so trials are repeatable:
     shuffled examples of the train split, or fresh ones from a generative task's sampler.
-    The plain reference for one network; `blocklab.ensemble` trains many at once and is tested
-    against it."""
+    The plain reference for one network; `blocklab.engine.ensemble` trains many at once and is
+    tested against it."""
     start = time.perf_counter()
     kind, tol = data.kind, data.tolerance
     train_split = data.train

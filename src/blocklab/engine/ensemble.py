@@ -12,15 +12,14 @@ tolerance (tests/test_ensemble.py). A member that diverges stops where it would 
 out of every later update, so its NaN reaches no other member.
 
 Two forward paths; results record which one ran:
-- "stacked": a `Net` of `stackable` blocks, fed features or token ids (`blocklab.stacked`). Each
-  nn.Linear becomes a batched matmul over stacked weights (E, out, in), each nn.Embedding a
+- "stacked": a `Net` of `stackable` blocks, fed features or token ids (`blocklab.engine.stacked`).
+  Each nn.Linear becomes a batched matmul over stacked weights (E, out, in), each nn.Embedding a
   lookup in stacked tables (E, V, D), and every other parameter (a block's raw one such as the
-  mixer's (T, T) token weights, the network's learned positions) is stacked as (E, *shape) and
-  read by the module that holds it through `blocks.per_member`, which lines it up with the
-  (E, B, ...) inputs. The rest of the network runs unchanged on (E, B, ...) tensors. A block
-  joins this path by reading only its input's trailing dimensions, keeping its weights in
-  nn.Linear maps or raw parameters read through `per_member`, and setting `stackable = True`
-  (`blocks.base.Block`).
+  mixer's (T, T) token weights, the network's learned positions) is stacked as (E, *shape) and read
+  by the module that holds it through `blocks.per_member`, which lines it up with the (E, B, ...)
+  inputs. The rest of the network runs unchanged on (E, B, ...) tensors. A block joins this path by
+  reading only its input's trailing dimensions, keeping its weights in nn.Linear maps or raw
+  parameters read through `per_member`, and setting `stackable = True` (`blocks.base.Block`).
 - "vmap": any module, through torch.func.functional_call under torch.func.vmap: the plain
   reference, taken by networks of other blocks and forced on any network with path="vmap".
 
@@ -40,10 +39,8 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
-from blocklab.specs import TrainConfig
-from blocklab.stacked import parent_of, stack_weights, stackable
-from blocklab.tasks.base import Split, TaskData, member_losses, score
-from blocklab.train import (
+from blocklab.engine.stacked import parent_of, stack_weights, stackable
+from blocklab.engine.train import (
     EVAL_OUTPUTS,
     ONLINE_CHUNK,
     Tracker,
@@ -53,6 +50,8 @@ from blocklab.train import (
     half_run,
     lr_factor,
 )
+from blocklab.specs import TrainConfig
+from blocklab.tasks.base import Split, TaskData, member_losses, score
 
 PATHS = ("auto", "stacked", "vmap")
 

@@ -3,7 +3,7 @@
 Every executor runs a picklable `fn(item, device)` on each item and yields `(index, result)` as
 items finish, in completion order; index counts the items in the order they were read. The local
 executor reads an item only when a worker is free for it, so a sweep claims a unit just before it
-starts (`blocklab.claims`); Ray and Slurm read all at the start. Executors only compute; the
+starts (`blocklab.engine.claims`); Ray and Slurm read all at the start. Executors only compute; the
 calling process is the one writer of the store, so a worker that dies loses at most the items it
 was running, and a rerun resumes from what was stored.
 
@@ -47,8 +47,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blocklab import plugins as plugin_loader
+from blocklab.engine.processes import hangup_held, init_worker, interruptible_children
 from blocklab.errors import UserError
-from blocklab.processes import hangup_held, init_worker, interruptible_children
 
 EXECUTORS = ("local", "ray", "slurm")
 ENSEMBLE = 16  # most members per ensemble: past this, batching gains little and holds memory

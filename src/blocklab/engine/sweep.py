@@ -1,10 +1,10 @@
 """Running trials: a trial is a frozen spec (`blocklab.specs`); a sweep runs the unfinished ones.
 
-Trials that share an architecture train together as one ensemble (`blocklab.ensemble`), and the
-units of work run on an executor (`blocklab.executors`: a local process pool by default, Ray or
-Slurm). Workers use one torch thread each: for small models two single-threaded processes beat
-one process with two threads. Only the parent writes to the store, one commit per finished unit
-of work; sweeps sharing a store split its trials (`blocklab.claims`).
+Trials that share an architecture train together as one ensemble (`blocklab.engine.ensemble`), and
+the units of work run on an executor (`blocklab.engine.executors`: a local process pool by default,
+Ray or Slurm). Workers use one torch thread each: for small models two single-threaded processes
+beat one process with two threads. Only the parent writes to the store, one commit per finished unit
+of work; sweeps sharing a store split its trials (`blocklab.engine.claims`).
 """
 
 from __future__ import annotations
@@ -24,18 +24,19 @@ from typing import Any
 
 import torch
 
-from blocklab.claims import POLL, Claims
-from blocklab.ensemble import train_ensemble
+from blocklab.engine.claims import POLL, Claims
+from blocklab.engine.ensemble import train_ensemble
+from blocklab.engine.executors import Resources, WorkerLost, make_executor
+from blocklab.engine.progress import Progress
+from blocklab.engine.provenance import provenance
+from blocklab.engine.train import as_record, precision, train
 from blocklab.errors import Interrupted, UserError, WorkerDied
-from blocklab.executors import Resources, WorkerLost, make_executor
 from blocklab.fingerprint import code
 from blocklab.models import Net
-from blocklab.progress import Progress
-from blocklab.provenance import provenance
+from blocklab.models import code_modules as arm_modules
 from blocklab.specs import TrialSpec, ensemble_key, plan_units
 from blocklab.store import Store
 from blocklab.tasks import TaskData, make_task
-from blocklab.train import as_record, precision, train
 
 
 @functools.lru_cache(maxsize=4)
@@ -175,7 +176,7 @@ def train_group(specs: list[TrialSpec], device: str = "cpu", path: str = "auto")
 
 def run_group(specs: list[TrialSpec], device: str = "cpu") -> list[dict[str, Any]]:
     """One unit of work: a lone trial, trained by `train.train`, or trials sharing an
-    architecture trained as one ensemble (`blocklab.ensemble`). Each gets its own record."""
+    architecture trained as one ensemble (`blocklab.engine.ensemble`). Each gets its own record."""
     if len(specs) == 1:
         return [run_trial(specs[0], device)]
     try:
@@ -223,7 +224,7 @@ def code_modules(spec: TrialSpec) -> list[str]:
 
     modules = [type(make_task(spec.task, **spec.task_options)).__module__]
     modules += [type(parse_measure(text)).__module__ for text in spec.measures]
-    return modules + spec.arm.code_modules(spec.bias)
+    return modules + arm_modules(spec.arm, spec.bias)
 
 
 def stored_point(

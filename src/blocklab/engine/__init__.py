@@ -1,0 +1,8 @@
+"""The trial engine: what turns trial specs into stored records.
+
+`sweep` runs specs and resumes from the store; `claims` splits a store between sweeps;
+`executors` and `processes` place units of work on processes, Ray or Slurm; `train` (one network
+under Adam) and `ensemble` (many networks as one computation, with `stacked` weights) train them;
+`progress` and `provenance` say how far a sweep is and what a trial ran on. Importing this package
+imports no torch: `executors` serves the command line's help.
+"""
