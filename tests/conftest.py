@@ -1,11 +1,58 @@
 """Every figure a test saves is checked before it is written: each visible axis has a label, and
-a numeric one states its unit in parentheses (the rule is in `_plots`)."""
+a numeric one states its unit in parentheses (the rule is in `_plots`). Under pytest-xdist each
+worker takes its share of the cores, and `exclusive` keeps what two workers must not run at once
+(a local Ray instance) to one of them at a time."""
 
 from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import os
 
 import pytest
 
 from _plots import check_labels
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (`-n N`), torch in each worker, and in every command a test starts
+    (through OMP_NUM_THREADS), uses its share of the cores: N workers each running torch's
+    default of one thread per core slow each other's small kernels down tenfold."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not workers:
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (cores or 1) // int(workers))))
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+@contextlib.contextmanager
+def _locked(path):
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
+@pytest.fixture(scope="session")
+def exclusive(tmp_path_factory):
+    """`with exclusive(NAME):` runs its block while no other pytest-xdist worker is inside a block
+    of that name: the lock is a file in the directory every worker's base temp lies in."""
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    return lambda name: _locked(root / f"{name}.lock")
+
+
+@pytest.fixture
+def small_matmul_ceiling(monkeypatch):
+    """`blocklab bench` measures its matmul ceiling on 256 x 256 matrices: the 2048 x 2048 default,
+    measured before and after every width, is most of a small bench's time, and what a test reads
+    (a positive ceiling, each width's share of it) does not depend on the size."""
+    from blocklab import bench
+
+    monkeypatch.setattr(bench, "matmul_ceiling", functools.partial(bench.matmul_ceiling, n=256))
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,7 @@ from scipy import stats
 
 from blocklab import theory
 from blocklab.analysis.stats import (
+    Outcome,
     compare,
     holm,
     interval,
@@ -17,7 +18,7 @@ from blocklab.analysis.stats import (
     summarize,
 )
 from blocklab.analysis.summary import positive_interval
-from blocklab.reports import plots
+from blocklab.reports import plots, verdicts
 from blocklab.reports.degree_sweep import table, to_json, write_report
 
 DEGREE = {
@@ -113,12 +114,13 @@ def test_consistent_shift_beats_while_equal_noise_does_not():
     assert v.best == "A" and v.beats == ("B",)
     b = by_arm(v)["B"]
     assert b.p_holm < 0.05 and b.mean_diff == pytest.approx(-0.1, abs=0.02)
-    assert "A is best" in v.text and "it beats B (p=" in v.text and "alpha=0.05" in v.text
+    said = verdicts.text(v)
+    assert "A is best" in said and "it beats B (p=" in said and "alpha=0.05" in said
 
     rng = np.random.default_rng(1234)
     [v] = compare(arms({"A": rng.normal(1.0, 0.1, 5), "B": rng.normal(1.0, 0.1, 5)}))
     assert v.beats == () and not by_arm(v)[v.comparisons[0].arm].significant
-    assert "no significant difference between arms" in v.text
+    assert "no significant difference between arms" in verdicts.text(v)
 
 
 def test_higher_is_better_is_respected():
@@ -166,7 +168,9 @@ def test_best_mean_losing_on_the_common_seeds_is_not_a_win():
     [v] = compare(rows)
     b = by_arm(v)["B"]
     assert v.best == "A" and b.n_pairs == 2 and b.significant and v.beats == ()
-    assert "beats no arm" in v.text and "but B is better on the 2 seeds both finished" in v.text
+    assert v.outcome is Outcome.BEATS_NONE and v.beaten_by == ("B",)
+    said = verdicts.text(v)
+    assert "beats no arm" in said and "but B is better on the 2 seeds both finished" in said
 
 
 def test_diverged_seeds_are_excluded_and_counted():
@@ -179,21 +183,21 @@ def test_diverged_seeds_are_excluded_and_counted():
     assert by["C"].n == 0 and by["C"].n_diverged == 4 and math.isnan(by["C"].mean)
     [v] = compare(rows)
     assert by_arm(v)["B"].n_pairs == 3 and "C" not in by_arm(v)
-    assert v.diverged_all == ("C",) and "C diverged in all seeds" in v.text
+    assert v.diverged_all == ("C",) and "C diverged in all seeds" in verdicts.text(v)
 
 
 def test_identical_arms_give_p_one():
     [v] = compare(arms({"A": [1.0, 1.2, 0.8], "B": [1.0, 1.2, 0.8]}))
     c = v.comparisons[0]
     assert (c.p_raw, c.p_holm, c.significant) == (1.0, 1.0, False)
-    assert "no significant difference" in v.text
+    assert "no significant difference" in verdicts.text(v)
 
 
 def test_untestable_arm_is_named():
     rows = arms({"A": [1.0, 1.1, 0.9], "B": [2.0]})
     [v] = compare(rows)
     assert v.untestable == ("B",) and math.isnan(by_arm(v)["B"].p_raw)
-    assert "B untestable" in v.text
+    assert "B untestable" in verdicts.text(v)
 
 
 def test_summaries_sorted_by_degree_with_mlp_last_and_steps_counted():
@@ -286,7 +290,7 @@ def test_write_report(tmp_path):
     for name in ("metric_vs_degree.png", "learning_curves.png", "ranking_vs_theory.png"):
         assert _is_png(path.parent / name) and f"]({name})" in text
     for v in compare(rows):
-        assert v.claim in text
+        assert verdicts.claim(v) in text
     for section in (
         "## Question",
         "## Paired tests per budget",

@@ -25,16 +25,18 @@ ROOT = Path(__file__).resolve().parent.parent
 SRC = Path(blocklab.__file__).resolve().parent
 
 # bottom to top: a module may import its own layer and those below it (ARCHITECTURE.md).
-# analysis sits beside the reports, above the experiments: an experiment gathers and stores its
-# trials, and every statistic of them is computed above it.
+# analysis sits above the experiments: an experiment gathers and stores its trials, and every
+# statistic of them is computed above it. Reports write the words over analysis; trackers log
+# what the store holds and never need a report module (nor matplotlib's backend with it).
 LAYERS = [
     {"", "errors", "options", "registry", "config", "store", "theory", "specs", "numerics"}
-    | {"fingerprint", "plugins", "frames"},
+    | {"fingerprint", "plugins", "frames", "formatting"},
     {"blocks", "tasks", "measures"},
     {"models", "budget", "checks", "constructions"},
     {"engine", "bench"},
     {"experiments"},
-    {"analysis", "reports", "trackers"},
+    {"analysis", "trackers"},
+    {"reports"},
     {"cli", "__main__"},
 ]
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}

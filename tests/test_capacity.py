@@ -12,6 +12,7 @@ from blocklab.analysis import capacity
 from blocklab.analysis.stats import compare
 from blocklab.cli import main
 from blocklab.experiments import degree_sweep
+from blocklab.reports.capacity import capacity_json, check_lines, detail, verdict_sentence
 from blocklab.store import Store
 from blocklab.theory import h
 
@@ -83,13 +84,15 @@ def _check(result, name):
 
 def test_a_sound_run_passes_its_checks_and_states_a_verdict():
     result = _analyze(_rows())
-    assert result.passed and result.verdict is not None
+    assert result.passed and result.verdict.refused is None
+    assert result.verdict.standing is capacity.Standing.REFERENCE_BEST
     eff = result.fit.efficiency
     assert eff["d=2"].multiplier == pytest.approx(1.2, rel=0.05)
     assert eff["mlp"].ci_low > 1.5
     assert eff["d=2"].ci_low > 1.0  # resolved: d=3 needs fewer parameters
-    assert "d=3 is the most parameter-efficient arm" in result.verdict
-    assert "predicted 1.057" in result.verdict
+    said = verdict_sentence(result)
+    assert said.startswith("d=3 is the most parameter-efficient arm. ")
+    assert "predicted 1.057" in said
 
 
 @pytest.mark.parametrize(
@@ -107,24 +110,33 @@ def test_a_failed_design_check_withholds_the_verdict(name, kwargs):
     result = _analyze(rows, _choice(kwargs.get("choice", False)), kwargs.get("budgets", BUDGETS))
     failed = [c.name for c in result.checks if not c.passed]
     assert failed == [name]
-    assert result.verdict is None and result.to_json()["verdict"] is None
-    from blocklab.reports.capacity import check_lines
-
+    assert result.verdict.refused is capacity.Refusal.DESIGN_CHECK
+    assert [c.name for c in result.verdict.failed] == [name]
+    assert capacity_json(result)["verdict"] is None
     _, text = check_lines(result)
     assert f"design check failed: {name}" in text and text.endswith("no verdict")
 
 
 def test_width_check_names_the_moved_arm_and_ignores_depth_mode():
     rows = _rows(moved=("d=3", 1000))
-    detail = _check(_analyze(rows), "width_matched").detail
-    assert "d=3 at 1000 (width 6)" in detail
+    check = _check(_analyze(rows), "width_matched")
+    assert check.moved == (("d=3", 1000, 6),) and "d=3 at 1000 (width 6)" in detail(check)
     assert _check(_analyze(rows, width=None), "width_matched").passed  # depth mode solves widths
     assert _check(_analyze(_rows(), width=7), "width_matched").passed  # one unit is allowed
 
 
 def test_monotone_check_names_the_rise():
-    detail = _check(_analyze(_rows(rise=("d=4", 8000))), "monotone_in_budget").detail
-    assert "d=4" in detail and "8000" in detail
+    check = _check(_analyze(_rows(rise=("d=4", 8000))), "monotone_in_budget")
+    assert [r[:2] for r in check.rises] == [("d=4", 4000)]
+    assert "d=4" in detail(check) and "8000" in detail(check)
+
+
+def test_without_a_reference_fit_there_is_no_verdict():
+    result = _analyze([r for r in _rows() if r["arm"] != "d=3"])
+    assert result.passed and result.verdict.refused is capacity.Refusal.NO_REFERENCE_FIT
+    assert check_lines(result)[1] == (
+        "no scaling fit for the reference arm d=3 (is it among the degrees?) — no verdict"
+    )
 
 
 def test_teachers_split_the_spread():
@@ -139,7 +151,7 @@ def test_teachers_split_the_spread():
 
 
 def test_json_contract():
-    payload = json.loads(json.dumps(degree_sweep_plain(_analyze(_rows()).to_json())))
+    payload = json.loads(json.dumps(degree_sweep_plain(capacity_json(_analyze(_rows())))))
     assert payload["budgets"] == list(BUDGETS)
     names = [c["name"] for c in payload["design_checks"]]
     assert {"plateau", "monotone_in_budget", "lr_not_at_edge"} <= set(names)
@@ -155,7 +167,7 @@ def test_json_contract():
 
 
 def degree_sweep_plain(payload):
-    from blocklab.reports.markdown import plain
+    from blocklab.formatting import plain
 
     return plain(payload)
 
@@ -258,14 +270,15 @@ def test_teachers_need_a_task_whose_data_follow_the_seed(tmp_path, capsys):
 
 
 def test_the_plateau_check_states_its_criterion():
-    def detail(rows):
+    def plateau(rows):
         checks = capacity.design_checks(rows, _choice(), list(BUDGETS), 0.03)
-        return next(c.detail for c in checks if c.name == "plateau")
+        return next(c for c in checks if c.name == "plateau")
 
     rows = _rows(seeds=2)
-    assert "last quarter of training" in detail(rows)
-    wsd = [{**r, "schedule": "wsd"} for r in rows]
-    assert "run of half the steps" in detail(wsd)
+    cosine = plateau(rows)
+    assert cosine.rule == "cosine" and "last quarter of training" in detail(cosine)
+    wsd = plateau([{**r, "schedule": "wsd"} for r in rows])
+    assert wsd.rule == "wsd" and "run of half the steps" in detail(wsd)
 
 
 def test_budget_tol_lets_depth_mode_meet_budgets_no_width_meets_within_2_percent():

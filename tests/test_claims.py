@@ -146,9 +146,11 @@ def test_a_sweep_reads_what_another_live_sweep_stores(tmp_path):
     assert {r["status"] for r in records.values()} == {"done"}
 
 
-# runs the command line, logging every trial it trains
+# runs the command line, logging every trial it trains; the sweeps start together once imported
+# (a loaded machine can start one a second or more after the other, which then trains them all)
 TRAIN_LOGGED = """
-import os, sys
+import os, sys, time
+from pathlib import Path
 from blocklab.engine import sweep
 from blocklab.cli import main
 train = sweep.run_group
@@ -157,6 +159,11 @@ def logged(specs, device="cpu"):
         log.writelines(s.id + "\\n" for s in specs)
     return train(specs, device)
 sweep.run_group = logged
+log = Path(os.environ["TRAINED_LOG"])
+log.with_suffix(".ready").touch()
+deadline = time.monotonic() + 60
+while len(list(log.parent.glob("*.ready"))) < 2 and time.monotonic() < deadline:
+    time.sleep(0.01)
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -36,7 +36,7 @@ COMMANDS = {
     "theory": ["theory", "--degrees", "2", "e", "3"],
     "advise": ["advise", "--params", "1.3B", "--depth", "10"],
     "bench": ["bench", "--widths", "8", "--members", "2", "--seconds", "0.02", "--repeats", "1"]
-    + ["--lm-widths", "8", "--lm-batch-size", "2"],
+    + ["--lm-widths", "8", "--lm-batch-size", "2", "--threads", "1"],
     "check": ["check", "--only", "mlp", "teacher", "seprank"],
     "sanford qsa": ["sanford", "qsa", "--qs", "1", "--dims", "2", "--seeds", "2", "--seq-len", "6"]
     + ["--n-train", "128", "--out", "{out}", *TRAIN, *QUIET],
@@ -122,6 +122,7 @@ def argv_for(name: str, out: Path) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("small_matmul_ceiling")  # bench's (see conftest)
 @pytest.mark.parametrize("name", [n for n in COMMANDS if n not in ("degree-sweep", "demo", "runs")])
 def test_json_keys_are_unchanged(name, tmp_path, capsys):
     payload = run_json(capsys, argv_for(name, tmp_path))

@@ -114,7 +114,12 @@ def test_verdicts_follow_the_tests():
             "norm": [[0, 0.5 * e, e, -e] for e in noise],  # flat: no trend, above pure
         }
     )
-    found = {f["setting"]: f for f in stats.findings(cfg, logs, {})}
+    tested = {(f.variant, f.test): f for f in stats.findings(cfg, logs)}
+    assert tested[("pure", "slope")].direction == -1
+    assert tested[("pure", "slope")].agrees is stats.Agreement.YES
+    assert tested[("norm", "paired")].cause == "norm" and tested[("norm", "paired")].direction == 1
+    assert tested[("mlp", "paired")].agrees is stats.Agreement.NOT_SHOWN
+    found = {f["setting"]: f for f in report.finding_dicts(list(tested.values()), {})}
     assert found["pure: trend with depth"]["verdict"] == "falls with depth"
     assert found["pure: trend with depth"]["agrees"] == "yes"
     assert found["norm: trend with depth"]["verdict"] == "no significant trend"
@@ -129,6 +134,19 @@ def test_verdicts_follow_the_tests():
         assert f["p"] <= f["p_holm"] <= 1
 
 
+def test_one_seed_is_untestable_and_says_so():
+    cfg = CollapseConfig(variants=("pure", "skip"), seeds=1, depth=3)
+    found = stats.findings(cfg, _synthetic({"pure": [[0, -2, -4, -6]], "skip": [[0, 0, 0, 0]]}))
+    assert [(f.variant, f.test) for f in found] == [("pure", "slope"), ("skip", "paired")]
+    assert all(f.agrees is stats.Agreement.UNTESTED and math.isnan(f.p_holm) for f in found)
+    rows = report.finding_dicts(found, {})
+    assert {(r["verdict"], r["agrees"]) for r in rows} == {
+        ("untestable (fewer than 2 seeds)", "not tested")
+    }
+    assert rows[0]["measured"] == "slope -2.00 decades/layer; log10 ratio at layer 3: -6.00"
+    assert rows[1]["predicted"].startswith("above pure: the skip keeps short paths")
+
+
 def test_bound_check_can_fail():
     def rec(seed, median, bound):
         c = {"median": median, "bound_log10_median": bound}
@@ -140,11 +158,11 @@ def test_bound_check_can_fail():
 
     ok = stats.bound_check([rec(0, [1.0, 0.5, 0.0], [0.3, 1.0])], 2)
     assert ok["init"]["violations"] == [] and ok["init"]["vacuous_layers"] == [1, 2]
-    (f,) = stats.bound_findings({"init": ok["init"]})
+    (f,) = report.bound_dicts({"init": ok["init"]})
     assert f["verdict"].startswith("holds") and "vacuous" in f["verdict"]
     bad = stats.bound_check([rec(0, [1.0, 0.5, 0.1], [-2.0, -4.0])], 2)
     assert bad["init"]["violations"] == [{"seed": 0, "layer": 1}, {"seed": 0, "layer": 2}]
-    (f,) = stats.bound_findings({"init": bad["init"]})
+    (f,) = report.bound_dicts({"init": bad["init"]})
     assert f["verdict"].startswith("VIOLATED") and f["agrees"] == "no"
 
 

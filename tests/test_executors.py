@@ -161,9 +161,10 @@ def test_an_unreachable_ray_cluster_is_one_line_and_exit_2(tmp_path, capsys):
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
+def ray_cluster(exclusive):
     ray = pytest.importorskip("ray")
-    with pytest.MonkeyPatch.context() as patch:
+    # one local Ray instance at a time on this machine, whichever pytest-xdist worker starts it
+    with exclusive("ray"), pytest.MonkeyPatch.context() as patch:
         patch.setenv("PYTHONPATH", worker_path())  # the workers inherit Ray's environment
         assert make_executor("ray", 2).connect()  # a local instance with two CPUs
         try:

@@ -57,6 +57,20 @@ def test_match_widths_must_allow_equal_cost():
         sanford_match.MatchConfig(widths=(8,))
 
 
+def test_a_row_names_each_count_once_and_its_keys_win():
+    """Every training experiment's row: the budgeted count `block_params`, every parameter
+    `total_params`, the embedding and readout `other_params`; the experiment's keys come last."""
+    arm = parse_arm("softmax_attention")
+    spec = _trials.spec("qsa", {"seq_len": 6, "n_train": 64}, arm, _trials.NetShape(), SHORT, 1)
+    counts = {"embed": 10, "blocks": 60, "readout": 5, "total": 80}
+    rec = {"status": "done", "metrics": {"params": counts, "metric": "accuracy"}, "curves": {}}
+    row = _trials.row(spec, rec, model="attention", budget=7)
+    assert (row["block_params"], row["total_params"], row["other_params"]) == (60, 80, 15)
+    assert "params" not in row and "layer_params" not in row
+    assert row["model"] == "attention" and row["budget"] == 7 and row["teacher"] is None
+    assert row["metric"] == "accuracy" and row["curve_step"] == [] and row["seed"] == 1
+
+
 def test_best_threshold_accuracy():
     y = torch.tensor([0, 0, 1, 1])
     assert needle.best_threshold_accuracy(torch.tensor([0.0, 1, 2, 3]), y) == 1.0
@@ -168,8 +182,9 @@ def test_sanford_match_end_to_end(tmp_path, capsys):
     assert {(f["task"], f["seq_len"], f["model"]) for f in findings} == {
         (t, n, m) for t in ("match2", "match3") for n in (5, 6) for m in ("standard", "tensor")
     }
-    sizes = {s["model"]: s["params"] for s in payload["summaries"] if s["task"] == "match3"}
+    sizes = {s["model"]: s["total_params"] for s in payload["summaries"] if s["task"] == "match3"}
     assert sizes["standard"] == sizes["tensor"]
+    assert all(s["params"] == s["total_params"] for s in payload["summaries"])  # pinned key
     # every construction, at both lengths, measured on fresh data
     built = {(c["task"], c["block"], c["seq_len"]): c for c in payload["constructions"]}
     assert set(built) == {

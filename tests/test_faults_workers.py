@@ -109,7 +109,9 @@ def test_a_closed_terminal_stops_the_sweep_and_keeps_what_finished(tmp_path, rea
     out = tmp_path / "run"
     proc = sweep(out, steps=300, seeds=8)
     reap.append(proc.pid)
-    wait_for(lambda: len(stored(out)) >= 1, 300, "a finished trial")
+    # a sweep that exits first fails below, at once, rather than after the wait
+    wait_for(lambda: len(stored(out)) >= 1 or proc.poll() is not None, 300, "a finished trial")
+    assert proc.poll() is None, out.with_suffix(".log").read_text()
     children = descendants(proc.pid)
     reap.extend(children)
     before = len(stored(out))

@@ -61,6 +61,7 @@ def test_load_runs_has_a_row_per_trial_and_a_column_per_field(run_dir):
     row = runs.set_index("id").loc["t2"]
     assert row["lr"] == 0.003 and row["config.train.lr"] == 0.003
     assert row["test_metric"] == 0.75 and row["metrics.params.total"] == 100
+    assert row["total_params"] == 100 and row["block_params"] == 60  # the rows' names
     assert row["seconds"] == 3.5 and row["fingerprint"] == "abc"
     assert row["provenance.torch"] == "2.13.0" and row["arm"] == "softmax_attention"
     assert row["config.arm.kwargs.causal"] and json.loads(row["config.degrees"]) == ["2", "e"]

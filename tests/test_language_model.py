@@ -248,7 +248,7 @@ def test_report_draws_a_found_fit(tmp_path, monkeypatch):
             summaries.append(
                 {"depth": depth, "width": width, "nominal": nominal, "mean": 4.0, "std": 0.1}
                 | {"budget": 12 * depth * width**2, "n": 3, "diverged": 0, "accuracy": 0.2}
-                | {"params": 2 * 12 * depth * width**2}
+                | {"total_params": 2 * 12 * depth * width**2}
             )
     for depth, width in ((1, 20.0), (2, 30.0)):
         t = dw.Transition(depth, depth + 1, width, 2.0, 12 * depth * width**2)

@@ -202,7 +202,8 @@ def test_degree_tiny_run(tmp_path):
     for s in result.summaries:
         if s["polynomial"] and not s["exact_saturated"]:
             assert set(s["exact"]["values"]) == {s["predicted"]}
-        assert s["params"] == block_params(parse_arm(s["arm"]), s["depth"], 3)
+        assert s["block_params"] == block_params(parse_arm(s["arm"]), s["depth"], 3)
+        assert s["params"] == s["block_params"]  # the key the JSON contract pins
     assert by[("e", 1)]["exact"]["min"] is None  # not a polynomial: no exact rank
     parts = [(f["part"], f["verdict"]) for f in result.findings]
     assert ("per parameter", "matches h(d)") in parts
@@ -217,7 +218,7 @@ def test_degree_tiny_run(tmp_path):
 
 
 def test_degree_verdicts_catch_a_wrong_rank():
-    s = {"arm": "2", "degree": 2.0, "params": 8, "polynomial": True, "grid": 64, "n": 1}
+    s = {"arm": "2", "degree": 2.0, "block_params": 8, "polynomial": True, "grid": 64, "n": 1}
     rows = []
     for p, rank in ((1, 3), (2, 4), (3, 5), (4, 6)):  # linear, not 2^p + 1
         spread = {"min": rank, "max": rank, "mean": rank, "values": [rank]}

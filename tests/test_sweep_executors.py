@@ -3,6 +3,7 @@ mid-trial: the trial is not recorded, and a rerun finishes it."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -56,16 +57,19 @@ def reference(tmp_path_factory) -> dict:
     ],
 )
 def test_executors_store_what_the_local_executor_stores(
-    reference, tmp_path, executor, workers, options
+    reference, tmp_path, exclusive, executor, workers, options
 ):
+    one_at_a_time = contextlib.nullcontext()
     if executor == "ray":
         pytest.importorskip("ray")
+        one_at_a_time = exclusive("ray")  # one local Ray instance on the machine (conftest)
     if executor == "slurm":
         pytest.importorskip("submitit")
         options = {**options, "folder": str(tmp_path / "jobs")}
     store = Store(tmp_path)
     res = executors.Resources(workers=workers, executor=executor, executor_options=options)
-    records = sweep.run(_specs(), store, "t", resources=res, progress=False)
+    with one_at_a_time:
+        records = sweep.run(_specs(), store, "t", resources=res, progress=False)
     assert set(records) == set(reference)  # the same trial ids
     for trial_id, (status, metric, curve) in _results(records).items():
         ref = reference[trial_id]
@@ -89,7 +93,7 @@ def test_a_worker_killed_mid_trial_leaves_it_rerunnable(reference, tmp_path):
     """Kill a pool worker as soon as the first trial is stored: the sweep stops with the trials
     it finished stored whole, the killed one absent, and a rerun completes all of them with the
     results of an undisturbed sweep."""
-    specs = _specs(steps=400)
+    specs = _specs(steps=150)  # a worker left alone would take a second over the 15 trials left
     store = Store(tmp_path)
     killed = []
 
@@ -112,7 +116,9 @@ def test_a_worker_killed_mid_trial_leaves_it_rerunnable(reference, tmp_path):
     again = sweep.run(specs, store, "t", resources=res, progress=False)
     assert {r["status"] for r in again.values()} == {"done"}
     assert len(store.records()) == len(specs)
-    clean = sweep.run(specs, Store(tmp_path / "clean"), "t", resources=res, progress=False)
+    # undisturbed, here rather than on a pool: a trial's results do not depend on where it ran
+    alone = executors.Resources(ensemble=1)
+    clean = sweep.run(specs, Store(tmp_path / "clean"), "t", resources=alone, progress=False)
     for trial_id, record in again.items():
         assert record["metrics"]["test_metric"] == pytest.approx(
             clean[trial_id]["metrics"]["test_metric"], rel=1e-6

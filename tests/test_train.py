@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 import blocklab.engine.train
-from blocklab.engine.train import evaluate, lr_factor, plateau_improvement, train
+from blocklab.engine.monitor import plateau_improvement
+from blocklab.engine.train import evaluate, lr_factor, train
 from blocklab.models import Net, parse_arm
 from blocklab.specs import TrainConfig
 from blocklab.tasks.base import Split, TaskData

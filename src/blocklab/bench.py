@@ -37,9 +37,6 @@ from blocklab.tasks.base import Split, TaskData
 WIDTHS = (32, 64, 128, 256)
 LM_WIDTHS = (16, 32, 64)
 # ensemble speed-up over the sequential loop, per width; share of the matmul ceiling from a width
-SPEEDUP_TARGETS = {32: 8.0, 64: 4.0}
-CEILING_TARGET, CEILING_FROM = 0.45, 128
-LM_SPEEDUP_TARGET = 3.0  # the language models' speed-up at their smallest width
 
 
 @dataclass(frozen=True)
@@ -273,7 +270,6 @@ def run_bench(cfg: BenchConfig) -> dict:
     ceiling = max(ceilings)
     for row in rows:
         row["fraction_of_ceiling"] = row["ensemble_gflops"] / ceiling
-    checks = targets(rows, lm)
     return {
         "device": _device_name(cfg.device),
         "threads": threads,
@@ -292,36 +288,7 @@ def run_bench(cfg: BenchConfig) -> dict:
             "batch_size": cfg.lm_batch_size,
         },
         "lm_widths": lm,
-        "targets": checks,
-        "meets_targets": all(c["met"] for c in checks),
     }
-
-
-def targets(rows: list[dict], lm_rows: list[dict] = ()) -> list[dict]:
-    """The stated targets against the measured rows: speed-up at small widths, share of the
-    matmul ceiling at large ones, and the language models' speed-up at their smallest width."""
-    out = []
-    if lm_rows:
-        row = min(lm_rows, key=lambda r: r["width"])
-        out.append(
-            {"width": row["width"], "what": "lm_speedup", "goal": LM_SPEEDUP_TARGET}
-            | {"value": row["speedup"], "met": row["speedup"] >= LM_SPEEDUP_TARGET}
-        )
-    for row in rows:
-        w = row["width"]
-        if w in SPEEDUP_TARGETS:
-            goal = SPEEDUP_TARGETS[w]
-            out.append(
-                {"width": w, "what": "speedup", "goal": goal, "value": row["speedup"]}
-                | {"met": row["speedup"] >= goal}
-            )
-        if w >= CEILING_FROM:
-            value = row["fraction_of_ceiling"]
-            out.append(
-                {"width": w, "what": "fraction_of_ceiling", "goal": CEILING_TARGET}
-                | {"value": value, "met": value >= CEILING_TARGET}
-            )
-    return out
 
 
 def _device_name(device: str) -> str:

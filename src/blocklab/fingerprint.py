@@ -19,6 +19,7 @@ ENGINE = (
     "blocklab.blocks.base",
     "blocklab.engine.ensemble",
     "blocklab.models",
+    "blocklab.engine.monitor",
     "blocklab.engine.stacked",
     "blocklab.tasks.base",
     "blocklab.engine.train",

@@ -3,8 +3,9 @@
 `load_runs(path)`: one row per stored trial (trained trials and measured points), every config,
 metrics and provenance field its own column under a dotted name ("config.train.lr",
 "metrics.test_metric", "provenance.torch"), lists as JSON text, and in front the columns most
-analyses start from: id, experiment, status, seed, task, arm, lr, test_metric, seconds (the
-trial's wall time, its share of an ensemble's), fingerprint (the code that made it).
+analyses start from: id, experiment, status, seed, task, arm, lr, test_metric, block_params (the
+budgeted layers), total_params (every parameter), seconds (the trial's wall time, its share of an
+ensemble's), fingerprint (the code that made it).
 `load_curves(path)`: the learning curves in long form, one row per (trial, step, split, metric).
 pandas is imported here only, so the command line starts without it.
 """
@@ -24,6 +25,9 @@ FRONT = {
     "arm": ("config", "arm", "label"),
     "lr": ("config", "train", "lr"),
     "test_metric": ("metrics", "test_metric"),
+    # a trained trial's counts, stored as `Net.param_counts()`, under the names the rows use
+    "block_params": ("metrics", "params", "blocks"),
+    "total_params": ("metrics", "params", "total"),
     "seconds": ("metrics", "seconds"),
     "fingerprint": ("provenance", "code", "fingerprint"),
 }

@@ -26,14 +26,12 @@ import math
 import re
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from blocklab import frames
 from blocklab.errors import UserError
+from blocklab.formatting import markdown_table, plain
 from blocklab.store import FINISHED
-
-if TYPE_CHECKING:
-    from blocklab.reports import Report
 
 TRACKERS = {"tensorboard": "tensorboard", "mlflow": "mlflow"}  # name -> the extra it needs
 MLFLOW_DB = "mlflow.db"
@@ -123,20 +121,22 @@ class Tracker(ABC):
         """Log one finished trial: its config, curves and final metrics."""
 
     @abstractmethod
-    def log_summary(self, records: list[dict[str, Any]], report: Report) -> None:
-        """Log what the command concluded: the report, its figures, the means over seeds."""
+    def log_summary(self, records: list[dict[str, Any]], report: Path, summary: dict) -> None:
+        """Log what the command concluded: the report (report.md) and its JSON summary, its
+        figures, the means over seeds."""
 
     def trial(self, record: dict[str, Any]) -> None:
         if record["status"] in FINISHED and record["id"] not in self.logged:
             self.log_trial(record)
             self.logged.add(record["id"])
 
-    def finish(self, records: list[dict[str, Any]], report: Report) -> None:
-        """Log the finished trials not logged yet, then the summary: `report` is what the
-        report module wrote (a command stopped before it calls `abort` instead)."""
+    def finish(self, records: list[dict[str, Any]], report: Path, summary: dict) -> None:
+        """Log the finished trials not logged yet, then the summary: `report` is the report.md
+        the report module wrote and `summary` its JSON (a command stopped before it calls
+        `abort` instead)."""
         for record in records:
             self.trial(record)
-        self.log_summary(records, report)
+        self.log_summary(records, report, summary)
 
     @abstractmethod
     def abort(self) -> None:
@@ -172,16 +172,14 @@ class TensorBoard(Tracker):
             metrics = {f"final/{k}": v for k, v in final_metrics(record).items()}
             w.add_hparams(params(record, text=False), metrics, run_name=".", global_step=last)
 
-    def log_summary(self, records: list[dict[str, Any]], report: Report) -> None:
+    def log_summary(self, records: list[dict[str, Any]], report: Path, summary: dict) -> None:
         import matplotlib.image
         from torch.utils.tensorboard import SummaryWriter
-
-        from blocklab.reports.markdown import markdown_table
 
         where = self.run_dir / TENSORBOARD_DIR / "summary" / self.started
         with SummaryWriter(log_dir=str(where)) as w:
             w.add_text("command", f"`{self.command}`")
-            w.add_text("report", report.path.read_text())
+            w.add_text("report", report.read_text())
             header, rows = seed_summary(records)
             if rows:
                 w.add_text("mean over seeds", "\n".join(markdown_table(header, rows)))
@@ -262,17 +260,15 @@ class MLflow(Tracker):
         for i in range(0, len(found), 100):
             self.client.log_batch(run_id, params=found[i : i + 100])
 
-    def log_summary(self, records: list[dict[str, Any]], report: Report) -> None:
+    def log_summary(self, records: list[dict[str, Any]], report: Path, summary: dict) -> None:
         from mlflow.entities import Param
-
-        from blocklab.reports.markdown import markdown_table, plain
 
         flat: dict[str, Any] = {}
         frames.flatten("", self.config, flat)
         found = [Param(k.lstrip("."), str(v)[:MAX_PARAM]) for k, v in flat.items()]
         self._batch(self.parent, [], found)
-        self.client.log_dict(self.parent, plain(report.json), "summary.json")
-        for path in [report.path, self.run_dir / "index.html", *self.figures()]:
+        self.client.log_dict(self.parent, plain(summary), "summary.json")
+        for path in [report, self.run_dir / "index.html", *self.figures()]:
             if path.is_file():
                 self.client.log_artifact(self.parent, str(path))
         header, rows = seed_summary(records)

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import numpy as np
 
 from blocklab.analysis import scaling
-from blocklab.analysis.stats import interval, layer_degrees
+from blocklab.analysis.stats import Verdict, interval, layer_degrees
 from blocklab.theory import h
 
 PLATEAU_SHARE = 0.9
@@ -43,27 +44,51 @@ PREDICTED_EFFECT = h(3) / h(2) - 1  # what the theory says separates d = 3 from 
 
 
 @dataclass(frozen=True)
-class Check:
+class Check:  # a subclass holds what the check measured; `reports/capacity.py` words it
     name: str
     passed: bool
-    detail: str
+
+
+@dataclass(frozen=True)
+class BudgetSpan(Check):
+    budgets: int  # distinct budgets
+    span: float  # the largest budget over the smallest
+
+
+@dataclass(frozen=True)
+class Plateau(Check):
+    share: float  # of the trials, those that plateaued
+    trials: int
+    rule: str  # the criterion the rows were read by (`plateau_rule`)
+    tol: float
+    least: tuple[tuple[str, int, float], ...]  # (arm, budget, share plateaued), lowest first
+
+
+@dataclass(frozen=True)
+class Monotone(Check):
+    # (arm, budget, mean loss, the next budget, its mean loss): the loss rose beyond the intervals
+    rises: tuple[tuple[str, int, float, int, float], ...]
+
+
+@dataclass(frozen=True)
+class LrEdge(Check):
+    edges: tuple[tuple[str, float, tuple[float, ...]], ...]  # ("budget/arm", lr chosen, tried)
+
+
+@dataclass(frozen=True)
+class WidthMatch(Check):
+    width: int | None  # the nominal width; None in depth mode, which solves it per arm
+    moved: tuple[tuple[str, int, int], ...]  # (arm, budget, width) more than WIDTH_SLACK off
 
 
 def _loss(r: dict[str, Any]) -> float | None:
     return r.get("test_loss") if r["status"] == "done" else None
 
 
-def criterion(rows, tol: float) -> str:
-    """The plateau criterion the rows were read by, in words (see `train.Tracker.plateau`)."""
-    if rows and all(r.get("schedule") == "wsd" for r in rows):
-        return (
-            f"the annealed validation loss of the run of half the steps lies < {tol:g} above "
-            "the full run's: doubling the steps gained less than that"
-        )
-    return (
-        f"smoothed validation loss fell by < {tol:g} of its final value over the last quarter "
-        "of training"
-    )
+def plateau_rule(rows) -> str:
+    """The plateau criterion the rows were read by (`monitor.TrialMonitor.plateau`): "wsd", the
+    run of half the steps against the full run, or "cosine", the fall over the last quarter."""
+    return "wsd" if rows and all(r.get("schedule") == "wsd" for r in rows) else "cosine"
 
 
 def plateaued(r: dict[str, Any], tol: float) -> bool:
@@ -100,54 +125,38 @@ def budget_stats(rows, tol: float, level: float = 0.95) -> dict[str, dict[int, d
                 "within_teacher_std": float(np.mean(within)) if within else math.nan,
                 "between_teacher_std": float(np.std(means, ddof=1)) if len(means) > 1 else math.nan,
                 "teachers": len(per_teacher),
-                "params": int(trials[0]["block_params"]),
+                "block_params": int(trials[0]["block_params"]),
             }
     return out
 
 
-def width_check(rows, width: int | None) -> Check:
+def width_check(rows, width: int | None) -> WidthMatch:
     """Width mode compares degrees at one width; `width` None (depth mode) solves it by design."""
-    if width is None:
-        return Check("width_matched", True, "depth mode: the width is solved per arm and budget")
     moved = sorted(
         {
             (r["arm"], int(r["budget"]), int(r["width"]))
             for r in rows
-            if r.get("width") is not None and abs(int(r["width"]) - width) > WIDTH_SLACK
+            if width is not None
+            and r.get("width") is not None
+            and abs(int(r["width"]) - width) > WIDTH_SLACK
         },
         key=lambda t: (t[1], t[0]),
     )
-    if not moved:
-        return Check(
-            "width_matched", True, f"every arm within {WIDTH_SLACK} of the nominal width {width}"
-        )
-    listed = ", ".join(f"{a} at {b} (width {w})" for a, b, w in moved[:4])
-    more = f"; and {len(moved) - 4} more" if len(moved) > 4 else ""
-    return Check(
-        "width_matched",
-        False,
-        f"the budget solver moved widths more than {WIDTH_SLACK} from {width} to meet a budget "
-        f"within 2%: {listed}{more}; choose --budgets or --width where every arm keeps the width",
-    )
+    return WidthMatch(name="width_matched", passed=not moved, width=width, moved=tuple(moved))
 
 
 def design_checks(
     rows, lr_choice, budgets, tol: float, stats=None, width: int | None = None
 ) -> list[Check]:
     stats = stats if stats is not None else budget_stats(rows, tol)
-    checks = []
-
     span = max(budgets) / min(budgets) if budgets else 0.0
-    ok = len(set(budgets)) >= MIN_BUDGETS and span >= MIN_SPAN
-    detail = (
-        f"{len(set(budgets))} budgets spanning {span:.3g}x (a scaling fit needs >= {MIN_BUDGETS} "
-        f"over >= {MIN_SPAN:g}x)" + ("" if ok else "; give more or wider --budgets")
-    )
-    checks.append(Check("budget_span", ok, detail))
+    n_budgets = len(set(budgets))
+    ok = n_budgets >= MIN_BUDGETS and span >= MIN_SPAN
+    checks: list[Check] = [BudgetSpan(name="budget_span", passed=ok, budgets=n_budgets, span=span)]
 
     flat = [plateaued(r, tol) for r in rows]
     share = sum(flat) / len(flat) if flat else 0.0
-    worst = sorted(
+    least = sorted(
         (
             (a, b, s["plateaued_fraction"])
             for a, by_b in stats.items()
@@ -156,15 +165,17 @@ def design_checks(
         ),
         key=lambda t: t[2],
     )[:3]
-    detail = (
-        f"{share:.0%} of {len(flat)} trials plateaued (needs >= {PLATEAU_SHARE:.0%}; plateau: "
-        f"{criterion(rows, tol)})"
+    checks.append(
+        Plateau(
+            name="plateau",
+            passed=share >= PLATEAU_SHARE,
+            share=share,
+            trials=len(flat),
+            rule=plateau_rule(rows),
+            tol=tol,
+            least=tuple(least),
+        )
     )
-    if worst:
-        detail += "; least: " + ", ".join(f"{a} at {b} ({f:.0%})" for a, b, f in worst)
-    if share < PLATEAU_SHARE:
-        detail += "; train longer (--steps) or with a larger batch (--batch-size)"
-    checks.append(Check("plateau", share >= PLATEAU_SHARE, detail))
 
     rises = []
     for arm, by_b in stats.items():
@@ -173,27 +184,13 @@ def design_checks(
             lo1 = s1["ci_low"] if math.isfinite(s1["ci_low"]) else s1["mean"]
             hi0 = s0["ci_high"] if math.isfinite(s0["ci_high"]) else s0["mean"]
             if lo1 > hi0:
-                rises.append(f"{arm}: {s0['mean']:.4g} at {b0} -> {s1['mean']:.4g} at {b1}")
-    detail = (
-        "every arm's test loss falls or stays level with budget"
-        if not rises
-        else "test loss rises with budget beyond the intervals (undertrained: more --steps, "
-        "another --lr-grid): " + "; ".join(rises)
-    )
-    checks.append(Check("monotone_in_budget", not rises, detail))
+                rises.append((arm, b0, s0["mean"], b1, s1["mean"]))
+    checks.append(Monotone(name="monotone_in_budget", passed=not rises, rises=tuple(rises)))
 
-    edges = [(key, c) for key, c in lr_choice.items() if c.get("at_edge")]
-    detail = (
-        "every chosen learning rate lies inside the rates tried"
-        if not edges
-        else "chosen at an edge of the rates tried (widen --lr-grid or raise --lr-extend): "
-        + "; ".join(
-            f"{key} lr={c['lr']:g} of {', '.join(f'{x:g}' for x in c['tried'])}"
-            for key, c in edges[:4]
-        )
-        + (f"; and {len(edges) - 4} more" if len(edges) > 4 else "")
+    edges = tuple(
+        (str(key), c["lr"], tuple(c["tried"])) for key, c in lr_choice.items() if c.get("at_edge")
     )
-    checks.append(Check("lr_not_at_edge", not edges, detail))
+    checks.append(LrEdge(name="lr_not_at_edge", passed=not edges, edges=edges))
     checks.append(width_check(rows, width))
     return checks
 
@@ -220,62 +217,94 @@ def scaling_fits(rows, n_boot: int, level: float = 0.95) -> scaling.ScalingResul
     return scaling.analyze(obs, reference=REFERENCE, n_boot=n_boot, level=level)
 
 
-def _x(v: float) -> str:
-    return "inf" if math.isinf(v) else f"{v:.3g}"
+class Side(Enum):  # where an arm's multiplier interval lies against 1
+    MORE = "more"  # above 1: the arm needs more parameters than the reference
+    FEWER = "fewer"  # below 1
+    SAME = "same"  # holds 1: not distinguishable
+    UNDETERMINED = "undetermined"  # too many bootstrap fits failed for an interval
 
 
-def efficiency_claims(fit: scaling.ScalingResult, degrees: dict[str, float | None]) -> list[str]:
-    """One sentence per arm: its multiplier against d = 3 with the interval, what the interval
-    excludes, and the prediction beside it."""
+@dataclass(frozen=True)
+class ArmEfficiency:  # an arm's multiplier, where it lies, and seed 000's prediction
+    efficiency: scaling.Efficiency
+    side: Side
+    predicted: float | None  # None for a non-polynomial arm
+    inside: bool | None  # the prediction lies in the interval; None without both
+
+
+def efficiency_findings(
+    fit: scaling.ScalingResult, degrees: dict[str, float | None]
+) -> list[ArmEfficiency]:
+    """Every arm but the reference: its multiplier, what its interval excludes, the prediction."""
     out = []
     for arm, e in fit.efficiency.items():
         if arm == fit.reference:
             continue
         pred = predicted_multiplier(arm, degrees.get(arm))
         if math.isnan(e.ci_low):
-            out.append(f"{arm}: x{_x(e.multiplier)}, interval undetermined (too many fits failed)")
-            continue
-        if e.ci_low > 1:
-            side = f"needs more parameters than {fit.reference}"
-        elif e.ci_high < 1:
-            side = f"needs fewer parameters than {fit.reference}"
+            side = Side.UNDETERMINED
         else:
-            side = f"not distinguishable from {fit.reference}"
-        text = f"{arm}: x{_x(e.multiplier)} [{_x(e.ci_low)}, {_x(e.ci_high)}], {side}"
-        if pred is not None:
+            side = Side.MORE if e.ci_low > 1 else Side.FEWER if e.ci_high < 1 else Side.SAME
+        inside = None
+        if pred is not None and side is not Side.UNDETERMINED:
             inside = e.ci_low <= pred <= e.ci_high
-            text += f" (predicted {pred:.3f}: {'inside' if inside else 'outside'} the interval)"
-        if e.extrapolated:
-            text += "; extrapolated beyond the budgets it ran at"
-        out.append(text)
+        out.append(ArmEfficiency(efficiency=e, side=side, predicted=pred, inside=inside))
     return out
 
 
-def verdict(checks: list[Check], fit: scaling.ScalingResult, degrees, paired) -> str | None:
-    """The stated finding, or None when a design check failed or nothing could be fitted.
-    `paired` are the per-budget verdicts of `stats.compare` (their sentences are appended)."""
-    if not all(c.passed for c in checks) or fit.reference is None:
-        return None
-    claims = efficiency_claims(fit, degrees)
+class Refusal(Enum):  # why the capacity verdict is not stated
+    DESIGN_CHECK = "design_check"  # a design check failed (`CapacityVerdict.failed`)
+    NO_REFERENCE_FIT = "no_reference_fit"  # the reference arm has no scaling fit
+
+
+class Standing(Enum):  # where the reference stands among the arms' multiplier intervals
+    OTHERS_BETTER = "others_better"  # some arm needs fewer parameters (`CapacityVerdict.better`)
+    REFERENCE_BEST = "reference_best"  # every other arm needs more
+    NONE_BETTER = "none_better"  # no arm needs fewer, not all need more
+
+
+@dataclass(frozen=True)
+class CapacityVerdict:  # the finding of a run that passed its design checks, or why none
+    refused: Refusal | None
+    reference: str
+    failed: tuple[Check, ...] = ()  # the failed checks of a DESIGN_CHECK refusal
+    standing: Standing | None = None
+    better: tuple[str, ...] = ()  # arms whose interval lies below 1
+    ref_params: float = math.nan  # P_ref, where the reference reaches target_loss
+    target_loss: float = math.nan
+    level: float = math.nan  # of the bootstrap intervals
+    arms: tuple[ArmEfficiency, ...] = ()
+    paired: tuple[Verdict, ...] = ()  # per budget, `stats.compare`
+
+
+def verdict(checks: list[Check], fit: scaling.ScalingResult, degrees, paired) -> CapacityVerdict:
+    """The finding, refused when a design check failed or the reference could not be fitted.
+    `paired` are the per-budget verdicts of `stats.compare`."""
+    failed = tuple(c for c in checks if not c.passed)
+    if failed:
+        return CapacityVerdict(refused=Refusal.DESIGN_CHECK, reference=REFERENCE, failed=failed)
+    if fit.reference is None:
+        return CapacityVerdict(refused=Refusal.NO_REFERENCE_FIT, reference=REFERENCE)
     ref = fit.efficiency[fit.reference]
-    head = (
-        f"Parameters needed to reach the loss {fit.reference} reaches at "
-        f"{ref.ref_params:.0f} parameters ({ref.target_loss:.4g}), relative to {fit.reference} "
-        f"({fit.level:.0%} bootstrap intervals over (teacher, seed)): "
-    )
-    better = [a for a, e in fit.efficiency.items() if a != fit.reference and e.ci_high < 1]
-    worse = [a for a, e in fit.efficiency.items() if a != fit.reference and e.ci_low > 1]
+    arms = efficiency_findings(fit, degrees)
+    better = tuple(a.efficiency.arm for a in arms if a.side is Side.FEWER)
     if better:
-        summary = f"{', '.join(better)} more parameter-efficient than {fit.reference}"
-    elif worse and len(worse) == len(fit.efficiency) - 1:
-        summary = f"{fit.reference} is the most parameter-efficient arm"
+        standing = Standing.OTHERS_BETTER
+    elif arms and all(a.side is Side.MORE for a in arms):
+        standing = Standing.REFERENCE_BEST
     else:
-        summary = f"no arm is more parameter-efficient than {fit.reference}"
-    text = f"{summary}. {head}" + "; ".join(claims) + "."
-    per_budget = [v.claim for v in paired]
-    if per_budget:
-        text += " Per budget: " + " | ".join(per_budget)
-    return text
+        standing = Standing.NONE_BETTER
+    return CapacityVerdict(
+        refused=None,
+        reference=fit.reference,
+        standing=standing,
+        better=better,
+        ref_params=ref.ref_params,
+        target_loss=ref.target_loss,
+        level=fit.level,
+        arms=tuple(arms),
+        paired=tuple(paired),
+    )
 
 
 @dataclass
@@ -284,7 +313,7 @@ class CapacityResult:
     checks: list[Check]
     stats: dict[str, dict[int, dict[str, Any]]]
     fit: scaling.ScalingResult
-    verdict: str | None
+    verdict: CapacityVerdict
     degrees: dict[str, float | None]
 
     @property
@@ -303,7 +332,9 @@ class CapacityResult:
                     str(b): {
                         **{k: s[k] for k in keys},
                         "n": s["n"],
-                        "params": s["params"],
+                        "block_params": s["block_params"],
+                        # the same count under the key the JSON contract names
+                        "params": s["block_params"],
                         "within_teacher_std": s["within_teacher_std"],
                         "between_teacher_std": s["between_teacher_std"],
                     }
@@ -333,17 +364,6 @@ class CapacityResult:
             out[arm] = entry
         return out
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "budgets": self.budgets,
-            "design_checks": [asdict(c) for c in self.checks],
-            "verdict": self.verdict,
-            "arms": self.arms_json(),
-            "resolution": self.fit.resolution,
-            "predicted_effect": PREDICTED_EFFECT,
-            "reference": self.fit.reference,
-        }
-
 
 def analyze(rows, lr_choice, budgets, *, tol: float, n_boot: int, paired, level=0.95, width=None):
     """`width`: the nominal width of a width-mode run (None in depth mode)."""
@@ -352,5 +372,10 @@ def analyze(rows, lr_choice, budgets, *, tol: float, n_boot: int, paired, level=
     checks = design_checks(rows, lr_choice, budgets, tol, stats, width)
     fit = scaling_fits(rows, n_boot, level)
     return CapacityResult(
-        sorted(budgets), checks, stats, fit, verdict(checks, fit, degrees, paired), degrees
+        budgets=sorted(budgets),
+        checks=checks,
+        stats=stats,
+        fit=fit,
+        verdict=verdict(checks, fit, degrees, paired),
+        degrees=degrees,
     )

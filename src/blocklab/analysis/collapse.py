@@ -11,6 +11,8 @@ only shrinks the measured slopes and differences.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -120,44 +122,69 @@ def bound_check(rows: list[dict[str, Any]], depth: int) -> dict[str, Any]:
 
 # --- findings --------------------------------------------------------------------------------
 
-WHY = {
-    "skip": "the skip keeps short paths (seed 003 Thm 2.1: (H+1)^L paths, most of them short)",
-    "mlp": "the MLP slows the collapse (Dong et al.)",
-}
 
-
-def expectation(variant: str) -> tuple[str, str]:
-    """(expected direction vs pure, why), after Dong et al. and seed 003."""
+def cause(variant: str) -> str:
+    """What the prediction for a variant rests on (after Dong et al. and seed 003): "skip" (short
+    paths keep it up), else "mlp" (slows the collapse), else "pure" or "norm" (nothing stops it)."""
     parts = set(variant.split("+"))
-    if "skip" in parts:
-        return "above", WHY["skip"]
-    if "mlp" in parts:
-        return "above", WHY["mlp"]
-    return "not above", "layer norm does not stop the collapse (Dong et al.)"
+    for part in ("skip", "mlp"):
+        if part in parts:
+            return part
+    return "pure" if variant == "pure" else "norm"
 
 
-def trend_prediction(variant: str) -> str:
-    if variant == "pure":
-        return "falls with depth: pure attention loses rank doubly exponentially (seed 003 Thm 2.2)"
-    if "mlp" in variant.split("+"):
-        return "falls with depth: an MLP slows the collapse, without skips it does not stop it"
-    return "falls with depth: layer norm does not stop the collapse (Dong et al.)"
+class Agreement(Enum):  # a test's outcome against the prediction
+    YES = "yes"
+    NO = "no"
+    NOT_SHOWN = "not_shown"  # a predicted difference the test does not show
+    CONSISTENT = "consistent"  # no difference, where none above pure was predicted
+    UNTESTED = "untested"  # fewer than 2 seeds
+
+
+@dataclass(frozen=True)
+class SeedMean:
+    mean: float
+    std: float  # nan for one seed
+    n: int
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A variant's trend with depth ("slope") or its mean log10 ratio over layers against pure's
+    ("paired"), with its test; `reports/collapse.py` words it."""
+
+    stage: str
+    variant: str
+    test: str  # "slope" or "paired"
+    cause: str  # what the prediction rests on (`cause`)
+    expect: str  # "falls", or "above" or "not above" pure
+    measured: SeedMean  # slope: decades per layer; paired: the variant's mean log10 ratio
+    beside: SeedMean  # slope: log10 ratio at the last layer (`depth`); paired: pure's
+    depth: int
+    statistic: float  # the mean slope, or the mean difference from pure
+    n: int
+    p: float  # nan below 2 seeds
+    # set by Holm over every finding (`_holm`)
+    p_holm: float = float("nan")
+    direction: int = 0  # the sign of a significant statistic; 0 where not significant or untested
+    agrees: Agreement = Agreement.UNTESTED
 
 
 def _values(logs, key, stat) -> dict[int, float]:
     return {s: stat(v) for s, v in logs.get(key, {}).items()}
 
 
-def _mean_text(values: dict[int, float]) -> str:
+def _seed_mean(values: dict[int, float]) -> SeedMean:
     mean, std, _, _, n = interval(list(values.values()))
-    return f"{mean:.2f}" + (f" ± {std:.2f}" if n > 1 else "")
+    return SeedMean(mean=mean, std=std, n=n)
 
 
-def findings(cfg, logs, bound: dict[str, Any]) -> list[dict[str, Any]]:
+def findings(cfg, logs) -> list[Finding]:
     """(a) every variant without skips falls with depth: two-sided one-sample t-test across
     seeds of the slope of log10 ratio against the layer; (b, c) every variant against pure:
     paired two-sided t-test across seeds of the mean log10 ratio over layers 1..L; both at init
-    and (d) after training; Holm over all of them. (e) the bound of seed 003 Thm 2.2: a check."""
+    and (d) after training; Holm over all of them. (e), the bound of seed 003 Thm 2.2, is a check
+    (`bound_check`)."""
     out = []
     for stage in STAGES:
         for v in cfg.variants:
@@ -169,19 +196,19 @@ def findings(cfg, logs, bound: dict[str, Any]) -> list[dict[str, Any]]:
                 continue
             seeds = sorted(slopes)
             out.append(
-                {
-                    "part": stage,
-                    "setting": f"{v}: trend with depth",
-                    "variant": v,
-                    "test": "slope",
-                    "predicted": trend_prediction(v),
-                    "expect": "falls",
-                    "measured": f"slope {_mean_text(slopes)} decades/layer; log10 ratio at layer "
-                    f"{cfg.depth}: {_mean_text(last)}",
-                    "statistic": float(np.mean(list(slopes.values()))),
-                    "n": len(seeds),
-                    "_p": _p([slopes[s] for s in seeds], [0.0] * len(seeds)),
-                }
+                Finding(
+                    stage=stage,
+                    variant=v,
+                    test="slope",
+                    cause=cause(v),
+                    expect="falls",
+                    measured=_seed_mean(slopes),
+                    beside=_seed_mean(last),
+                    depth=cfg.depth,
+                    statistic=float(np.mean(list(slopes.values()))),
+                    n=len(seeds),
+                    p=_p([slopes[s] for s in seeds], [0.0] * len(seeds)),
+                )
             )
         if "pure" not in cfg.variants:
             continue
@@ -191,26 +218,23 @@ def findings(cfg, logs, bound: dict[str, Any]) -> list[dict[str, Any]]:
             seeds = sorted(set(pure) & set(other))
             if v == "pure" or not seeds:
                 continue
-            expect, why = expectation(v)
-            diff = [other[s] - pure[s] for s in seeds]
+            why = cause(v)
             out.append(
-                {
-                    "part": stage,
-                    "setting": f"{v} vs pure",
-                    "variant": v,
-                    "test": "paired",
-                    "predicted": f"{expect} pure: {why}",
-                    "expect": expect,
-                    "measured": f"mean log10 ratio over layers: {v} "
-                    f"{_mean_text({s: other[s] for s in seeds})}, pure "
-                    f"{_mean_text({s: pure[s] for s in seeds})}",
-                    "statistic": float(np.mean(diff)),
-                    "n": len(seeds),
-                    "_p": _p([other[s] for s in seeds], [pure[s] for s in seeds]),
-                }
+                Finding(
+                    stage=stage,
+                    variant=v,
+                    test="paired",
+                    cause=why,
+                    expect="above" if why in ("skip", "mlp") else "not above",
+                    measured=_seed_mean({s: other[s] for s in seeds}),
+                    beside=_seed_mean({s: pure[s] for s in seeds}),
+                    depth=cfg.depth,
+                    statistic=float(np.mean([other[s] - pure[s] for s in seeds])),
+                    n=len(seeds),
+                    p=_p([other[s] for s in seeds], [pure[s] for s in seeds]),
+                )
             )
-    _verdicts(out, cfg.alpha)
-    return out + bound_findings(bound)
+    return _holm(out, cfg.alpha)
 
 
 def _p(a: list[float], b: list[float]) -> float:
@@ -218,60 +242,22 @@ def _p(a: list[float], b: list[float]) -> float:
     return paired_p(np.asarray(a), np.asarray(b)) if len(a) >= 2 else float("nan")
 
 
-def _verdicts(out: list[dict[str, Any]], alpha: float) -> None:
-    pvals = [f.pop("_p") for f in out]
-    finite = [i for i, p in enumerate(pvals) if not math.isnan(p)]
-    adjusted = dict(zip(finite, holm([pvals[i] for i in finite]), strict=True)) if finite else {}
-    for i, f in enumerate(out):
-        f["p"], f["p_holm"] = pvals[i], float(adjusted.get(i, float("nan")))
-        f["verdict"], f["agrees"] = _verdict(f, alpha)
-
-
-def _verdict(f: dict[str, Any], alpha: float) -> tuple[str, str]:
-    if math.isnan(f["p_holm"]):
-        return "untestable (fewer than 2 seeds)", "not tested"
-    sign = np.sign(f["statistic"]) if f["p_holm"] < alpha else 0
-    if f["test"] == "slope":
-        verdict = {-1: "falls with depth", 1: "rises with depth", 0: "no significant trend"}[sign]
-        return verdict, {-1: "yes", 1: "no", 0: "not shown"}[sign]
-    verdict = {1: "above pure", -1: "below pure", 0: "no significant difference"}[sign]
-    if f["expect"] == "above":
-        return verdict, {1: "yes", -1: "no", 0: "not shown"}[sign]
-    return verdict, {1: "no", -1: "yes", 0: "consistent"}[sign]
-
-
-def bound_findings(bound: dict[str, Any]) -> list[dict[str, Any]]:
-    """(e) seed 003 Thm 2.2 as a check: the measured curve must lie below the bound."""
+def _holm(found: list[Finding], alpha: float) -> list[Finding]:
+    finite = [i for i, f in enumerate(found) if not math.isnan(f.p)]
+    adjusted = dict(zip(finite, holm([found[i].p for i in finite]), strict=True)) if finite else {}
     out = []
-    for stage, b in bound.items():
-        logs = b["log10_bound"]
-        holds = not b["violations"]
-        vacuous = len(b["vacuous_layers"]) == len(logs)
-        verdict = "holds" if holds else f"VIOLATED at {b['violations'][:3]}"
-        if vacuous:
-            verdict += "; vacuous (bound >= 1) at every layer"
-        elif b["vacuous_layers"]:
-            verdict += f"; vacuous at layers {b['vacuous_layers']}"
-        out.append(
-            {
-                "part": stage,
-                "setting": "pure: seed 003 bound",
-                "variant": "pure",
-                "test": "check",
-                "predicted": "ratio <= (4 beta res0^2 / sqrt(d_qk))^((3^L - 1)/2) at every layer "
-                "(Thm 2.2); it shrinks only if 4 beta res0^2 / sqrt(d_qk) < 1",
-                "expect": "below bound",
-                "measured": f"log10 bound from {logs[0]:.3g} (layer 1) to {logs[-1]:.3g} (layer "
-                f"{len(logs)}); measured below it in {b['seeds']} seeds x {len(logs)} layers"
-                if holds
-                else f"{len(b['violations'])} (seed, layer) pairs above the bound",
-                "statistic": None,
-                "n": b["seeds"],
-                "p": None,
-                "p_holm": None,
-                "verdict": verdict,
-                "agrees": "yes" if holds else "no",
-                "vacuous": vacuous,
-            }
-        )
+    for i, f in enumerate(found):
+        q = float(adjusted.get(i, float("nan")))
+        direction, agrees = _outcome(f.expect, f.statistic, q, alpha)
+        out.append(replace(f, p_holm=q, direction=direction, agrees=agrees))
     return out
+
+
+def _outcome(expect: str, statistic: float, p_holm: float, alpha: float):
+    if math.isnan(p_holm):
+        return 0, Agreement.UNTESTED
+    sign = int(np.sign(statistic)) if p_holm < alpha else 0
+    if sign == 0:
+        return 0, Agreement.CONSISTENT if expect == "not above" else Agreement.NOT_SHOWN
+    # "falls" and "not above" both predict a ratio no higher: a significant rise disagrees
+    return sign, Agreement.YES if sign == (1 if expect == "above" else -1) else Agreement.NO

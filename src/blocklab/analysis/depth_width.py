@@ -8,6 +8,7 @@ N_transition(L) = 12 L e^(2a) e^(2bL) (eq. 10), and inverting it gives the depth
 
 import math
 from dataclasses import dataclass
+from enum import Enum
 from numbers import Integral, Real
 from typing import NamedTuple
 
@@ -279,19 +280,23 @@ class Transition:
     n_params: float
 
 
+class Reason(Enum):  # what a search found, or why it found no transition
+    FOUND = "found"
+    TOO_FEW = "too_few"  # fewer than 2 comparable points
+    ALREADY_BETTER = "already_better"  # the deeper net is better at the smallest size already
+    NEVER_WORSE = "never_worse"  # the shallower is never significantly worse in the range
+
+
+FOUND, TOO_FEW, ALREADY_BETTER, NEVER_WORSE = Reason
+
+
 @dataclass(frozen=True)
 class TransitionSearch:
     depth_shallow: int
     depth_deep: int
     transition: Transition | None
-    reason: str
+    reason: Reason
     comparisons: tuple
-
-
-FOUND = "found"
-TOO_FEW = "fewer than 2 comparable points"
-ALREADY_BETTER = "deeper already better at the smallest size"
-NEVER_WORSE = "never significantly worse in the measured range"
 
 
 _MS = ("mean_loss", "std_loss")

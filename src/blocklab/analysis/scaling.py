@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from blocklab.analysis.power_law import fit_batch, fit_power_law, power_law
+from blocklab.formatting import plain
 
 _NAMES = ("L_inf", "a", "alpha")
 NAN = float("nan")
@@ -97,16 +98,6 @@ class Efficiency:
     n_failed: int = 0  # draws dropped because this arm or the reference could not be fit
 
 
-def _clean(x):
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_clean(v) for v in x]
-    return x
-
-
 @dataclass(frozen=True)
 class ScalingResult:
     fits: dict[str, ArmFit]  # arm -> ArmFit, for arms with >= 3 budgets that have a finite mean
@@ -133,7 +124,7 @@ class ScalingResult:
             k: {f: getattr(v, f) for f in v.__dataclass_fields__}
             for k, v in self.efficiency.items()
         }
-        return _clean(
+        return plain(
             {
                 "reference": self.reference,
                 "n_boot": self.n_boot,

@@ -10,6 +10,7 @@ import re
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass
+from enum import Enum
 
 import numpy as np
 from scipy import stats
@@ -192,22 +193,40 @@ class Comparison:
     n_pairs: int
 
 
+class Outcome(Enum):
+    """What the paired tests of a task and budget let its verdict say (`reports/verdicts.py`
+    words it)."""
+
+    REFUSED = "refused"  # no arm finished 2 seeds: no best arm, nothing compared
+    ALONE = "alone"  # one arm finished: nothing to compare it with
+    UNTESTED = "untested"  # no other arm shares 2 finished seeds with the best
+    BEATS = "beats"  # the best arm is significantly better than at least one other
+    BEATS_NONE = "beats_none"  # the only significant differences favour another arm
+    NO_DIFFERENCE = "no_difference"
+
+
 @dataclass(frozen=True)
 class Verdict:
     task: str
     budget: int
     metric: str
     higher_is_better: bool
+    outcome: Outcome
     best: str | None  # None when no arm has 2 done seeds
     best_mean: float
     comparisons: tuple[Comparison, ...]  # best vs every other arm that finished at least once
     beats: tuple[str, ...]  # significantly worse than best
+    unresolved: tuple[str, ...]  # tested, not significantly different from best
+    # significantly better than best on the seeds both finished: with unequal seed sets the
+    # best mean can lose there
+    beaten_by: tuple[str, ...]
     diverged_all: tuple[str, ...]
     untestable: tuple[str, ...]  # fewer than 2 seeds where both arms are done
+    n_candidates: int  # arms with 2+ done seeds, among which best is chosen
+    n_finished: int  # arms done in at least one seed
     n_seeds: int
+    n_teachers: int
     alpha: float
-    claim: str  # the verdict sentence
-    text: str  # claim + the test and level in brackets
     test: str
 
 
@@ -219,13 +238,8 @@ def paired_p(a, b):
         return float(stats.ttest_rel(a, b).pvalue)
 
 
-def _p(p):
-    return f"p={p:.2g}"
-
-
 def _verdict(task, budget, trials, alpha):
     first = trials[0]
-    metric, hib = first["metric"], bool(first["higher_is_better"])
     degree = {r["arm"]: r["degree"] for r in trials}
     arms = sorted(degree, key=lambda a: _arm_order(a, degree[a]))
     done = {
@@ -237,34 +251,34 @@ def _verdict(task, budget, trials, alpha):
         for a in arms
     }
     diverged_all = tuple(a for a in arms if not done[a])
-    n_seeds = len({unit(r) for r in trials})
-    head = f"{task}, budget {budget}"
-    pairs_of = "seeds" if len({r.get("teacher", 0) for r in trials}) == 1 else "(teacher, seed)s"
-    bracket = f"[paired t-test across {n_seeds} {pairs_of}, Holm-corrected, alpha={alpha:g}]"
-    notes = f"; {', '.join(diverged_all)} diverged in all seeds" if diverged_all else ""
-
     candidates = [a for a in arms if len(done[a]) >= 2]
+    common = dict(
+        task=task,
+        budget=budget,
+        metric=first["metric"],
+        higher_is_better=bool(first["higher_is_better"]),
+        diverged_all=diverged_all,
+        n_candidates=len(candidates),
+        n_finished=len(arms) - len(diverged_all),
+        n_seeds=len({unit(r) for r in trials}),
+        n_teachers=len({r.get("teacher", 0) for r in trials}),
+        alpha=alpha,
+        test=TEST,
+    )
     if not candidates:
-        claim = f"{head}: no arm finished 2 seeds, nothing to compare{notes}"
         return Verdict(
-            task,
-            budget,
-            metric,
-            hib,
-            None,
-            NAN,
-            (),
-            (),
-            diverged_all,
-            tuple(a for a in arms if a not in diverged_all),
-            n_seeds,
-            alpha,
-            claim,
-            f"{claim}  {bracket}",
-            TEST,
+            outcome=Outcome.REFUSED,
+            best=None,
+            best_mean=NAN,
+            comparisons=(),
+            beats=(),
+            unresolved=(),
+            beaten_by=(),
+            untestable=tuple(a for a in arms if a not in diverged_all),
+            **common,
         )
 
-    sign = 1.0 if hib else -1.0
+    sign = 1.0 if common["higher_is_better"] else -1.0
     means = {a: float(np.mean(list(done[a].values()))) for a in candidates}
     best = max(candidates, key=lambda a: sign * means[a])  # ties: the first in degree order
     others = [a for a in arms if a != best and a not in diverged_all]
@@ -279,59 +293,37 @@ def _verdict(task, budget, trials, alpha):
     comparisons = []
     for a in others:
         x, y = pairs[a]
-        p, q = p_raw.get(a, NAN), float(p_holm.get(a, NAN))
-        diff = float(np.mean(x - y)) if len(x) else NAN
-        comparisons.append(Comparison(a, diff, p, q, bool(q <= alpha), len(x)))
-    beats = tuple(c.arm for c in comparisons if c.significant and sign * c.mean_diff > 0)
-    # With unequal seed sets the best mean can lose on the seeds both arms finished.
-    reversed_ = [c for c in comparisons if c.significant and sign * c.mean_diff <= 0]
-    unclear = [c for c in comparisons if c.n_pairs >= 2 and not c.significant]
-    untestable = tuple(c.arm for c in comparisons if c.n_pairs < 2)
-
-    best_at = f"{metric} {means[best]:.4g}"
-    # an arm with a single finished seed cannot be best; say so rather than hide it
-    finished_once = len(arms) - len(diverged_all)
-    of = " of the arms with 2+ finished seeds" if len(candidates) < finished_once else ""
-    if not tested:
-        claim = (
-            f"{head}: only one arm ({best}, {best_at}); nothing to compare"
-            if not others
-            else f"{head}: {best} has the best mean{of} ({best_at}); no arm can be tested"
-        )
-    elif beats:
-        claim = f"{head}: {best} is best{of} ({best_at}); it beats " + ", ".join(
-            f"{c.arm} ({_p(c.p_holm)})" for c in comparisons if c.arm in beats
-        )
-        if unclear:
-            claim += "; not significantly better than " + ", ".join(
-                f"{c.arm} ({_p(c.p_holm)})" for c in unclear
+        q = float(p_holm.get(a, NAN))
+        comparisons.append(
+            Comparison(
+                arm=a,
+                mean_diff=float(np.mean(x - y)) if len(x) else NAN,
+                p_raw=p_raw.get(a, NAN),
+                p_holm=q,
+                significant=bool(q <= alpha),
+                n_pairs=len(x),
             )
-    elif reversed_:
-        claim = f"{head}: {best} has the best mean{of} ({best_at}) and beats no arm"
+        )
+    beats = tuple(c.arm for c in comparisons if c.significant and sign * c.mean_diff > 0)
+    beaten_by = tuple(c.arm for c in comparisons if c.significant and sign * c.mean_diff <= 0)
+    if not others:
+        outcome = Outcome.ALONE
+    elif not tested:
+        outcome = Outcome.UNTESTED
+    elif beats:
+        outcome = Outcome.BEATS
     else:
-        vs = "".join(f"; {c.arm} {_p(c.p_holm)}" for c in unclear)
-        claim = f"{head}: no significant difference between arms (best mean: {best}, {best_at}{vs})"
-    for c in reversed_:
-        claim += f"; but {c.arm} is better on the {c.n_pairs} seeds both finished ({_p(c.p_holm)})"
-    if untestable:
-        claim += f"; {', '.join(untestable)} untestable (fewer than 2 seeds paired with {best})"
-    claim += notes
+        outcome = Outcome.BEATS_NONE if beaten_by else Outcome.NO_DIFFERENCE
     return Verdict(
-        task,
-        budget,
-        metric,
-        hib,
-        best,
-        means[best],
-        tuple(comparisons),
-        beats,
-        diverged_all,
-        untestable,
-        n_seeds,
-        alpha,
-        claim,
-        f"{claim}  {bracket}",
-        TEST,
+        outcome=outcome,
+        best=best,
+        best_mean=means[best],
+        comparisons=tuple(comparisons),
+        beats=beats,
+        unresolved=tuple(c.arm for c in comparisons if c.n_pairs >= 2 and not c.significant),
+        beaten_by=beaten_by,
+        untestable=tuple(c.arm for c in comparisons if c.n_pairs < 2),
+        **common,
     )
 
 

@@ -37,7 +37,9 @@ def summarize(
                 "hi": hi,
                 "n": n,
                 "diverged": sum(r["status"] == "diverged" for r in group),
-                "params": group[0]["params"],
+                "total_params": group[0]["total_params"],
+                # the same count under the key the commands' JSON contract pins
+                "params": group[0]["total_params"],
                 "seeds": sorted(r["seed"] for r in group),
                 "values": {r["seed"]: r[value] for r in group if r["status"] == "done"},
             }

@@ -10,6 +10,7 @@ import argparse
 import importlib
 import json
 import shlex
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +104,7 @@ def _pool_flags(p: argparse.ArgumentParser) -> None:
 
 
 def run(experiment: type[Experiment], args: argparse.Namespace) -> int:
-    from blocklab.reports.markdown import config_json, plain
+    from blocklab.formatting import config_json, plain
 
     # the config's plugins load before it is resolved: its names may be theirs
     imports = plugins.load([*(args.imports or ()), *cfgmod.imports(args.config)])
@@ -128,8 +129,8 @@ def run(experiment: type[Experiment], args: argparse.Namespace) -> int:
 def _run_and_report(experiment, cfg, args, out: Path, store: Store, resources, names):
     """Run the trials (each logged to the trackers as it is stored), write the report and the
     page, hand the trackers the summary; return the report and the page's path."""
+    from blocklab.formatting import config_json
     from blocklab.reports import html
-    from blocklab.reports.markdown import config_json
 
     command = shlex.join(["blocklab", *getattr(args, "argv", [])])
     _write_run_file(out, experiment.name, command, config_json(cfg))
@@ -149,7 +150,7 @@ def _run_and_report(experiment, cfg, args, out: Path, store: Store, resources, n
     records = store.records()
     page = html.write(out, records)
     for tracker in opened:
-        tracker.finish(records, report)
+        tracker.finish(records, report.path, report.json)
     return report, page
 
 
@@ -186,9 +187,9 @@ def _open_run(args: argparse.Namespace) -> tuple[Path, Store]:
         )
     try:
         out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_text("")
-        probe.unlink()
+        # a probe of this process's own: two sweeps sharing a run directory start at once
+        with tempfile.TemporaryFile(dir=out, prefix=".write-test-"):
+            pass
     except OSError as exc:
         raise UserError(f"output directory {out} is not writable: {exc.strerror}") from None
     return out, Store(out / DB_NAME, reuse=args.reuse)

@@ -53,8 +53,8 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from blocklab.experiments import _seprank as seprank
+    from blocklab.formatting import plain
     from blocklab.measures.seprank import resolve_partition
-    from blocklab.reports.markdown import plain
 
     # what can be checked without a network is checked before one is built
     if args.norm not in NORMS:

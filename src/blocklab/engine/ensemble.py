@@ -7,9 +7,9 @@ one fused AdamW pass per learning rate instead of E optimizers.
 
 Members differ in initialization, batches and data (their seeds) and in learning rate; all else is
 shared. Each member follows `train.train` step for step: the same batches, schedule, gradient
-clipping (per member) and divergence rule, so its result equals training it alone to float
-tolerance (tests/test_ensemble.py). A member that diverges stops where it would alone and is left
-out of every later update, so its NaN reaches no other member.
+clipping (per member) and divergence rule (a `monitor.TrialMonitor` per member), so its result
+equals training it alone to float tolerance (tests/test_ensemble.py). A member that diverges stops
+where it would alone and is left out of every later update, so its NaN reaches no other member.
 
 Two forward paths; results record which one ran:
 - "stacked": a `Net` of `stackable` blocks, fed features or token ids (`blocklab.engine.stacked`).
@@ -39,17 +39,9 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
+from blocklab.engine.monitor import TrainResult, TrialMonitor
 from blocklab.engine.stacked import parent_of, stack_weights, stackable
-from blocklab.engine.train import (
-    EVAL_OUTPUTS,
-    ONLINE_CHUNK,
-    Tracker,
-    TrainResult,
-    autocast,
-    eval_steps,
-    half_run,
-    lr_factor,
-)
+from blocklab.engine.train import EVAL_OUTPUTS, ONLINE_CHUNK, autocast, half_run, lr_factor
 from blocklab.specs import TrainConfig
 from blocklab.tasks.base import Split, TaskData, member_losses, score
 
@@ -272,15 +264,14 @@ def train_ensemble(
             for idx in (i.to(device) for i in order)
         )
     opt = StackedAdamW([p for p in ens.params.values() if p.requires_grad], cfg.weight_decay)
-    checkpoints = set(eval_steps(cfg.steps, cfg.eval_points))
-    runs = [Tracker(cfg, t) for t in thresholds]
+    monitors = [TrialMonitor(cfg, t) for t in thresholds]
     alive = list(range(size))
     cast = autocast(device)  # entered every step; chosen once
 
     def checkpoint(step: int) -> None:
         scores = evaluate_ensemble(ens, [d.val for d in datas], kind, tol)
         for e in alive:
-            runs[e].checkpoint(step, scores[e][0])
+            monitors[e].checkpoint(step, scores[e][0])
 
     def backward(x: Tensor, y: Tensor, alive: list[int]) -> tuple[list[float], Tensor]:
         """Every member's batch loss before the update, and the gradient norms (E,) of the
@@ -321,33 +312,22 @@ def train_ensemble(
     checkpoint(0)
     for step in range(1, cfg.steps + 1):
         values, norms = backward(*next(draw), alive)
-        alive = [e for e in alive if runs[e].step_loss(step, values[e])]
-        if not alive:
-            break
-        for e, norm in enumerate(norms.tolist()):
-            if e in alive and not math.isfinite(norm):
-                runs[e].diverged_at = step
-        alive = [e for e in alive if runs[e].diverged_at is None]
+        norm = norms.tolist()
+        alive = [e for e in alive if monitors[e].step(step, values[e], norm[e])]
         if not alive:
             break
         factor = lr_factor(step - 1, cfg)
         opt.step(alive, [cfgs[e].lr * factor for e in alive], norms, cfg.clip)
-        for e in alive:
-            runs[e].window.append(values[e])
-        if step in checkpoints:
+        if monitors[0].due(step):  # the members share one config, so one schedule of checkpoints
             checkpoint(step)
         if branch and step == branch[0]:
             draw, ahead = itertools.tee(draw)  # the branch reads the batches ahead, tee replays
-            for e, value in enumerate(half_run_losses(ahead, alive)):
-                runs[e].half_val_loss = value
+            for monitor, value in zip(monitors, half_run_losses(ahead, alive), strict=True):
+                monitor.record_half_run(value)
 
     val = evaluate_ensemble(ens, [d.val for d in datas], kind, tol)
     test = evaluate_ensemble(ens, [d.test for d in datas], kind, tol)
     seconds = (time.perf_counter() - start) / size
-    results = [
-        run.result(None, None, seconds)
-        if run.diverged_at is not None
-        else run.result(val[e][1], test[e], seconds)
-        for e, run in enumerate(runs)
-    ]
+    # a diverged member's final scores are ignored: it stopped where it would have alone
+    results = [m.result(val[e][1], test[e], seconds) for e, m in enumerate(monitors)]
     return results, ens.path

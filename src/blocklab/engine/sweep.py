@@ -27,9 +27,10 @@ import torch
 from blocklab.engine.claims import POLL, Claims
 from blocklab.engine.ensemble import train_ensemble
 from blocklab.engine.executors import Resources, WorkerLost, make_executor
+from blocklab.engine.monitor import as_record
 from blocklab.engine.progress import Progress
 from blocklab.engine.provenance import provenance
-from blocklab.engine.train import as_record, precision, train
+from blocklab.engine.train import precision, train
 from blocklab.errors import Interrupted, UserError, WorkerDied
 from blocklab.fingerprint import code
 from blocklab.models import Net
@@ -299,6 +300,9 @@ def run(
     res = resources or Resources()
     specs = list({s.id: s for s in specs}.values())  # identical trials run once
     codes = {s.id: code(code_modules(s)) for s in specs}
+    # before the store is read: a trial another sweep stores after `done` is read then counts as
+    # stored since (a record's finished_at is stamped just before it is committed)
+    since = time.time()
     done, stale = store.reusable({i: c["fingerprint"] for i, c in codes.items()})
     store.say_stale(stale)
     device = device_name(res.device)
@@ -310,7 +314,7 @@ def run(
     units = plan_units(specs, res.ensemble, workers)
     units = [u for u in units if any(s.id not in done for s in u)]
     bar = Progress(len(specs) - len(done), label, enabled=progress)
-    finished, since = 0, time.time()
+    finished = 0
     runner = (
         make_executor(res.executor, workers, res.executor_options, res.plugins) if units else None
     )

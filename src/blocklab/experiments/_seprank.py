@@ -24,7 +24,6 @@ import json
 import math
 import sys
 import time
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from blocklab import theory
@@ -258,7 +257,3 @@ def check_grid(positions: int, templates: int) -> None:
             f"the grid has templates^positions = {templates}^{positions} points, over "
             f"{MAX_POINTS:,}: use fewer templates or positions"
         )
-
-
-def config_dict(cfg) -> dict[str, Any]:
-    return json.loads(json.dumps(asdict(cfg), default=str))

@@ -1,8 +1,11 @@
-"""What the fixed-shape experiments share: trial specs, running them, flat rows.
+"""What the training experiments share: trial specs, the learning-rate search, running the
+trials, and the one flat row per finished trial that every report reads.
 
 The degree sweep solves shapes from budgets; the attention experiments (sanford, needle) fix the
-shapes themselves and equalize parameters by construction, then run here. Like the experiments,
-this module imports what needs torch or numpy where it runs (see `blocklab.experiments`).
+shapes themselves and equalize parameters by construction; all of them run here. A row names the
+budgeted count (blocks and feed-forward sublayers) `block_params` and the network's whole count
+`total_params`. Like the experiments, this module imports what needs torch or numpy where it runs
+(see `blocklab.experiments`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from blocklab.experiments import Trials
 from blocklab.options import meta
 from blocklab.specs import TrainConfig, TrialSpec
-from blocklab.store import Store
+from blocklab.store import FINISHED, Store
 
 if TYPE_CHECKING:
     from blocklab.engine.executors import Resources
@@ -107,9 +110,10 @@ def run_planned(
     *,
     resources: Resources | None,
     progress: bool,
+    label: str | None = None,
 ) -> Trials:
-    """Run (keys, spec) pairs: the finished rows, each tagged with its keys, and the trials that
-    raised."""
+    """Run (keys, spec) pairs: the finished rows (`row`), each tagged with its keys, and the
+    trials that raised or were not run."""
     from blocklab.engine import sweep
 
     specs = [s for _, s in planned]
@@ -118,46 +122,89 @@ def run_planned(
         store,
         experiment,
         resources=resources,
-        label=experiment,
+        label=label or experiment,
         progress=progress,
     )
     failed = [
         {"id": s.id, "trial": s.describe(), "error": records.get(s.id, {}).get("error", "not run")}
         for s in specs
-        if records.get(s.id, {}).get("status") not in ("done", "diverged")
+        if records.get(s.id, {}).get("status") not in FINISHED
     ]
     rows = [
         row(s, records[s.id], **k)
         for k, s in planned
-        if records.get(s.id, {}).get("status") in ("done", "diverged")
+        if records.get(s.id, {}).get("status") in FINISHED
     ]
     return Trials(rows, failed)
 
 
+def run_searched(
+    cfg: Any,
+    at: dict[tuple[Hashable, ...], Callable[[float], TrialSpec]],
+    finals: Callable[[dict[tuple[Hashable, ...], float]], list[tuple[dict[str, Any], TrialSpec]]],
+    store: Store,
+    experiment: str,
+    *,
+    resources: Resources | None,
+    progress: bool,
+    higher: bool,
+) -> tuple[Trials, dict[str, dict[str, Any]]]:
+    """Search, then run: per key of `at` the best rate of the config's `lr_grid` on validation,
+    extended up to its `lr_extend` times (`search_lr`), then the (keys, spec) pairs `finals`
+    plans from {key: rate} (`run_planned`). Returns the trials and each key's choice under
+    "part/part/..." (the name reports and JSON give it)."""
+    choice = search_lr(
+        at, cfg.lr_grid, cfg.lr_extend, store, experiment, resources, progress, higher
+    )
+    planned = finals({key: c["lr"] for key, c in choice.items()})
+    trials = run_planned(
+        planned, store, experiment, resources=resources, progress=progress, label="seeds"
+    )
+    return trials, {"/".join(map(str, key)): c for key, c in choice.items()}
+
+
 def row(spec: TrialSpec, rec: dict[str, Any], **keys: Any) -> dict[str, Any]:
-    m = rec["metrics"]
-    params = m.get("params", {})
+    """One finished trial as the flat row every report reads; `keys` (what the experiment
+    compared) come last, so a key of the same name, like depth-width's `budget`, wins."""
+    m, curves = rec["metrics"], rec.get("curves") or {}
+    counts = m.get("params", {})  # `Net.param_counts()` as the trial stored it
+    other = counts["embed"] + counts["readout"] if "embed" in counts else None
     return {
         "id": spec.id,
         "task": spec.task,
+        "budget": spec.budget,
         "arm": spec.arm.label,
+        "degree": spec.arm.degree,
+        "layer_degrees": list(spec.arm.degrees),
         "seed": spec.seed,
+        # the target's data seed where the experiment fixes one (None: the data follow the seed)
+        "teacher": spec.data_seed,
         "status": rec["status"],
         "metric": m.get("metric"),
+        "higher_is_better": m.get("higher_is_better"),
         "test_metric": m.get("test_metric"),
         "test_loss": m.get("test_loss"),
-        "params": params.get("total"),
-        "layer_params": params.get("blocks"),
+        # the budgeted part (blocks and feed-forward sublayers), and every parameter
+        "block_params": counts.get("blocks"),
+        "total_params": counts.get("total"),
+        # the embedding and readout, the same for every arm at a width, reported beside a budget
+        "other_params": other,
         "depth": spec.depth,
         "width": spec.width,
         "lr": spec.train.lr,
         "schedule": spec.train.schedule,
+        "max_steps": spec.train.steps,
+        "steps_to_threshold": m.get("steps_to_threshold"),
+        "threshold": m.get("threshold"),
         "seconds": m.get("seconds"),
         "diverged_step": m.get("diverged_step"),
-        # what more training would have gained, for a plateau criterion (`train.Tracker.plateau`)
+        # what more training would have gained, for a plateau criterion
+        # (`monitor.TrialMonitor.plateau`)
         "plateau_improvement": m.get("plateau_improvement"),
         # {measure: {"init": summary, "trained": summary}} when the spec asked for measures
         "measures": m.get("measures", {}),
+        "curve_step": curves.get("step", []),
+        "curve_val_loss": curves.get("val_loss", []),
         **keys,
     }
 

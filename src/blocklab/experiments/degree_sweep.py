@@ -36,6 +36,7 @@ from blocklab.store import Store
 if TYPE_CHECKING:
     from blocklab.budget import Shape
     from blocklab.engine.executors import Resources
+    from blocklab.tasks import Task
 
 EXPERIMENT = "degree-sweep"
 
@@ -166,34 +167,40 @@ class DegreeSweepConfig:
         return arms
 
 
-def plan(cfg: DegreeSweepConfig) -> dict[tuple[int, str], tuple[Arm, Shape]]:
-    """Solve every (budget, arm) shape up front, so that a bad budget fails before any training."""
+def plan(
+    cfg: DegreeSweepConfig, task: Task | None = None
+) -> dict[tuple[int, str], tuple[Arm, Shape]]:
+    """Solve every (budget, arm) shape up front, so that a bad budget fails before any training.
+    `task`: the config's task where the caller has built it already."""
     from blocklab import budget as budgets
     from blocklab.models import mixes_tokens
     from blocklab.tasks import make_task
 
     shapes, arms = {}, cfg.arms()
-    seq_len = make_task(cfg.task, **cfg.task_options).seq_len
+    seq_len = (task or make_task(cfg.task, **cfg.task_options)).seq_len
     for arm in arms:
         if mixes_tokens(arm) and seq_len is None:
             raise UserError(f"{arm.label} mixes positions; task {cfg.task!r} has no sequence")
     for b in cfg.budgets:
         for arm in arms:
-            # other blocks keep their own bias options; the polynomial family follows cfg.bias
-            bias = cfg.bias if arm.degrees else False
             shape = budgets.solve(
                 arm,
                 b,
                 mode=cfg.mode,
                 width=cfg.width,
                 depth=cfg.depth,
-                bias=bias,
+                bias=_bias(cfg, arm),
                 ff=cfg.ff,
                 seq_len=seq_len,
                 tol=cfg.budget_tol,
             )
             shapes[(b, arm.label)] = (arm, shape)
     return shapes
+
+
+def _bias(cfg: DegreeSweepConfig, arm: Arm) -> bool:
+    # other blocks keep their own bias options; the polynomial family follows cfg.bias
+    return cfg.bias if arm.degrees else False
 
 
 def _spec(cfg: DegreeSweepConfig, arm: Arm, shape: Shape, lr: float, seed: int, teacher: int = 0):
@@ -204,7 +211,7 @@ def _spec(cfg: DegreeSweepConfig, arm: Arm, shape: Shape, lr: float, seed: int, 
         budget=shape.budget,
         depth=shape.depth,
         width=shape.width,
-        bias=cfg.bias if arm.degrees else False,
+        bias=_bias(cfg, arm),
         norm=cfg.norm,
         activation=cfg.activation,
         residual=cfg.residual,
@@ -224,12 +231,17 @@ class DegreeSweepTrials(Trials):
     lr_choice: dict[str, dict[str, Any]]
 
 
+def _search_at(cfg: DegreeSweepConfig, shapes) -> dict[tuple[int, str], Any]:
+    """Per (budget, arm): its trial at a given rate with seed 0 and teacher 0."""
+    return {key: functools.partial(_spec, cfg, *shapes[key], seed=0) for key in shapes}
+
+
 def search_lr(
     cfg: DegreeSweepConfig, shapes, store: Store, resources, progress: bool, higher: bool
 ) -> dict[tuple[int, str], dict[str, Any]]:
     """Per (budget, arm): the grid's best rate on validation (seed 0, teacher 0), pushed past an
     edge up to `lr_extend` times (`_trials.search_lr`)."""
-    at = {key: functools.partial(_spec, cfg, *shapes[key], seed=0) for key in shapes}
+    at = _search_at(cfg, shapes)
     return _trials.search_lr(
         at, cfg.lr_grid, cfg.lr_extend, store, EXPERIMENT, resources, progress, higher
     )
@@ -242,70 +254,24 @@ def run(
     resources: Resources | None = None,
     progress: bool = True,
 ) -> DegreeSweepTrials:
-    from blocklab.engine import sweep
     from blocklab.tasks import make_task
 
     task = make_task(cfg.task, **cfg.task_options)
-    shapes = plan(cfg)
-    choice = search_lr(cfg, shapes, store, resources, progress, task.higher_is_better)
-    finals = [
-        _spec(cfg, arm, shape, choice[key]["lr"], seed, teacher)
-        for key, (arm, shape) in shapes.items()
-        for teacher in range(cfg.teachers)
-        for seed in range(cfg.seeds)
-    ]
-    records = sweep.run(
-        finals, store, EXPERIMENT, resources=resources, label="seeds", progress=progress
+    shapes, higher = plan(cfg, task), task.higher_is_better
+
+    def finals(rates: dict[tuple[int, str], float]) -> list[tuple[dict[str, Any], TrialSpec]]:
+        return [
+            ({}, _spec(cfg, arm, shape, rates[key], seed, teacher))
+            for key, (arm, shape) in shapes.items()
+            for teacher in range(cfg.teachers)
+            for seed in range(cfg.seeds)
+        ]
+
+    at = _search_at(cfg, shapes)
+    trials, lr_choice = _trials.run_searched(
+        cfg, at, finals, store, EXPERIMENT, resources=resources, progress=progress, higher=higher
     )
-    rows, failed = [], []
-    for spec in finals:
-        rec = records.get(spec.id)
-        if rec is None or rec["status"] == "failed":
-            failed.append(
-                {
-                    "id": spec.id,
-                    "trial": spec.describe(),
-                    "error": (rec or {}).get("error", "not run"),
-                }
-            )
-        else:
-            rows.append(row(spec, rec, task.metric, task.higher_is_better))
-    lr_choice = {f"{b}/{label}": c for (b, label), c in choice.items()}
-    return DegreeSweepTrials(rows, failed, lr_choice)
-
-
-def row(spec: TrialSpec, rec: dict[str, Any], metric: str, higher: bool) -> dict[str, Any]:
-    """The flat per-trial row that the report's analysis and plots read."""
-    m, c = rec["metrics"], rec["curves"]
-    return {
-        "id": spec.id,
-        "task": spec.task,
-        "budget": spec.budget,
-        "arm": spec.arm.label,
-        "degree": spec.arm.degree,
-        "layer_degrees": list(spec.arm.degrees),
-        "seed": spec.seed,
-        "teacher": spec.data_seed or 0,
-        "status": rec["status"],
-        "metric": metric,
-        "higher_is_better": higher,
-        "test_metric": m.get("test_metric"),
-        "test_loss": m.get("test_loss"),
-        "plateau_improvement": m.get("plateau_improvement"),
-        "schedule": spec.train.schedule,
-        "steps_to_threshold": m.get("steps_to_threshold"),
-        "threshold": m.get("threshold"),
-        "max_steps": spec.train.steps,
-        "curve_step": c.get("step", []),
-        "curve_val_loss": c.get("val_loss", []),
-        "block_params": m["params"]["blocks"],
-        "other_params": m["params"]["embed"] + m["params"]["readout"],
-        "depth": spec.depth,
-        "width": spec.width,
-        "lr": spec.train.lr,
-        "seconds": m.get("seconds"),
-        "diverged_step": m.get("diverged_step"),
-    }
+    return DegreeSweepTrials(trials.rows, trials.failed, lr_choice)
 
 
 @EXPERIMENTS.register

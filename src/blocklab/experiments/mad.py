@@ -218,19 +218,20 @@ def run(cfg: MadConfig, store: Store, *, resources=None, progress=True) -> MadTr
     shapes = plan(cfg)
     firsts = {key: shapes[key] for key in shapes if key[2] == 0}
     at = {key[:2]: functools.partial(_spec, cfg, key, *firsts[key], seed=0) for key in firsts}
-    choice = _trials.search_lr(
-        at, cfg.lr_grid, cfg.lr_extend, store, EXPERIMENT, resources, progress, higher=True
+
+    def finals(rates):  # every level of a (block, task) trains at the rate of its first
+        return [
+            (
+                {"block": key[0], "level": key[2], "options": shapes[key][2]},
+                _spec(cfg, key, *shapes[key], rates[key[:2]], seed),
+            )
+            for key in shapes
+            for seed in range(cfg.seeds)
+        ]
+
+    trials, lr_choice = _trials.run_searched(
+        cfg, at, finals, store, EXPERIMENT, resources=resources, progress=progress, higher=True
     )
-    planned = [
-        (
-            {"block": key[0], "level": key[2], "options": shapes[key][2]},
-            _spec(cfg, key, *shapes[key], choice[key[:2]]["lr"], seed),
-        )
-        for key in shapes
-        for seed in range(cfg.seeds)
-    ]
-    trials = _trials.run_planned(planned, store, EXPERIMENT, resources=resources, progress=progress)
-    lr_choice = {"/".join(key): c for key, c in choice.items()}
     degrees = {}
     for (label, task, _), (arm, _, opts) in shapes.items():
         if label not in degrees:  # a block's degree is the same at every task and level

@@ -150,19 +150,20 @@ def constructed(cfg: MatchConfig) -> list[dict[str, Any]]:
 def run(cfg: MatchConfig, store: Store, *, resources=None, progress=True) -> MatchTrials:
     shapes = plan(cfg)
     at = {key: functools.partial(_spec, cfg, key, *shapes[key], seed=0) for key in shapes}
-    choice = _trials.search_lr(
-        at, cfg.lr_grid, cfg.lr_extend, store, EXPERIMENT, resources, progress, higher=True
+
+    def finals(rates):
+        return [
+            (
+                {"seq_len": key[1], "width": key[2], "model": key[3]},
+                _spec(cfg, key, *shapes[key], rates[key], seed),
+            )
+            for key in shapes
+            for seed in range(cfg.seeds)
+        ]
+
+    trials, lr_choice = _trials.run_searched(
+        cfg, at, finals, store, EXPERIMENT, resources=resources, progress=progress, higher=True
     )
-    planned = [
-        (
-            {"seq_len": key[1], "width": key[2], "model": key[3]},
-            _spec(cfg, key, *shapes[key], choice[key]["lr"], seed),
-        )
-        for key in shapes
-        for seed in range(cfg.seeds)
-    ]
-    trials = _trials.run_planned(planned, store, EXPERIMENT, resources=resources, progress=progress)
-    lr_choice = {"/".join(map(str, key)): c for key, c in choice.items()}
     return MatchTrials(trials.rows, trials.failed, lr_choice, constructed(cfg))
 
 

@@ -104,7 +104,8 @@ def run(cfg: DegreeConfig, store: Store, *, resources=None, progress=True) -> Tr
                     [__name__, *code_modules(arm)],
                 )
                 row = {"arm": format_degree(d), "degree": d, "depth": p, "seed": seed}
-                rows.append(row | {"params": block_params(arm, p, cfg.width)} | rec["metrics"])
+                row["block_params"] = block_params(arm, p, cfg.width)
+                rows.append(row | rec["metrics"])
     return Trials(rows, [])
 
 

@@ -4,30 +4,189 @@ two figures.
 """
 
 import math
+from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from blocklab.analysis import capacity as cap
 from blocklab.analysis.capacity import PREDICTED_EFFECT, REFERENCE, predicted_multiplier
-from blocklab.reports.markdown import markdown_table
-from blocklab.reports.markdown import short as fmt
+from blocklab.formatting import markdown_table
+from blocklab.formatting import short as fmt
 from blocklab.reports.plots import colors, save
+from blocklab.reports.verdicts import claim
+
+
+def criterion(rule: str, tol: float) -> str:
+    """The plateau criterion (`analysis.capacity.plateau_rule`) in words."""
+    if rule == "wsd":
+        return (
+            f"the annealed validation loss of the run of half the steps lies < {tol:g} above "
+            "the full run's: doubling the steps gained less than that"
+        )
+    return (
+        f"smoothed validation loss fell by < {tol:g} of its final value over the last quarter "
+        "of training"
+    )
+
+
+def _budget_span(c: cap.BudgetSpan) -> str:
+    text = (
+        f"{c.budgets} budgets spanning {c.span:.3g}x (a scaling fit needs >= {cap.MIN_BUDGETS} "
+        f"over >= {cap.MIN_SPAN:g}x)"
+    )
+    return text if c.passed else f"{text}; give more or wider --budgets"
+
+
+def _plateau(c: cap.Plateau) -> str:
+    text = (
+        f"{c.share:.0%} of {c.trials} trials plateaued (needs >= {cap.PLATEAU_SHARE:.0%}; "
+        f"plateau: {criterion(c.rule, c.tol)})"
+    )
+    if c.least:
+        text += "; least: " + ", ".join(f"{a} at {b} ({f:.0%})" for a, b, f in c.least)
+    if not c.passed:
+        text += "; train longer (--steps) or with a larger batch (--batch-size)"
+    return text
+
+
+def _monotone(c: cap.Monotone) -> str:
+    if not c.rises:
+        return "every arm's test loss falls or stays level with budget"
+    return (
+        "test loss rises with budget beyond the intervals (undertrained: more --steps, "
+        "another --lr-grid): "
+        + "; ".join(f"{a}: {m0:.4g} at {b0} -> {m1:.4g} at {b1}" for a, b0, m0, b1, m1 in c.rises)
+    )
+
+
+def _more(items: tuple, shown: int = 4) -> str:
+    return f"; and {len(items) - shown} more" if len(items) > shown else ""
+
+
+def _lr_edge(c: cap.LrEdge) -> str:
+    if not c.edges:
+        return "every chosen learning rate lies inside the rates tried"
+    return (
+        "chosen at an edge of the rates tried (widen --lr-grid or raise --lr-extend): "
+        + "; ".join(
+            f"{key} lr={lr:g} of {', '.join(f'{x:g}' for x in tried)}"
+            for key, lr, tried in c.edges[:4]
+        )
+        + _more(c.edges)
+    )
+
+
+def _width(c: cap.WidthMatch) -> str:
+    if c.width is None:
+        return "depth mode: the width is solved per arm and budget"
+    if not c.moved:
+        return f"every arm within {cap.WIDTH_SLACK} of the nominal width {c.width}"
+    listed = ", ".join(f"{a} at {b} (width {w})" for a, b, w in c.moved[:4])
+    return (
+        f"the budget solver moved widths more than {cap.WIDTH_SLACK} from {c.width} to meet a "
+        f"budget within 2%: {listed}{_more(c.moved)}; choose --budgets or --width where every "
+        "arm keeps the width"
+    )
+
+
+DETAIL = {
+    cap.BudgetSpan: _budget_span,
+    cap.Plateau: _plateau,
+    cap.Monotone: _monotone,
+    cap.LrEdge: _lr_edge,
+    cap.WidthMatch: _width,
+}
+
+
+def detail(check: cap.Check) -> str:
+    """What a design check measured, and what to change where it failed."""
+    return DETAIL[type(check)](check)
+
+
+def _x(v: float) -> str:
+    return "inf" if math.isinf(v) else f"{v:.3g}"
+
+
+SIDE = {
+    cap.Side.MORE: "needs more parameters than",
+    cap.Side.FEWER: "needs fewer parameters than",
+    cap.Side.SAME: "not distinguishable from",
+}
+
+
+def efficiency_line(a: cap.ArmEfficiency) -> str:
+    """An arm's multiplier against the reference with its interval, what the interval excludes,
+    and the prediction beside it."""
+    e = a.efficiency
+    if a.side is cap.Side.UNDETERMINED:
+        return f"{e.arm}: x{_x(e.multiplier)}, interval undetermined (too many fits failed)"
+    text = f"{e.arm}: x{_x(e.multiplier)} [{_x(e.ci_low)}, {_x(e.ci_high)}], "
+    text += f"{SIDE[a.side]} {e.reference}"
+    if a.predicted is not None:
+        where = "inside" if a.inside else "outside"
+        text += f" (predicted {a.predicted:.3f}: {where} the interval)"
+    if e.extrapolated:
+        text += "; extrapolated beyond the budgets it ran at"
+    return text
+
+
+def efficiency_lines(capacity) -> list[str]:
+    return [efficiency_line(a) for a in cap.efficiency_findings(capacity.fit, capacity.degrees)]
+
+
+def verdict_sentence(capacity) -> str | None:
+    """The stated finding with the per-budget claims of the paired tests; None when refused."""
+    v = capacity.verdict
+    if v.refused is not None:
+        return None
+    ref = v.reference
+    if v.standing is cap.Standing.OTHERS_BETTER:
+        summary = f"{', '.join(v.better)} more parameter-efficient than {ref}"
+    elif v.standing is cap.Standing.REFERENCE_BEST:
+        summary = f"{ref} is the most parameter-efficient arm"
+    else:
+        summary = f"no arm is more parameter-efficient than {ref}"
+    head = (
+        f"Parameters needed to reach the loss {ref} reaches at {v.ref_params:.0f} parameters "
+        f"({v.target_loss:.4g}), relative to {ref} ({v.level:.0%} bootstrap intervals over "
+        "(teacher, seed)): "
+    )
+    text = f"{summary}. {head}" + "; ".join(efficiency_line(a) for a in v.arms) + "."
+    if v.paired:
+        text += " Per budget: " + " | ".join(claim(p) for p in v.paired)
+    return text
 
 
 def check_lines(capacity):
     """The design checks, one line each, and the verdict or why there is none."""
     lines = [
-        f"- {'passed' if c.passed else 'FAILED'}: {c.name}: {c.detail}" for c in capacity.checks
+        f"- {'passed' if c.passed else 'FAILED'}: {c.name}: {detail(c)}" for c in capacity.checks
     ]
-    if capacity.verdict is not None:
-        return lines, capacity.verdict
-    failed = [c for c in capacity.checks if not c.passed]
-    if failed:
-        why = "; ".join(f"design check failed: {c.name}: {c.detail}" for c in failed)
+    v = capacity.verdict
+    if v.refused is None:
+        return lines, verdict_sentence(capacity)
+    if v.refused is cap.Refusal.DESIGN_CHECK:
+        why = "; ".join(f"design check failed: {c.name}: {detail(c)}" for c in v.failed)
     else:
-        why = f"no scaling fit for the reference arm {REFERENCE} (is it among the degrees?)"
+        why = f"no scaling fit for the reference arm {v.reference} (is it among the degrees?)"
     return lines, f"{why} — no verdict"
+
+
+def capacity_json(capacity) -> dict[str, Any]:
+    """The capacity analysis under the keys of `--json`, its checks and verdict in words."""
+    return {
+        "budgets": capacity.budgets,
+        "design_checks": [
+            {"name": c.name, "passed": c.passed, "detail": detail(c)} for c in capacity.checks
+        ],
+        "verdict": verdict_sentence(capacity),
+        "arms": capacity.arms_json(),
+        "resolution": capacity.fit.resolution,
+        "predicted_effect": PREDICTED_EFFECT,
+        "reference": capacity.fit.reference,
+    }
 
 
 def _ci(pair):
@@ -60,7 +219,7 @@ def capacity_section(capacity):
                 (
                     arm,
                     str(b),
-                    str(st["params"]),
+                    str(st["block_params"]),
                     f"{fmt(st['mean'])} ± {fmt(st['std'])}",
                     f"[{fmt(st['ci_low'])}, {fmt(st['ci_high'])}]",
                     f"{st['plateaued_fraction']:.0%}",
@@ -161,7 +320,7 @@ def scaling_curves(capacity, path, unit="MSE or cross-entropy in nats"):
         pts = [s for _, s in sorted(stats[arm].items()) if math.isfinite(s["mean"])]
         if not pts:
             continue
-        x = np.array([s["params"] for s in pts], dtype=float)
+        x = np.array([s["block_params"] for s in pts], dtype=float)
         y = np.array([s["mean"] for s in pts])
         lo = np.array([s["ci_low"] if math.isfinite(s["ci_low"]) else s["mean"] for s in pts])
         hi = np.array([s["ci_high"] if math.isfinite(s["ci_high"]) else s["mean"] for s in pts])

@@ -15,8 +15,8 @@ import matplotlib.pyplot as plt
 from blocklab.analysis import collapse as stats
 from blocklab.analysis.collapse import LOG_FLOOR, STAGES, curves, depth_mean, slope
 from blocklab.analysis.summary import summarize
+from blocklab.formatting import number, spread
 from blocklab.reports import Report, figures, markdown
-from blocklab.reports.markdown import number, spread
 
 QUESTION = (
     "Seed 003 (after Dong et al. 2021, 'Attention is not all you need'): does a stack of "
@@ -53,9 +53,112 @@ def analyze(cfg, trials) -> Result:
         accuracy=summarize(trials.rows, ("variant",)),
         paths=trials.paths,
         bound=bound,
-        findings=stats.findings(cfg, logs, bound),
+        findings=finding_dicts(stats.findings(cfg, logs), bound),
         failed=trials.failed,
     )
+
+
+# what seed 003 and Dong et al. predict, by what the prediction rests on (`stats.cause`)
+TREND = {
+    "pure": "pure attention loses rank doubly exponentially (seed 003 Thm 2.2)",
+    "mlp": "an MLP slows the collapse, without skips it does not stop it",
+    "norm": "layer norm does not stop the collapse (Dong et al.)",
+}
+WHY = {
+    "skip": "the skip keeps short paths (seed 003 Thm 2.1: (H+1)^L paths, most of them short)",
+    "mlp": "the MLP slows the collapse (Dong et al.)",
+    "norm": "layer norm does not stop the collapse (Dong et al.)",
+}
+VERDICT = {
+    "slope": {-1: "falls with depth", 1: "rises with depth", 0: "no significant trend"},
+    "paired": {1: "above pure", -1: "below pure", 0: "no significant difference"},
+}
+AGREES = {
+    stats.Agreement.YES: "yes",
+    stats.Agreement.NO: "no",
+    stats.Agreement.NOT_SHOWN: "not shown",
+    stats.Agreement.CONSISTENT: "consistent",
+    stats.Agreement.UNTESTED: "not tested",
+}
+
+
+def _mean_text(m: stats.SeedMean) -> str:
+    return f"{m.mean:.2f}" + (f" ± {m.std:.2f}" if m.n > 1 else "")
+
+
+def finding_dict(f: stats.Finding) -> dict[str, Any]:
+    """A tested finding as report.md's row and `--json` give it: prediction, measurement and
+    verdict in words beside the test's numbers."""
+    if f.test == "slope":
+        setting, predicted = f"{f.variant}: trend with depth", f"falls with depth: {TREND[f.cause]}"
+        measured = (
+            f"slope {_mean_text(f.measured)} decades/layer; log10 ratio at layer {f.depth}: "
+            f"{_mean_text(f.beside)}"
+        )
+    else:
+        setting, predicted = f"{f.variant} vs pure", f"{f.expect} pure: {WHY[f.cause]}"
+        measured = (
+            f"mean log10 ratio over layers: {f.variant} {_mean_text(f.measured)}, pure "
+            f"{_mean_text(f.beside)}"
+        )
+    untested = f.agrees is stats.Agreement.UNTESTED
+    return {
+        "part": f.stage,
+        "setting": setting,
+        "variant": f.variant,
+        "test": f.test,
+        "predicted": predicted,
+        "expect": f.expect,
+        "measured": measured,
+        "statistic": f.statistic,
+        "n": f.n,
+        "p": f.p,
+        "p_holm": f.p_holm,
+        "verdict": "untestable (fewer than 2 seeds)" if untested else VERDICT[f.test][f.direction],
+        "agrees": AGREES[f.agrees],
+    }
+
+
+def bound_dicts(bound: dict[str, Any]) -> list[dict[str, Any]]:
+    """(e) seed 003 Thm 2.2 as a check: the measured curve must lie below the bound."""
+    out = []
+    for stage, b in bound.items():
+        logs = b["log10_bound"]
+        holds = not b["violations"]
+        vacuous = len(b["vacuous_layers"]) == len(logs)
+        verdict = "holds" if holds else f"VIOLATED at {b['violations'][:3]}"
+        if vacuous:
+            verdict += "; vacuous (bound >= 1) at every layer"
+        elif b["vacuous_layers"]:
+            verdict += f"; vacuous at layers {b['vacuous_layers']}"
+        out.append(
+            {
+                "part": stage,
+                "setting": "pure: seed 003 bound",
+                "variant": "pure",
+                "test": "check",
+                "predicted": "ratio <= (4 beta res0^2 / sqrt(d_qk))^((3^L - 1)/2) at every layer "
+                "(Thm 2.2); it shrinks only if 4 beta res0^2 / sqrt(d_qk) < 1",
+                "expect": "below bound",
+                "measured": f"log10 bound from {logs[0]:.3g} (layer 1) to {logs[-1]:.3g} (layer "
+                f"{len(logs)}); measured below it in {b['seeds']} seeds x {len(logs)} layers"
+                if holds
+                else f"{len(b['violations'])} (seed, layer) pairs above the bound",
+                "statistic": None,
+                "n": b["seeds"],
+                "p": None,
+                "p_holm": None,
+                "verdict": verdict,
+                "agrees": "yes" if holds else "no",
+                "vacuous": vacuous,
+            }
+        )
+    return out
+
+
+def finding_dicts(found: list[stats.Finding], bound: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tested findings, then the bound's checks."""
+    return [finding_dict(f) for f in found] + bound_dicts(bound)
 
 
 def write(out_dir, cfg, trials) -> Report:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from blocklab.analysis.capacity import CapacityResult, efficiency_claims
+from blocklab.analysis.capacity import CapacityResult
 from blocklab.analysis.capacity import analyze as analyze_capacity
 from blocklab.analysis.stats import (
     TEST,
@@ -24,16 +24,18 @@ from blocklab.analysis.stats import (
     summarize,
 )
 from blocklab.engine.provenance import provenance
+from blocklab.formatting import config_json, markdown_table, plain, short
 from blocklab.reports import Report, plots
-from blocklab.reports.capacity import capacity_section, check_lines, efficiency, scaling_curves
-from blocklab.reports.markdown import (
-    config_json,
-    failures,
-    markdown_table,
-    plain,
-    require_finished,
-    short,
+from blocklab.reports.capacity import (
+    capacity_json,
+    capacity_section,
+    check_lines,
+    efficiency,
+    efficiency_lines,
+    scaling_curves,
 )
+from blocklab.reports.markdown import failures, require_finished
+from blocklab.reports.verdicts import claim, verdict_json
 from blocklab.theory import degree_proxy_log10, h, layers_at_budget, optimal_degree
 
 COLUMNS = (
@@ -216,7 +218,7 @@ def write_report(out_dir, rows, *, title, config, provenance, alpha=0.05, capaci
         "the p-values shown are Holm-adjusted.",
         "",
     ]
-    lines += [f"- {v.claim} ({v.n_seeds} pairs)" for v in verdicts]
+    lines += [f"- {claim(v)} ({v.n_seeds} pairs)" for v in verdicts]
     lines += [
         "",
         "## Results",
@@ -256,7 +258,7 @@ def to_json(rows, alpha=0.05):
     return plain(
         {
             "summaries": [dataclasses.asdict(s) for s in summaries],
-            "verdicts": [dataclasses.asdict(v) for v in compare(rows, alpha)],
+            "verdicts": [verdict_json(v) for v in compare(rows, alpha)],
             "ranking": [dataclasses.asdict(r) for r in ranking_vs_theory(summaries)],
             "test": TEST,
             "alpha": alpha,
@@ -309,7 +311,7 @@ def write(out_dir, cfg, trials) -> Report:
         capacity=cap,
     )
     payload = to_json(result.rows, alpha=cfg.alpha)
-    payload.update(cap.to_json())
+    payload.update(capacity_json(cap))
     payload.update(lr_choice=result.lr_choice, failed=result.failed)
     checks, verdict = check_lines(cap)
     lines = [table(result.summaries), "\ndesign checks:", *checks]
@@ -320,6 +322,6 @@ def write(out_dir, cfg, trials) -> Report:
             + caveat
             + ":"
         )
-        lines += [f"- {line}" for line in efficiency_claims(cap.fit, cap.degrees)]
+        lines += [f"- {line}" for line in efficiency_lines(cap)]
     lines.append(f"\nverdict: {verdict}")
     return Report(path, payload, lines + failures(result))

@@ -16,9 +16,10 @@ from blocklab.analysis import depth_width as dw
 from blocklab.analysis.summary import summarize
 from blocklab.errors import UserError
 from blocklab.experiments.depth_width import FIT_FILE, width_for
+from blocklab.formatting import number
 from blocklab.reports import Report, markdown
 from blocklab.reports.figures import save_figure
-from blocklab.reports.markdown import findings_table, number
+from blocklab.reports.markdown import findings_table
 
 QUESTION = (
     "Seed 001 (Levine et al. 2020): at a fixed non-embedding size N = 12 L dx^2, is a deeper "
@@ -103,7 +104,7 @@ def write(out_dir, cfg, trials) -> Report:
             str(s["depth"]),
             str(s["width"]),
             f"{s['budget']:,}",
-            f"{s['params']:,}" if s["params"] else "-",
+            f"{s['total_params']:,}" if s["total_params"] else "-",
             number(s["mean"], 4),
             number(s["std"], 2),
             number(s["accuracy"], 3),
@@ -179,6 +180,13 @@ def best_depths(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+NO_TRANSITION = {
+    dw.Reason.TOO_FEW: "fewer than 2 comparable points",
+    dw.Reason.ALREADY_BETTER: "deeper already better at the smallest size",
+    dw.Reason.NEVER_WORSE: "never significantly worse in the measured range",
+}
+
+
 def findings(cfg, searches, fit, best) -> list[dict[str, Any]]:
     """Each adjacent pair's transition beside where the paper's fit puts it, the fit's slope b,
     and the best depth per budget."""
@@ -190,7 +198,7 @@ def findings(cfg, searches, fit, best) -> list[dict[str, Any]]:
         measured = (
             f"transition at dx = {t.width:g} +- {t.error:g} (N ~ {t.n_params:.3g})"
             if t is not None
-            else f"no transition: {s.reason}"
+            else f"no transition: {NO_TRANSITION[s.reason]}"
         )
         # the paper's fit, extrapolated when L is outside its depths 6-30
         n, dn = dw.n_transition(s.depth_shallow)
@@ -250,7 +258,7 @@ def _notes(result) -> list[str]:
         "mean of log dx.",
         f"Corpus: {_corpus(corpus)}.",
     ]
-    share = [s["budget"] / s["params"] for s in result.summaries if s["params"]]
+    share = [s["budget"] / s["total_params"] for s in result.summaries if s["total_params"]]
     if share and min(share) < 0.8:
         notes.append(
             "N counts the layers only, as in the paper, where a 2000-token vocabulary at widths "

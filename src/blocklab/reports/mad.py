@@ -12,9 +12,10 @@ import numpy as np
 
 from blocklab.analysis import suite
 from blocklab.analysis.summary import summarize
+from blocklab.formatting import markdown_table, number, plain
 from blocklab.reports import Findings, Report, markdown
 from blocklab.reports.figures import save_figure
-from blocklab.reports.markdown import markdown_table, number, require_finished
+from blocklab.reports.markdown import require_finished
 
 QUESTION = (
     "Seed 000 says attention is a degree-3 block and that degree 3 is the most expressive per "
@@ -246,7 +247,7 @@ def write(out_dir, cfg, trials) -> Report:
     lines += [f"{f['status']}: {f['claim']} ({f['source']}): {f['evidence']}"
               for f in result.findings]  # fmt: skip
     payload = {**extra, "summaries": result.summaries, "failed": result.failed}
-    return Report(path, markdown.plain(payload), lines + markdown.failures(result))
+    return Report(path, plain(payload), lines + markdown.failures(result))
 
 
 def _rung(options: dict[str, Any]) -> str:

@@ -5,59 +5,13 @@ experiment prints.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from blocklab.errors import UserError
+from blocklab.formatting import config_json, markdown_table, spread
 from blocklab.reports import Report
-
-
-def markdown_table(header, body):
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return out + ["| " + " | ".join(cells) + " |" for cells in body]
-
-
-def plain(x):
-    # JSON has no NaN or Infinity: a missing statistic is null.
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {k: plain(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [plain(v) for v in x]
-    return x
-
-
-def config_json(cfg: Any) -> dict[str, Any]:
-    """A config as the JSON a report and `--json` show (tuples as lists, other values as text)."""
-    return plain(json.loads(json.dumps(dataclasses.asdict(cfg), default=str)))
-
-
-def short(x) -> str:
-    """Four significant digits; '-' for a missing or non-finite value."""
-    return "-" if x is None or not math.isfinite(x) else f"{x:.4g}"
-
-
-def number(x: Any, digits: int = 3) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "-"
-    return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
-
-
-def spread(s: dict[str, Any]) -> str:
-    if not s["n"]:
-        return "-"
-    text = f"{s['mean']:.3f}"
-    if s["n"] > 1:
-        text += f" ± {s['std']:.3f} [{s['lo']:.3f}, {s['hi']:.3f}]"
-    return text + (f" ({s['diverged']} diverged)" if s.get("diverged") else "")
 
 
 def write(
@@ -109,7 +63,7 @@ def results_table(summaries: list[dict[str, Any]], keys: dict[str, str]):
     rows = [
         [
             *(f"{s[k]:g}" if isinstance(s[k], float) else str(s[k]) for k in keys),
-            str(s["params"]),
+            str(s["total_params"]),
             spread(s),
             str(s["n"]),
         ]

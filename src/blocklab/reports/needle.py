@@ -12,13 +12,10 @@ import matplotlib.pyplot as plt
 
 from blocklab.analysis.stats import holm, paired_p
 from blocklab.analysis.summary import binomial_interval, summarize
+from blocklab.formatting import number
 from blocklab.reports import Report, markdown
 from blocklab.reports.figures import errorbar, group_by, save_figure
-from blocklab.reports.markdown import (
-    failures,
-    number,
-    results_table,
-)
+from blocklab.reports.markdown import failures, results_table
 
 QUESTION = (
     "Seed 004: there are datasets that softmax attention networks separate and linear attention "

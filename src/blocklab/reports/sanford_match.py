@@ -8,12 +8,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-from blocklab.analysis.capacity import criterion, plateaued
+from blocklab.analysis.capacity import plateau_rule, plateaued
 from blocklab.analysis.stats import holm, paired_p
 from blocklab.analysis.summary import summarize
+from blocklab.formatting import markdown_table, number
 from blocklab.reports import Findings, Report, markdown
+from blocklab.reports.capacity import criterion
 from blocklab.reports.figures import lines_plot
-from blocklab.reports.markdown import markdown_table, number, require_finished, results_table
+from blocklab.reports.markdown import require_finished, results_table
 
 QUESTION = (
     "Seed 002: standard attention represents Match2 with O(1) embedding dimension but needs "
@@ -259,7 +261,7 @@ def write(out_dir, cfg, trials) -> Report:
         "Holm-corrected over widths, lengths and tasks. The learning rate is the best of "
         f"{list(cfg.lr_grid)} on validation (seed 0), '(edge)' when it stayed at an edge after "
         f"{cfg.lr_extend} extension(s). Plateaued: the share of seeds where "
-        f"{criterion(trials.rows, cfg.plateau_tol)}."
+        f"{criterion(plateau_rule(trials.rows), cfg.plateau_tol)}."
     )
     notes += [
         f"{t} (N = {b['seq_len']}): modulus M = {b['modulus']}, fraction of positive labels "

@@ -8,14 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from blocklab.analysis.summary import summarize
+from blocklab.formatting import number
 from blocklab.reports import Findings, Report, markdown
 from blocklab.reports.figures import lines_plot
-from blocklab.reports.markdown import (
-    failures,
-    number,
-    require_finished,
-    results_table,
-)
+from blocklab.reports.markdown import failures, require_finished, results_table
 
 QUESTION = (
     "Seed 002 (Sanford, Hsu, Telgarsky): one softmax attention unit approximates q-sparse "

@@ -45,7 +45,7 @@ def write(out_dir, cfg, trials) -> Report:
         [
             s["arm"],
             str(s["depth"]),
-            str(s["params"]),
+            str(s["block_params"]),
             str(s["predicted"] or "- (not a polynomial)"),
             ranks(s["exact"], s["exact_saturated"]),
             ranks(s["float"], s["float_saturated"]),
@@ -95,7 +95,9 @@ def degree_summaries(cfg, rows) -> list[dict[str, Any]]:
                 "arm": format_degree(d),
                 "degree": d,
                 "depth": p,
-                "params": group[0]["params"],
+                "block_params": group[0]["block_params"],
+                # the same count under the key the command's JSON contract pins
+                "params": group[0]["block_params"],
                 "polynomial": poly,
                 "predicted": round(d) ** p + 1 if poly else None,
                 "grid": cfg.templates,
@@ -312,13 +314,13 @@ def _budget_plot(summaries, path: Path) -> str:
         group = [s for s in summaries if s["arm"] == arm]
         key = "exact" if group[0]["polynomial"] else "float"
         pts = [
-            (s["params"], math.log(s[key]["mean"]), s[f"{key}_saturated"])
+            (s["block_params"], math.log(s[key]["mean"]), s[f"{key}_saturated"])
             for s in group
             if s[key]["min"]
         ]
         if group[0]["polynomial"]:
             ax.plot(
-                [s["params"] for s in group],
+                [s["block_params"] for s in group],
                 [math.log(s["predicted"]) for s in group],
                 color=f"C{i}",
                 ls="--",

@@ -12,10 +12,11 @@ import matplotlib.pyplot as plt
 
 from blocklab import theory
 from blocklab.analysis.summary import spread
+from blocklab.formatting import number
 from blocklab.reports import Findings, Report, markdown
 from blocklab.reports._seprank import EXACT_NOTE, FLOAT_NOTE, float_finding, log3, ranks
 from blocklab.reports.figures import save_figure
-from blocklab.reports.markdown import findings_table, number
+from blocklab.reports.markdown import findings_table
 
 FLOOR = 0.1  # log3 rank axis floor: a lower bound <= 0 is trivial (sep >= 1), drawn from here
 

@@ -204,12 +204,6 @@ def moments(train: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return train.mean(0, keepdim=True), train.std(0, keepdim=True).clamp_min(1e-8)
 
 
-def standardize(train: torch.Tensor, *others: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Scale every split by the training split's per-column mean and std (no test leakage)."""
-    mean, std = moments(train)
-    return tuple((t - mean) / std for t in (train, *others))
-
-
 def split_val(x: torch.Tensor, y: torch.Tensor, n_val: int, generator: torch.Generator):
     """Carve a validation split off the training data by a seeded permutation."""
     perm = torch.randperm(x.shape[0], generator=generator)

@@ -1,0 +1,58 @@
+"""Plain text for people and JSON for programs: Markdown tables, numbers at a stated precision,
+a summary's spread, JSON without NaN. Reports, trackers and the command line share these; nothing
+here imports numpy, torch or matplotlib.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+from typing import Any
+
+
+def markdown_table(header, body) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return out + ["| " + " | ".join(cells) + " |" for cells in body]
+
+
+def plain(x):
+    """`x` as JSON takes it: numpy scalars as Python numbers, tuples as lists, and a non-finite
+    float as null (JSON has no NaN or Infinity: a missing statistic is null)."""
+    np = sys.modules.get("numpy")  # a numpy scalar exists only once numpy is imported
+    if np is not None and isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: plain(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [plain(v) for v in x]
+    return x
+
+
+def config_json(cfg: Any) -> dict[str, Any]:
+    """A config as the JSON a report and `--json` show (tuples as lists, other values as text)."""
+    return plain(json.loads(json.dumps(dataclasses.asdict(cfg), default=str)))
+
+
+def short(x) -> str:
+    """Four significant digits; '-' for a missing or non-finite value."""
+    return "-" if x is None or not math.isfinite(x) else f"{x:.4g}"
+
+
+def number(x: Any, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+
+
+def spread(s: dict[str, Any]) -> str:
+    """A summary over seeds: mean, and with two seeds or more its std and 95% interval."""
+    if not s["n"]:
+        return "-"
+    text = f"{s['mean']:.3f}"
+    if s["n"] > 1:
+        text += f" ± {s['std']:.3f} [{s['lo']:.3f}, {s['hi']:.3f}]"
+    return text + (f" ({s['diverged']} diverged)" if s.get("diverged") else "")
