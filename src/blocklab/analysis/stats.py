@@ -238,6 +238,35 @@ def paired_p(a, b):
         return float(stats.ttest_rel(a, b).pvalue)
 
 
+def _against_best(
+    done: dict[str, dict], best: str, others: list[str], alpha: float
+) -> tuple[Comparison, ...]:
+    """`best` against each of `others` on the units both finished (a paired t-test where there
+    are 2 pairs or more), Holm-corrected over the arms tested."""
+    pairs = {}
+    for a in others:
+        seeds = sorted(set(done[best]) & set(done[a]))
+        pairs[a] = (np.array([done[best][s] for s in seeds]), np.array([done[a][s] for s in seeds]))
+    tested = [a for a in others if len(pairs[a][0]) >= 2]
+    p_raw = {a: paired_p(*pairs[a]) for a in tested}
+    p_holm = dict(zip(tested, holm([p_raw[a] for a in tested]), strict=True))
+    comparisons = []
+    for a in others:
+        x, y = pairs[a]
+        q = float(p_holm.get(a, NAN))
+        comparisons.append(
+            Comparison(
+                arm=a,
+                mean_diff=float(np.mean(x - y)) if len(x) else NAN,
+                p_raw=p_raw.get(a, NAN),
+                p_holm=q,
+                significant=bool(q <= alpha),
+                n_pairs=len(x),
+            )
+        )
+    return tuple(comparisons)
+
+
 def _verdict(task, budget, trials, alpha):
     first = trials[0]
     degree = {r["arm"]: r["degree"] for r in trials}
@@ -282,33 +311,12 @@ def _verdict(task, budget, trials, alpha):
     means = {a: float(np.mean(list(done[a].values()))) for a in candidates}
     best = max(candidates, key=lambda a: sign * means[a])  # ties: the first in degree order
     others = [a for a in arms if a != best and a not in diverged_all]
-    pairs = {}
-    for a in others:
-        seeds = sorted(set(done[best]) & set(done[a]))
-        pairs[a] = (np.array([done[best][s] for s in seeds]), np.array([done[a][s] for s in seeds]))
-    tested = [a for a in others if len(pairs[a][0]) >= 2]
-    p_raw = {a: paired_p(*pairs[a]) for a in tested}
-    p_holm = dict(zip(tested, holm([p_raw[a] for a in tested]), strict=True))
-
-    comparisons = []
-    for a in others:
-        x, y = pairs[a]
-        q = float(p_holm.get(a, NAN))
-        comparisons.append(
-            Comparison(
-                arm=a,
-                mean_diff=float(np.mean(x - y)) if len(x) else NAN,
-                p_raw=p_raw.get(a, NAN),
-                p_holm=q,
-                significant=bool(q <= alpha),
-                n_pairs=len(x),
-            )
-        )
+    comparisons = _against_best(done, best, others, alpha)
     beats = tuple(c.arm for c in comparisons if c.significant and sign * c.mean_diff > 0)
     beaten_by = tuple(c.arm for c in comparisons if c.significant and sign * c.mean_diff <= 0)
     if not others:
         outcome = Outcome.ALONE
-    elif not tested:
+    elif all(c.n_pairs < 2 for c in comparisons):
         outcome = Outcome.UNTESTED
     elif beats:
         outcome = Outcome.BEATS
@@ -318,7 +326,7 @@ def _verdict(task, budget, trials, alpha):
         outcome=outcome,
         best=best,
         best_mean=means[best],
-        comparisons=tuple(comparisons),
+        comparisons=comparisons,
         beats=beats,
         unresolved=tuple(c.arm for c in comparisons if c.n_pairs >= 2 and not c.significant),
         beaten_by=beaten_by,

@@ -34,6 +34,7 @@ import dataclasses
 import itertools
 import math
 import time
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor, nn
@@ -231,6 +232,29 @@ def evaluate_ensemble(
     return [(total / units, hits / units) for total, hits, units in sums]
 
 
+def _batches(
+    datas: list[TaskData], batch_size: int, seeds: list[int]
+) -> tuple[Iterator[tuple[Tensor, Tensor]], torch.device]:
+    """Every member's training batches, stacked (E, b, ...), as each would draw them alone:
+    fresh examples from a generative task's sampler, or its own shuffle of the train split (one
+    copy of it when the members share their data). Also the device the data live on."""
+    shared = all(d is datas[0] for d in datas)
+    train_x, train_y = _inputs([d.train for d in datas], shared)
+    device = train_x.device
+    if datas[0].online:
+        fresh = stacked_online(datas, batch_size, seeds)
+        return ((x.to(device), y.to(device)) for x, y in fresh), device
+    rows = torch.arange(len(datas), device=device).unsqueeze(1)  # (E, 1): each its own data
+    order = stacked_batches(len(datas[0].train), batch_size, seeds)
+    draw = (
+        (_pick(train_x, idx), _pick(train_y, idx))
+        if shared
+        else (train_x[rows, idx], train_y[rows, idx])
+        for idx in (i.to(device) for i in order)
+    )
+    return draw, device
+
+
 def train_ensemble(
     members: list[nn.Module],
     datas: list[TaskData],
@@ -248,21 +272,7 @@ def train_ensemble(
     size = len(members)
     ens = Ensemble(members, path)
     kind, tol = datas[0].kind, datas[0].tolerance
-    shared = all(d is datas[0] for d in datas)
-    train_x, train_y = _inputs([d.train for d in datas], shared)
-    device = train_x.device
-    if datas[0].online:
-        fresh = stacked_online(datas, cfg.batch_size, seeds)
-        draw = ((x.to(device), y.to(device)) for x, y in fresh)
-    else:
-        rows = torch.arange(size, device=device).unsqueeze(1)  # (E, 1): each its own data
-        order = stacked_batches(len(datas[0].train), cfg.batch_size, seeds)
-        draw = (
-            (_pick(train_x, idx), _pick(train_y, idx))
-            if shared
-            else (train_x[rows, idx], train_y[rows, idx])
-            for idx in (i.to(device) for i in order)
-        )
+    draw, device = _batches(datas, cfg.batch_size, seeds)
     opt = StackedAdamW([p for p in ens.params.values() if p.requires_grad], cfg.weight_decay)
     monitors = [TrialMonitor(cfg, t) for t in thresholds]
     alive = list(range(size))
