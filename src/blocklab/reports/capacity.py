@@ -200,10 +200,17 @@ def _mult(x):
 
 def capacity_section(capacity):
     """Markdown: design checks, verdict, per-budget losses, scaling fits, efficiency vs d = 3."""
-    fit = capacity.fit
     checks, verdict = check_lines(capacity)
     lines = ["## Design checks", "", *checks, "", "## Verdict", "", verdict, ""]
-    lines += [
+    lines += _loss_table(capacity.stats)
+    lines += _fit_table(capacity.fit)
+    if capacity.fit.reference is None:
+        return lines + [f"No parameter-efficiency multipliers: {REFERENCE} was not fitted.", ""]
+    return lines + _efficiency_section(capacity)
+
+
+def _loss_table(stats) -> list[str]:
+    lines = [
         "## Test loss per budget",
         "",
         "Mean over (teacher, seed) with std and 95% Student-t interval; plateaued: share of "
@@ -212,24 +219,26 @@ def capacity_section(capacity):
         "teachers (std of their means) are shown apart.",
         "",
     ]
-    body = []
-    for arm, by_b in capacity.stats.items():
-        for b, st in by_b.items():
-            body.append(
-                (
-                    arm,
-                    str(b),
-                    str(st["block_params"]),
-                    f"{fmt(st['mean'])} ± {fmt(st['std'])}",
-                    f"[{fmt(st['ci_low'])}, {fmt(st['ci_high'])}]",
-                    f"{st['plateaued_fraction']:.0%}",
-                    fmt(st["within_teacher_std"]),
-                    fmt(st["between_teacher_std"]),
-                )
-            )
+    body = [
+        (
+            arm,
+            str(b),
+            str(st["block_params"]),
+            f"{fmt(st['mean'])} ± {fmt(st['std'])}",
+            f"[{fmt(st['ci_low'])}, {fmt(st['ci_high'])}]",
+            f"{st['plateaued_fraction']:.0%}",
+            fmt(st["within_teacher_std"]),
+            fmt(st["between_teacher_std"]),
+        )
+        for arm, by_b in stats.items()
+        for b, st in by_b.items()
+    ]
     header = ("arm", "budget", "params", "test loss", "95% CI", "plateaued", "within", "between")
-    lines += markdown_table(header, body)
-    lines += [
+    return lines + markdown_table(header, body)
+
+
+def _fit_table(fit) -> list[str]:
+    lines = [
         "",
         "## Scaling fits",
         "",
@@ -244,11 +253,15 @@ def capacity_section(capacity):
         for arm, f in fit.fits.items()
     ]
     lines += markdown_table(("arm", "L_inf", "95% CI", "a", "alpha", "95% CI"), body)
-    lines += ["", "![test loss vs budget](scaling.png)", ""]
-    if fit.reference is None:
-        return lines + [f"No parameter-efficiency multipliers: {REFERENCE} was not fitted.", ""]
+    return lines + ["", "![test loss vs budget](scaling.png)", ""]
+
+
+def _efficiency_section(capacity) -> list[str]:
+    """Each arm's multiplier against the reference beside seed 000's prediction h(3) / h(d), and
+    whether the intervals are narrow enough to tell d = 3 from its neighbours."""
+    fit = capacity.fit
     ref = fit.efficiency[fit.reference]
-    lines += [
+    lines = [
         "## Parameter efficiency against d = 3",
         "",
         f"The loss {fit.reference} reaches at P_ref = {ref.ref_params:.0f} parameters (the middle "
@@ -272,26 +285,23 @@ def capacity_section(capacity):
             )
         )
     lines += markdown_table(("arm", "multiplier", "95% CI", "predicted", "extrapolated"), body)
-    res = fit.resolution
-    lines += [
-        "",
-        (
-            f"Resolution: the intervals' median half-width is {res:.3g} (in multiplier units); "
-            f"the predicted difference between d = 3 and d = 2 or 4 is {PREDICTED_EFFECT:.3f}. "
-            + (
-                "This run can resolve it."
-                if res < PREDICTED_EFFECT / 2
-                else "This run cannot resolve it: more seeds, teachers or budgets narrow the "
-                "intervals (roughly as one over the square root of the number of units)."
-            )
-            if res is not None
-            else "Resolution: no finite interval."
-        ),
-        "",
-        "![parameter efficiency](efficiency.png)",
-        "",
-    ]
-    return lines
+    figure = "![parameter efficiency](efficiency.png)"
+    return lines + ["", _resolution(fit.resolution), "", figure, ""]
+
+
+def _resolution(res: float | None) -> str:
+    if res is None:
+        return "Resolution: no finite interval."
+    said = (
+        "This run can resolve it."
+        if res < PREDICTED_EFFECT / 2
+        else "This run cannot resolve it: more seeds, teachers or budgets narrow the "
+        "intervals (roughly as one over the square root of the number of units)."
+    )
+    return (
+        f"Resolution: the intervals' median half-width is {res:.3g} (in multiplier units); "
+        f"the predicted difference between d = 3 and d = 2 or 4 is {PREDICTED_EFFECT:.3f}. {said}"
+    )
 
 
 def _arm_key(capacity):

@@ -49,12 +49,26 @@ def analyze(cfg, trials) -> Result:
 def write(out_dir, cfg, trials) -> Report:
     result = analyze(cfg, trials)
     out = Path(out_dir)
-    figs = []
+    return markdown.report(
+        out,
+        cfg,
+        result,
+        title="Needle: softmax vs linear attention",
+        question=QUESTION,
+        findings=_findings_table(result.findings),
+        results=results_table(result.summaries, {"seq_len": "T", "tau1": "tau1", "model": "model"}),
+        figures=[_plot(result, out / "needle.png")],
+        notes=_notes(cfg, result),
+    )
+
+
+def _plot(result: Result, path: Path) -> str:
+    """Left: the share of separating random draws against T; right: the trained accuracy."""
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.5), squeeze=False)
-    ax = axes[0][0]
+    random, trained = axes[0]
     for (model, tau1), rows in sorted(group_by(result.random, ("model", "tau1")).items()):
         rows.sort(key=lambda r: r["seq_len"])
-        ax.errorbar(
+        random.errorbar(
             [r["seq_len"] for r in rows],
             [r["fraction"] for r in rows],
             yerr=[[r["fraction"] - r["lo"] for r in rows], [r["hi"] - r["fraction"] for r in rows]],
@@ -63,40 +77,34 @@ def write(out_dir, cfg, trials) -> Report:
             ls="-" if model == "softmax" else "--",
             label=f"{model}, tau1={tau1:g}",
         )
-    ax.set_xscale("log", base=2)
-    ax.set(
-        xlabel="sequence length T (positions)",
-        ylabel="draws that separate (fraction)",
-        title="random weights (95% Clopper-Pearson)",
+    _against_length(
+        random, "draws that separate (fraction)", "random weights (95% Clopper-Pearson)"
     )
-    ax.legend(fontsize=7)
-    ax = axes[0][1]
     for model, group in sorted(group_by(result.summaries, ("model",)).items()):
         group = sorted((s for s in group if s["n"]), key=lambda s: s["seq_len"])
-        errorbar(ax, [s["seq_len"] for s in group], group, label=model[0])
+        errorbar(trained, [s["seq_len"] for s in group], group, label=model[0])
+    trained.axhline(0.5, color="grey", lw=0.8, ls=":")
+    _against_length(trained, "test accuracy (fraction correct)", "trained (95% t-interval)")
+    return save_figure(fig, path)
+
+
+def _against_length(ax, ylabel: str, title: str) -> None:
     ax.set_xscale("log", base=2)
-    ax.set(
-        xlabel="sequence length T (positions)",
-        ylabel="test accuracy (fraction correct)",
-        title="trained (95% t-interval)",
-    )
-    ax.axhline(0.5, color="grey", lw=0.8, ls=":")
+    ax.set(xlabel="sequence length T (positions)", ylabel=ylabel, title=title)
     ax.legend(fontsize=7)
-    figs.append(save_figure(fig, out / "needle.png"))
-    table = (
-        ["part", "setting", "seed 004 predicts", "measured", "verdict (Holm p)"],
-        [
-            [
-                f["part"],
-                f["setting"],
-                f["predicted"],
-                f["measured"],
-                f"{f['verdict']} ({number(f['p_holm'], 3)})",
-            ]
-            for f in result.findings
-        ],
-    )
-    results = results_table(result.summaries, {"seq_len": "T", "tau1": "tau1", "model": "model"})
+
+
+def _findings_table(findings: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    header = ["part", "setting", "seed 004 predicts", "measured", "verdict (Holm p)"]
+    rows = [
+        [f["part"], f["setting"], f["predicted"], f["measured"]]
+        + [f"{f['verdict']} ({number(f['p_holm'], 3)})"]
+        for f in findings
+    ]
+    return header, rows
+
+
+def _notes(cfg, result: Result) -> list[str]:
     notes = [
         "Random weights: Fisher's exact test on the success counts of the two kernels per setting; "
         "trained: paired t-test across seeds; all p-values Holm-corrected together; alpha = "
@@ -104,18 +112,7 @@ def write(out_dir, cfg, trials) -> Report:
         "This construction is blocklab's reading of seed 004 (its formulas did not survive "
         "extraction): the numbers test the mechanism it describes, not its exact constants.",
     ]
-    notes += failures(result)
-    return markdown.report(
-        out,
-        cfg,
-        result,
-        title="Needle: softmax vs linear attention",
-        question=QUESTION,
-        findings=table,
-        results=results,
-        figures=figs,
-        notes=notes,
-    )
+    return notes + failures(result)
 
 
 PREDICTED = {
@@ -129,49 +126,12 @@ PREDICTED = {
 def findings(cfg, random_rows, summaries) -> list[dict[str, Any]]:
     """Softmax against each other kernel: Fisher's exact test on the random-weight success counts
     per setting, a paired t-test across seeds on trained accuracy; Holm over all of them."""
-    from scipy.stats import fisher_exact
-
-    out, pvals = [], []
     by = {(r["model"], r["seq_len"], r["tau1"]): r for r in random_rows}
     trained = {(s["seq_len"], s["model"]): s for s in summaries}
+    tested = []
     for other in PREDICTED:
-        for seq_len in cfg.seq_lens:
-            for tau1 in cfg.tau1s:
-                sm, ot = by[("softmax", seq_len, tau1)], by[(other, seq_len, tau1)]
-                table = [
-                    [sm["successes"], cfg.draws - sm["successes"]],
-                    [ot["successes"], cfg.draws - ot["successes"]],
-                ]
-                pvals.append(float(fisher_exact(table).pvalue))
-                out.append(
-                    {
-                        "part": "random weights",
-                        "setting": f"T={seq_len}, tau1={tau1:g}",
-                        "model": other,
-                        "predicted": PREDICTED[other],
-                        "measured": f"separating draws: softmax {sm['successes']}/{cfg.draws}, "
-                        f"{other} {ot['successes']}/{cfg.draws}",
-                        "difference": sm["fraction"] - ot["fraction"],
-                    }
-                )
-        for seq_len in cfg.trained_seq_lens:
-            sm, ot = trained.get((seq_len, "softmax")), trained.get((seq_len, other))
-            if not sm or not ot:
-                continue
-            seeds = sorted(set(sm["values"]) & set(ot["values"]))
-            a, b = [sm["values"][k] for k in seeds], [ot["values"][k] for k in seeds]
-            pvals.append(paired_p(a, b) if len(seeds) >= 2 else float("nan"))
-            out.append(
-                {
-                    "part": "trained",
-                    "setting": f"T={seq_len}, tau1={sm['tau1']:g}",
-                    "model": other,
-                    "predicted": PREDICTED[other],
-                    "measured": f"test accuracy: softmax {sm['mean']:.3f}, {other} "
-                    f"{ot['mean']:.3f}",
-                    "difference": sm["mean"] - ot["mean"],
-                }
-            )
+        tested += _random_findings(cfg, by, other) + _trained_findings(cfg, trained, other)
+    out, pvals = [f for f, _ in tested], [p for _, p in tested]
     finite = [i for i, p in enumerate(pvals) if not math.isnan(p)]
     adjusted = dict(zip(finite, holm([pvals[i] for i in finite]), strict=True)) if finite else {}
     for i, f in enumerate(out):
@@ -184,4 +144,50 @@ def findings(cfg, random_rows, summaries) -> list[dict[str, Any]]:
             if f["difference"] > 0
             else f"{f['model']} better"
         )
+    return out
+
+
+def _random_findings(cfg, by, other: str) -> list[tuple[dict[str, Any], float]]:
+    """Per T and tau1, softmax's separating draws against `other`'s, with Fisher's exact p."""
+    from scipy.stats import fisher_exact
+
+    out = []
+    for seq_len in cfg.seq_lens:
+        for tau1 in cfg.tau1s:
+            sm, ot = by[("softmax", seq_len, tau1)], by[(other, seq_len, tau1)]
+            table = [
+                [sm["successes"], cfg.draws - sm["successes"]],
+                [ot["successes"], cfg.draws - ot["successes"]],
+            ]
+            found = {
+                "part": "random weights",
+                "setting": f"T={seq_len}, tau1={tau1:g}",
+                "model": other,
+                "predicted": PREDICTED[other],
+                "measured": f"separating draws: softmax {sm['successes']}/{cfg.draws}, "
+                f"{other} {ot['successes']}/{cfg.draws}",
+                "difference": sm["fraction"] - ot["fraction"],
+            }
+            out.append((found, float(fisher_exact(table).pvalue)))
+    return out
+
+
+def _trained_findings(cfg, trained, other: str) -> list[tuple[dict[str, Any], float]]:
+    """Per trained T, softmax's test accuracy against `other`'s, with the paired p over seeds."""
+    out = []
+    for seq_len in cfg.trained_seq_lens:
+        sm, ot = trained.get((seq_len, "softmax")), trained.get((seq_len, other))
+        if not sm or not ot:
+            continue
+        seeds = sorted(set(sm["values"]) & set(ot["values"]))
+        a, b = [sm["values"][k] for k in seeds], [ot["values"][k] for k in seeds]
+        found = {
+            "part": "trained",
+            "setting": f"T={seq_len}, tau1={sm['tau1']:g}",
+            "model": other,
+            "predicted": PREDICTED[other],
+            "measured": f"test accuracy: softmax {sm['mean']:.3f}, {other} {ot['mean']:.3f}",
+            "difference": sm["mean"] - ot["mean"],
+        }
+        out.append((found, paired_p(a, b) if len(seeds) >= 2 else float("nan")))
     return out

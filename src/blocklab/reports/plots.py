@@ -112,6 +112,20 @@ def _yerr(summaries):
     return [lo, hi]
 
 
+def _pure_and_mixed(group):
+    """The arms of a uniform degree, in degree order, and the mixed stacks (placed at their
+    average degree); an arm without a degree is in neither."""
+    pure = sorted(
+        (s for s in group if s.degree is not None and not _is_mix(s.arm)), key=lambda s: s.degree
+    )
+    mixed = [s for s in group if s.degree is not None and _is_mix(s.arm)]
+    return pure, mixed
+
+
+# a mixed stack is an open square off the line: its average degree is not a point on the curve
+MIXED = dict(marker="s", markerfacecolor="none", linestyle="none")
+
+
 def metric_vs_degree(summaries, path):
     """Mean test metric (95% interval bars) vs degree, one panel per task, one line per budget."""
     summaries = [s for s in summaries if math.isfinite(s.mean)]
@@ -123,61 +137,49 @@ def metric_vs_degree(summaries, path):
     for ax, task in zip(axes[0], tasks, strict=True):
         mine = [s for s in summaries if s.task == task]
         for budget in sorted({s.budget for s in mine}):
-            at = [s for s in mine if s.budget == budget]
-            pure = sorted(
-                (s for s in at if s.degree is not None and not _is_mix(s.arm)),
-                key=lambda s: s.degree,
-            )
-            mixed = [s for s in at if s.degree is not None and _is_mix(s.arm)]
-            c = color[budget]
-            if pure:
-                ax.errorbar(
-                    [s.degree for s in pure],
-                    [s.mean for s in pure],
-                    yerr=_yerr(pure),
-                    color=c,
-                    marker="o",
-                    capsize=3,
-                    label=f"B = {budget:,}",
-                )
-            if mixed:
-                ax.errorbar(
-                    [s.degree for s in mixed],
-                    [s.mean for s in mixed],
-                    yerr=_yerr(mixed),
-                    color=c,
-                    marker="s",
-                    markerfacecolor="none",
-                    linestyle="none",
-                    capsize=3,
-                    label=None if pure else f"B = {budget:,}",
-                )
-            for s in at:
-                if s.degree is None:  # no degree to place it at: a reference level
-                    ax.axhline(s.mean, color=c, linestyle="--", linewidth=1)
-                    lo, hi = _band(s)
-                    if math.isfinite(lo):
-                        ax.axhspan(lo, hi, color=c, alpha=0.12, linewidth=0)
+            _budget_line(ax, [s for s in mine if s.budget == budget], budget, color[budget])
         _degree_xlim(ax, [s.degree for s in mine if s.degree is not None])
         _mark_e(ax)
-        metric = mine[0].metric if mine else "metric"
-        better = f" ({_better(mine[0].higher_is_better)})" if mine else ""
-        ax.set(
-            title=f"{task}{better}",
-            xlabel="degree d (polynomial degree; mixed stacks: average)",
-            ylabel=f"{metric_label(metric)},\nmean and 95% CI"
-            + (" (bootstrap: stays > 0)" if metric == "mse" else ""),
-        )
-        handles, _ = ax.get_legend_handles_labels()
-        # the legend names only the kinds of arm that ran in this panel
-        if any(s.degree is not None and _is_mix(s.arm) for s in mine):
-            mixed_key = dict(marker="s", markerfacecolor="none", linestyle="none")
-            handles.append(Line2D([], [], color="0.4", label="mixed stack", **mixed_key))
-        if any(s.degree is None for s in mine):
-            label = "non-polynomial (mlp), band: CI"
-            handles.append(Line2D([], [], color="0.4", linestyle="--", label=label))
-        ax.legend(handles=handles, fontsize=8)
+        _label_metric_panel(ax, task, mine)
     return save(fig, path)
+
+
+def _budget_line(ax, at, budget, c):
+    """One budget's arms: the uniform ones as a line, mixed stacks as open squares, an arm
+    without a degree as a horizontal reference level with its interval as a band."""
+    pure, mixed = _pure_and_mixed(at)
+    label = f"B = {budget:,}"
+    if pure:
+        x, y, yerr = [s.degree for s in pure], [s.mean for s in pure], _yerr(pure)
+        ax.errorbar(x, y, yerr=yerr, color=c, marker="o", capsize=3, label=label)
+    if mixed:
+        x, y, yerr = [s.degree for s in mixed], [s.mean for s in mixed], _yerr(mixed)
+        ax.errorbar(x, y, yerr=yerr, color=c, capsize=3, label=None if pure else label, **MIXED)
+    for s in at:
+        if s.degree is None:
+            ax.axhline(s.mean, color=c, linestyle="--", linewidth=1)
+            lo, hi = _band(s)
+            if math.isfinite(lo):
+                ax.axhspan(lo, hi, color=c, alpha=0.12, linewidth=0)
+
+
+def _label_metric_panel(ax, task, mine):
+    metric = mine[0].metric if mine else "metric"
+    better = f" ({_better(mine[0].higher_is_better)})" if mine else ""
+    ax.set(
+        title=f"{task}{better}",
+        xlabel="degree d (polynomial degree; mixed stacks: average)",
+        ylabel=f"{metric_label(metric)},\nmean and 95% CI"
+        + (" (bootstrap: stays > 0)" if metric == "mse" else ""),
+    )
+    handles, _ = ax.get_legend_handles_labels()
+    # the legend names only the kinds of arm that ran in this panel
+    if any(s.degree is not None and _is_mix(s.arm) for s in mine):
+        handles.append(Line2D([], [], color="0.4", label="mixed stack", **MIXED))
+    if any(s.degree is None for s in mine):
+        label = "non-polynomial (mlp), band: CI"
+        handles.append(Line2D([], [], color="0.4", linestyle="--", label=label))
+    ax.legend(handles=handles, fontsize=8)
 
 
 def _mean_curve(trials):
@@ -201,8 +203,9 @@ def _mean_curve(trials):
     return steps, mean, lo, hi
 
 
-def learning_curves(rows, path):
-    """Validation loss vs step, one panel per (task, budget), one line per arm (done seeds only)."""
+def _curves_by_panel(rows):
+    """The finished seeds' rows per (task, budget) and arm, each arm's degree, and the count of
+    diverged seeds per (task, budget, arm)."""
     groups = defaultdict(lambda: defaultdict(list))
     degree, diverged = {}, defaultdict(int)
     for r in sorted(rows, key=lambda r: r["seed"]):
@@ -212,11 +215,14 @@ def learning_curves(rows, path):
             diverged[(*key, r["arm"])] += 1
         elif len(r["curve_step"]):
             groups[key][r["arm"]].append(r)
+    return groups, degree, diverged
+
+
+def learning_curves(rows, path):
+    """Validation loss vs step, one panel per (task, budget), one line per arm (done seeds only)."""
+    groups, degree, diverged = _curves_by_panel(rows)
     arms = sorted(degree, key=lambda a: (degree[a] is None, degree[a] or 0.0, a))
     color = colors(arms)
-    plain = FuncFormatter(lambda v, _: f"{v:g}")  # 0.3, not 3 x 10^-1, on log axes
-    # of the minor ticks only 2 and 5 times a power of ten are labelled: all eight crowd
-    sparse = FuncFormatter(lambda v, _: f"{v:g}" if v > 0 and f"{v:.0e}"[0] in "25" else "")
     keys = sorted(groups) or [("(no finished trials)", 0)]
     ncols = min(3, len(keys))
     nrows = math.ceil(len(keys) / ncols)
@@ -227,25 +233,7 @@ def learning_curves(rows, path):
         ax.set_visible(False)
     shown = {}
     for ax, key in zip(axes.flat, keys, strict=False):
-        positive, threshold = True, None
-        for arm in arms:
-            trials = groups[key].get(arm)
-            if not trials:
-                continue
-            threshold = trials[0]["threshold"]
-            steps, mean, lo, hi = _mean_curve(trials)
-            shown[arm] = ax.plot(steps, mean, color=color[arm], label=arm)[0]
-            ax.fill_between(steps, lo, hi, color=color[arm], alpha=0.15, linewidth=0)
-            positive &= bool(np.all(lo[np.isfinite(lo)] > 0))
-        if threshold is not None:
-            shown["threshold"] = ax.axhline(
-                threshold, color="0.3", linestyle=":", linewidth=1, label="loss threshold"
-            )
-            positive &= threshold > 0
-        if positive and groups[key]:
-            ax.set_yscale("log")
-            ax.yaxis.set_major_formatter(plain)
-            ax.yaxis.set_minor_formatter(sparse)
+        shown |= _curve_panel(ax, groups[key], arms, color)
         lost = ", ".join(f"{a} ({n})" for (t, b, a), n in diverged.items() if (t, b) == key)
         lost = f"\ndiverged seeds (not drawn): {lost}" if lost else ""
         ax.set_title(f"{key[0]}, B = {key[1]:,}{lost}", fontsize=10)
@@ -254,6 +242,38 @@ def learning_curves(rows, path):
         fig.legend(handles=list(shown.values()), loc="outside right upper", fontsize=8)
     fig.suptitle("mean of finished seeds; band: min to max", fontsize=10)
     return save(fig, path)
+
+
+def _curve_panel(ax, by_arm, arms, color):
+    """One (task, budget): each arm's mean curve with its min-max band, and the loss threshold.
+    Returns the lines drawn, by arm, for the figure's legend."""
+    shown, positive, threshold = {}, True, None
+    for arm in arms:
+        trials = by_arm.get(arm)
+        if not trials:
+            continue
+        threshold = trials[0]["threshold"]
+        steps, mean, lo, hi = _mean_curve(trials)
+        shown[arm] = ax.plot(steps, mean, color=color[arm], label=arm)[0]
+        ax.fill_between(steps, lo, hi, color=color[arm], alpha=0.15, linewidth=0)
+        positive &= bool(np.all(lo[np.isfinite(lo)] > 0))
+    if threshold is not None:
+        shown["threshold"] = ax.axhline(
+            threshold, color="0.3", linestyle=":", linewidth=1, label="loss threshold"
+        )
+        positive &= threshold > 0
+    if positive and by_arm:  # a log axis only where nothing drawn is zero or below
+        _plain_log_y(ax)
+    return shown
+
+
+def _plain_log_y(ax):
+    ax.set_yscale("log")
+    # 0.3, not 3 x 10^-1; of the minor ticks only 2 and 5 times a power of ten are labelled:
+    # all eight crowd
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    sparse = FuncFormatter(lambda v, _: f"{v:g}" if v > 0 and f"{v:.0e}"[0] in "25" else "")
+    ax.yaxis.set_minor_formatter(sparse)
 
 
 def _normalized(group):
@@ -270,52 +290,41 @@ def _normalized(group):
 def ranking_vs_theory(summaries, path):
     """Left: h(d) with the arms' degrees marked. Right: measured metric relative to the best arm."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
+    _theory_panel(left, summaries)
+    _relative_panel(right, summaries)
+    return save(fig, path)
+
+
+def _theory_panel(ax, summaries):
+    """h(d) with each arm marked at its degree."""
     grid = np.linspace(1.5, 5.0, 200)
-    left.plot(grid, [h(d) for d in grid], color="0.2", label="h(d) = ln d / d")
+    ax.plot(grid, [h(d) for d in grid], color="0.2", label="h(d) = ln d / d")
     arms = {s.arm: s.degree for s in summaries if s.degree is not None}
     for arm, d in sorted(arms.items(), key=lambda kv: kv[1]):
         mixed = _is_mix(arm)
         # a mixed stack's h is that of its layers, not of its average degree
-        left.plot(
-            d,
-            h(layer_degrees(arm, d)),
-            marker="s" if mixed else "o",
-            linestyle="none",
-            color="C3",
-            markerfacecolor="none" if mixed else "C3",
-        )
-        left.annotate(
-            arm,
-            (d, h(layer_degrees(arm, d))),
-            textcoords="offset points",
-            xytext=(4, -10 if mixed else 5),
-            fontsize=8,
-        )
-    _mark_e(left, text=False)
-    left.set(
+        y = h(layer_degrees(arm, d))
+        marker = dict(marker="s" if mixed else "o", markerfacecolor="none" if mixed else "C3")
+        ax.plot(d, y, linestyle="none", color="C3", **marker)
+        offset = (4, -10 if mixed else 5)
+        ax.annotate(arm, (d, y), textcoords="offset points", xytext=offset, fontsize=8)
+    _mark_e(ax, text=False)
+    ax.set(
         title="theory: h(d) = ln d / d (higher is better)",
         xlabel="degree d (polynomial degree)",
         ylabel="h(d) = ln d / d (dimensionless)",
     )
-    left.legend(
-        handles=[
-            Line2D([], [], color="0.2", label="h(d) = ln d / d"),
-            Line2D([], [], color="0.4", linestyle=":", label="d = e, the maximum"),
-            Line2D([], [], color="C3", marker="o", linestyle="none", label="uniform arm"),
-            Line2D(
-                [],
-                [],
-                color="C3",
-                marker="s",
-                markerfacecolor="none",
-                linestyle="none",
-                label="mixed stack: sum ln d_i / sum d_i",
-            ),
-        ],
-        fontsize=8,
-        loc="lower center",
-    )
+    handles = [
+        Line2D([], [], color="0.2", label="h(d) = ln d / d"),
+        Line2D([], [], color="0.4", linestyle=":", label="d = e, the maximum"),
+        Line2D([], [], color="C3", marker="o", linestyle="none", label="uniform arm"),
+        Line2D([], [], color="C3", label="mixed stack: sum ln d_i / sum d_i", **MIXED),
+    ]
+    ax.legend(handles=handles, fontsize=8, loc="lower center")
 
+
+def _relative_panel(ax, summaries):
+    """Each (task, budget)'s arms relative to its best arm, one line each."""
     groups = defaultdict(list)
     for s in summaries:
         if math.isfinite(s.mean):
@@ -323,42 +332,27 @@ def ranking_vs_theory(summaries, path):
     color = colors(sorted(groups))
     for key, group in sorted(groups.items()):
         scores = _normalized(group)
-        if scores is None:
-            continue
-        by_arm = dict(zip((s.arm for s in group), scores, strict=True))
-        pure = sorted(
-            (s for s in group if s.degree is not None and not _is_mix(s.arm)),
-            key=lambda s: s.degree,
-        )
-        label = f"{key[0]}, B = {key[1]:,}"
-        right.plot(
-            [s.degree for s in pure],
-            [by_arm[s.arm] for s in pure],
-            marker="o",
-            color=color[key],
-            label=label if pure else None,
-        )
-        mixed = [s for s in group if s.degree is not None and _is_mix(s.arm)]
-        right.plot(
-            [s.degree for s in mixed],
-            [by_arm[s.arm] for s in mixed],
-            marker="s",
-            markerfacecolor="none",
-            linestyle="none",
-            color=color[key],
-            label=None if pure else label,
-        )
-        for s in group:
-            if s.degree is None:
-                right.axhline(by_arm[s.arm], color=color[key], linestyle="--", linewidth=1)
-    _degree_xlim(right, [s.degree for s in summaries if s.degree is not None])
-    _mark_e(right)
-    right.set(
+        if scores is not None:
+            by_arm = dict(zip((s.arm for s in group), scores, strict=True))
+            _relative_line(ax, group, by_arm, f"{key[0]}, B = {key[1]:,}", color[key])
+    _degree_xlim(ax, [s.degree for s in summaries if s.degree is not None])
+    _mark_e(ax)
+    ax.set(
         title="measured, relative to the best arm (higher is better)",
         xlabel="degree d (polynomial degree; mixed stacks: average)\ndashed line: mlp",
         ylabel="score relative to the best arm (ratio):\nbest / mean if lower is better,\n"
         "mean / best if higher is better",
     )
-    if right.get_legend_handles_labels()[0]:
-        right.legend(fontsize=8)
-    return save(fig, path)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+
+
+def _relative_line(ax, group, by_arm, label, c):
+    pure, mixed = _pure_and_mixed(group)
+    x, y = [s.degree for s in pure], [by_arm[s.arm] for s in pure]
+    ax.plot(x, y, marker="o", color=c, label=label if pure else None)
+    x, y = [s.degree for s in mixed], [by_arm[s.arm] for s in mixed]
+    ax.plot(x, y, color=c, label=None if pure else label, **MIXED)
+    for s in group:
+        if s.degree is None:
+            ax.axhline(by_arm[s.arm], color=c, linestyle="--", linewidth=1)

@@ -30,6 +30,7 @@ QUESTION = (
 # the keys the trials differ by besides the seed: accuracy is summarized over the seeds of each
 KEYS = ("task", "seq_len", "width", "model")
 BLOCK = {"standard": "softmax_attention", "tensor": "tensor_attention"}
+COLUMNS = {"task": "task", "seq_len": "N", "width": "width", "model": "block"}
 
 PREDICTIONS = {
     ("match2", "standard"): True,
@@ -201,10 +202,29 @@ def write(out_dir, cfg, trials) -> Report:
     widths = solving_widths(cfg, result)
     said = statement(cfg, trials, result, widths)
     out = Path(out_dir)
+    extra = {"constructions": trials.constructions, "solving_widths": widths}
+    extra |= {"lr_choice": trials.lr_choice, "statement": said}
+    report = markdown.report(
+        out,
+        cfg,
+        result,
+        extra,
+        title="Sanford Match2 / Match3: constructed and trained, standard vs tensor attention",
+        question=QUESTION,
+        findings=_findings_table(result.findings),
+        results=results_table(result.summaries, COLUMNS),
+        figures=[_accuracy_plot(cfg, result.summaries, out / "match_accuracy_vs_width.png")],
+        notes=_notes(cfg, trials, result, said, widths),
+    )
+    report.text[:0] = said
+    return report
+
+
+def _accuracy_plot(cfg, summaries, path: Path) -> str:
     several = len(cfg.seq_len) > 1
-    fig = lines_plot(
-        result.summaries,
-        out / "match_accuracy_vs_width.png",
+    return lines_plot(
+        summaries,
+        path,
         x="width",
         series=("model", "seq_len") if several else ("model",),
         panels="task",
@@ -212,34 +232,37 @@ def write(out_dir, cfg, trials) -> Report:
         ylabel="test accuracy (fraction correct)",
         hline=cfg.solved,
     )
+
+
+def _findings_table(findings: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     header = ["task", "N", "width", "block", "seed 002 predicts", "constructed", "trained"]
     header += ["plateaued", "lr", "agrees", "tensor vs standard (Holm p)"]
-    table = (
-        header,
+    rows = [
         [
-            [
-                f["task"],
-                str(f["seq_len"]),
-                str(f["width"]),
-                f["model"],
-                f["predicted"],
-                "-"
-                if f["constructed"] is None
-                else f"{f['constructed']:.4f} (m = {f['constructed_width']})",
-                f["measured"],
-                f"{f['plateaued']:.0%}",
-                "-"
-                if f["lr"] is None
-                else f"{f['lr']:.3g}" + (" (edge)" if f["lr_at_edge"] else ""),
-                "yes" if f["agrees"] else "no",
-                number(f["p_holm"], 3),
-            ]
-            for f in result.findings
-        ],
-    )
-    results = results_table(
-        result.summaries, {"task": "task", "seq_len": "N", "width": "width", "model": "block"}
-    )
+            f["task"],
+            str(f["seq_len"]),
+            str(f["width"]),
+            f["model"],
+            f["predicted"],
+            "-"
+            if f["constructed"] is None
+            else f"{f['constructed']:.4f} (m = {f['constructed_width']})",
+            f["measured"],
+            f"{f['plateaued']:.0%}",
+            "-" if f["lr"] is None else f"{f['lr']:.3g}" + (" (edge)" if f["lr_at_edge"] else ""),
+            "yes" if f["agrees"] else "no",
+            number(f["p_holm"], 3),
+        ]
+        for f in findings
+    ]
+    return header, rows
+
+
+def _notes(cfg, trials, result: Findings, said: list[str], widths) -> list[str]:
+    """The finding in words, the scaling with N, the constructions, how 'solved' and the
+    learning rate were decided, chance per task and the failed trials."""
+    notes = [f"Finding: {line}" for line in said]
+    notes += scaling(cfg, widths)
     built = markdown_table(
         ["task", "block", "m", "N", "M", "accuracy", "fresh sequences"],
         [
@@ -248,8 +271,6 @@ def write(out_dir, cfg, trials) -> Report:
             for c in trials.constructions
         ],
     )
-    notes = [f"Finding: {line}" for line in said]
-    notes += scaling(cfg, widths)
     notes.append(
         "Constructions (`blocklab.constructions`): the block alone on the one-hot input with the "
         "STOP token, a residue predicted positive when its output exceeds 1/2:\n\n  "
@@ -268,23 +289,7 @@ def write(out_dir, cfg, trials) -> Report:
         f"{b['balance']:.3f} (chance level of a constant prediction)"
         for t, b in _balance(cfg)
     ]
-    notes += markdown.failures(result)
-    extra = {"constructions": trials.constructions, "solving_widths": widths}
-    extra |= {"lr_choice": trials.lr_choice, "statement": said}
-    report = markdown.report(
-        out,
-        cfg,
-        result,
-        extra,
-        title="Sanford Match2 / Match3: constructed and trained, standard vs tensor attention",
-        question=QUESTION,
-        findings=table,
-        results=results,
-        figures=[fig],
-        notes=notes,
-    )
-    report.text[:0] = said
-    return report
+    return notes + markdown.failures(result)
 
 
 def _balance(cfg) -> list[tuple[str, dict[str, Any]]]:

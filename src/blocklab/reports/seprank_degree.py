@@ -151,78 +151,90 @@ def float_name(name: str) -> float:
 def degree_findings(cfg, summaries) -> list[dict[str, Any]]:
     """The d^p + 1 law per degree, its slope per layer and per parameter, equal budgets, the
     float64 rank, and the real degree kept apart."""
-    out = []
     w2 = cfg.width**2
-    slopes, tols, h = {}, {}, {}
+    out, slopes, tols, h = [], {}, {}, {}
     for d in sorted({s["degree"] for s in summaries if s["polynomial"]}):
         name = format_degree(d)
-        group = [s for s in summaries if s["degree"] == d and not s["exact_saturated"]]
-        wrong = [s for s in group if set(s["exact"]["values"]) != {s["predicted"]}]
-        out.append(
-            {
-                "part": "rank = d^p + 1",
-                "setting": f"d={name}, p={','.join(str(s['depth']) for s in group)}",
-                "predicted": "sep = d^p + 1: degree d^p (seed 000 eq. 16), two scalar variables",
-                "measured": "exact ranks "
-                + ", ".join(values_text(s["exact"]) for s in group)
-                + f"; float64 rank equal at p = {_float_reach(group)}",
-                "verdict": "exact agreement at every unsaturated depth and seed"
-                if group and not wrong
-                else "not testable at this grid"
-                if not group
-                else "DIFFERS at " + ", ".join(f"p={s['depth']}" for s in wrong),
-            }
-        )
+        out.append(_rank_law(summaries, d, name))
         fit = slope_fit(summaries, d, cfg.alpha)
         if fit is None:
             continue
-        slopes[name] = fit["slope"] / (d * w2)
-        tols[name], h[name] = fit["half_width"] / (d * w2), theory.h(d) / w2
-        agrees = abs(fit["slope"] - math.log(d)) <= max(fit["half_width"], 1e-9)
-        out.append(
-            {
-                "part": "slope per layer",
-                "setting": f"d={name}, p={fit['depths'][0]}..{fit['depths'][-1]}, "
-                f"{fit['points']} ranks",
-                "predicted": f"ln(rank - 1) grows by ln d = {math.log(d):.4f} per layer",
-                "measured": f"{fit['slope']:.4f} ± {fit['half_width']:.2g} "
-                f"({1 - cfg.alpha:.0%} interval); per parameter {slopes[name] * w2:.4f} / w^2",
-                "verdict": "agrees" if agrees else "DIFFERS",
-            }
-        )
+        slopes[name], tols[name] = fit["slope"] / (d * w2), fit["half_width"] / (d * w2)
+        h[name] = theory.h(d) / w2
+        out.append(_slope_per_layer(fit, d, name, slopes[name] * w2, cfg.alpha))
     if len(slopes) >= 2:
-        measured_order, predicted_order = _order(slopes, tols), _order(h, dict.fromkeys(h, 0.0))
-        out.append(
-            {
-                "part": "per parameter",
-                "setting": f"slope of ln(rank - 1) per block parameter (d w^2 per layer, w = "
-                f"{cfg.width})",
-                "predicted": f"ordered by h(d) = ln d / d: {predicted_order} (seed 000 eq. 5, 17)",
-                "measured": measured_order
-                + " ("
-                + ", ".join(f"d={k}: {v * w2:.4f}/w^2" for k, v in slopes.items())
-                + ")",
-                "verdict": "matches h(d)" if measured_order == predicted_order else "differs",
-            }
-        )
+        out.append(_per_parameter(slopes, tols, h, cfg.width))
     out += _equal_budget(cfg, summaries)
     out.append(float_finding([s for s in summaries if s["polynomial"]], cfg.rtol))
-    for s in [s for s in summaries if not s["polynomial"]][:1]:
-        group = [t for t in summaries if t["degree"] == s["degree"]]
-        out.append(
-            {
-                "part": "real degree",
-                "setting": f"d={s['arm']} (fractional block), p=1..{group[-1]['depth']}",
-                "predicted": "not a polynomial: no d^p law; the grid (M) is its only bound",
-                "measured": "float64 ranks "
-                + ", ".join(
-                    values_text(t["float"]) + (" (sat.)" if t["float_saturated"] else "")
-                    for t in group
-                ),
-                "verdict": "kept out of the polynomial comparison",
-            }
-        )
-    return out
+    return out + _real_degree(summaries)
+
+
+def _rank_law(summaries, d: float, name: str) -> dict[str, Any]:
+    group = [s for s in summaries if s["degree"] == d and not s["exact_saturated"]]
+    wrong = [s for s in group if set(s["exact"]["values"]) != {s["predicted"]}]
+    return {
+        "part": "rank = d^p + 1",
+        "setting": f"d={name}, p={','.join(str(s['depth']) for s in group)}",
+        "predicted": "sep = d^p + 1: degree d^p (seed 000 eq. 16), two scalar variables",
+        "measured": "exact ranks "
+        + ", ".join(values_text(s["exact"]) for s in group)
+        + f"; float64 rank equal at p = {_float_reach(group)}",
+        "verdict": "exact agreement at every unsaturated depth and seed"
+        if group and not wrong
+        else "not testable at this grid"
+        if not group
+        else "DIFFERS at " + ", ".join(f"p={s['depth']}" for s in wrong),
+    }
+
+
+def _slope_per_layer(fit, d: float, name: str, per_w2: float, alpha: float) -> dict[str, Any]:
+    """The fitted growth of ln(rank - 1) per layer against ln d; `per_w2`: that slope per
+    block parameter, times w^2."""
+    agrees = abs(fit["slope"] - math.log(d)) <= max(fit["half_width"], 1e-9)
+    return {
+        "part": "slope per layer",
+        "setting": f"d={name}, p={fit['depths'][0]}..{fit['depths'][-1]}, {fit['points']} ranks",
+        "predicted": f"ln(rank - 1) grows by ln d = {math.log(d):.4f} per layer",
+        "measured": f"{fit['slope']:.4f} ± {fit['half_width']:.2g} "
+        f"({1 - alpha:.0%} interval); per parameter {per_w2:.4f} / w^2",
+        "verdict": "agrees" if agrees else "DIFFERS",
+    }
+
+
+def _per_parameter(slopes, tols, h, width: int) -> dict[str, Any]:
+    """The degrees ordered by their slope per block parameter, against the order of h(d)."""
+    w2 = width**2
+    measured_order, predicted_order = _order(slopes, tols), _order(h, dict.fromkeys(h, 0.0))
+    return {
+        "part": "per parameter",
+        "setting": f"slope of ln(rank - 1) per block parameter (d w^2 per layer, w = {width})",
+        "predicted": f"ordered by h(d) = ln d / d: {predicted_order} (seed 000 eq. 5, 17)",
+        "measured": measured_order
+        + " ("
+        + ", ".join(f"d={k}: {v * w2:.4f}/w^2" for k, v in slopes.items())
+        + ")",
+        "verdict": "matches h(d)" if measured_order == predicted_order else "differs",
+    }
+
+
+def _real_degree(summaries) -> list[dict[str, Any]]:
+    """The fractional block (d = e), which has no d^p law: its float64 ranks, apart."""
+    real = [s for s in summaries if not s["polynomial"]]
+    if not real:
+        return []
+    group = [t for t in summaries if t["degree"] == real[0]["degree"]]
+    measured = ", ".join(
+        values_text(t["float"]) + (" (sat.)" if t["float_saturated"] else "") for t in group
+    )
+    return [
+        {
+            "part": "real degree",
+            "setting": f"d={real[0]['arm']} (fractional block), p=1..{group[-1]['depth']}",
+            "predicted": "not a polynomial: no d^p law; the grid (M) is its only bound",
+            "measured": f"float64 ranks {measured}",
+            "verdict": "kept out of the polynomial comparison",
+        }
+    ]
 
 
 def _equal_budget(cfg, summaries) -> list[dict[str, Any]]:

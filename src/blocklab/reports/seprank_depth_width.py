@@ -14,7 +14,14 @@ from blocklab import theory
 from blocklab.analysis.summary import spread
 from blocklab.formatting import number
 from blocklab.reports import Findings, Report, markdown
-from blocklab.reports._seprank import EXACT_NOTE, FLOAT_NOTE, float_finding, log3, ranks
+from blocklab.reports._seprank import (
+    EXACT_NOTE,
+    FLOAT_NOTE,
+    float_finding,
+    log3,
+    point_label,
+    ranks,
+)
 from blocklab.reports.figures import save_figure
 from blocklab.reports.markdown import findings_table
 
@@ -174,86 +181,90 @@ def growth_steps(summaries) -> list[dict[str, Any]]:
 def depth_width_findings(cfg, summaries) -> list[dict[str, Any]]:
     """The upper and lower bounds, the depth threshold, the seeds' agreement and the float64
     rank."""
-    measured_ = [s for s in summaries if s["exact"]["max"] is not None]
-    out = []
-    # 1. The upper bounds hold almost everywhere: a violation is a bug or a refutation.
-    over = [s for s in measured_ if log3(s["exact"]["max"]) > s["log3_upper"] + 1e-9]
-    out.append(
-        {
-            "part": "upper bound",
-            "setting": f"{len(measured_)} (L, dx) points",
-            "predicted": "rank <= 3^upper (Theorem 1 eq. 7 / Theorem 2 eq. 8)",
-            "measured": "every exact rank is below its upper bound"
-            if not over
-            else "EXCEEDED at "
-            + ", ".join(f"L={s['depth']} dx={s['width']} ({s['exact']['max']})" for s in over),
-            "verdict": "holds" if not over else "VIOLATED: a bug or a refutation of the bound",
-        }
-    )
-    # 2. The lower bounds, where the grid can reach them.
-    reach = [s for s in measured_ if s["log3_lower"] > 0 and 3 ** s["log3_lower"] <= s["grid"]]
+    measured = [s for s in summaries if s["exact"]["max"] is not None]
+    return [
+        _upper_bound(measured),
+        _lower_bound(measured),
+        _depth_threshold(growth_steps(summaries)),
+        _seeds_agree(measured, cfg.seeds),
+        float_finding(summaries, cfg.rtol),
+    ]
+
+
+def _where(group, value) -> str:
+    """'L=2 dx=4 (27), ...': each point with what it measured."""
+    return ", ".join(f"{point_label(s)} ({value(s)})" for s in group)
+
+
+def _upper_bound(measured) -> dict[str, Any]:
+    """The upper bounds hold almost everywhere: a violation is a bug or a refutation."""
+    over = [s for s in measured if log3(s["exact"]["max"]) > s["log3_upper"] + 1e-9]
+    return {
+        "part": "upper bound",
+        "setting": f"{len(measured)} (L, dx) points",
+        "predicted": "rank <= 3^upper (Theorem 1 eq. 7 / Theorem 2 eq. 8)",
+        "measured": "every exact rank is below its upper bound"
+        if not over
+        else "EXCEEDED at " + _where(over, lambda s: s["exact"]["max"]),
+        "verdict": "holds" if not over else "VIOLATED: a bug or a refutation of the bound",
+    }
+
+
+def _lower_bound(measured) -> dict[str, Any]:
+    """The lower bounds, where the grid can reach them."""
+    reach = [s for s in measured if s["log3_lower"] > 0 and 3 ** s["log3_lower"] <= s["grid"]]
     under = [s for s in reach if log3(s["exact"]["min"]) < s["log3_lower"] - 1e-9]
-    trivial = sum(s["log3_lower"] <= 0 for s in measured_)
-    out.append(
-        {
-            "part": "lower bound",
-            "setting": f"{len(reach)} points with 1 < 3^lower <= grid ({trivial} trivial: "
-            "lower <= 0)",
-            "predicted": "rank >= 3^lower where the grid can show it",
-            "measured": "every reachable point is at or above its lower bound"
-            if reach and not under
-            else "no reachable point"
-            if not reach
-            else "BELOW at "
-            + ", ".join(f"L={s['depth']} dx={s['width']} ({s['exact']['min']})" for s in under),
-            "verdict": "not testable at this grid"
-            if not reach
-            else "holds"
-            if not under
-            else "VIOLATED (or a Schwartz-Zippel accident: rerun with more seeds)",
-        }
-    )
-    # 3. The regimes: double-exponential growth below the threshold, exponential above.
-    steps = growth_steps(summaries)
+    trivial = sum(s["log3_lower"] <= 0 for s in measured)
+    return {
+        "part": "lower bound",
+        "setting": f"{len(reach)} points with 1 < 3^lower <= grid ({trivial} trivial: lower <= 0)",
+        "predicted": "rank >= 3^lower where the grid can show it",
+        "measured": "every reachable point is at or above its lower bound"
+        if reach and not under
+        else "no reachable point"
+        if not reach
+        else "BELOW at " + _where(under, lambda s: s["exact"]["min"]),
+        "verdict": "not testable at this grid"
+        if not reach
+        else "holds"
+        if not under
+        else "VIOLATED (or a Schwartz-Zippel accident: rerun with more seeds)",
+    }
+
+
+def _depth_threshold(steps) -> dict[str, Any]:
+    """The regimes: double-exponential growth below the threshold, exponential above."""
     below = [s["growth"] for s in steps if s["side"] == "below"]
     above = [s["growth"] for s in steps if s["side"] == "above"]
     shown = "; ".join(
         f"dx={s['width']} L={s['from']}->{s['to']} ({s['side']}): x{s['growth']:.2f}" for s in steps
     )
-    testable = below and above
-    out.append(
-        {
-            "part": "depth threshold",
-            "setting": "growth of log3 rank per added layer (exact, unsaturated steps)",
-            "predicted": "faster below L = log3 dx (log3 sep ~ 3^L, Theorem 1) than above it "
-            "(log3 sep ~ dx L, Theorem 2): every step below grows more than every step above",
-            "measured": shown or "no unsaturated consecutive depths",
-            "verdict": "not testable at this grid (needs unsaturated steps on both sides)"
-            if not testable
-            else "consistent"
-            if min(below) > max(above)
-            else "NOT consistent",
-        }
-    )
-    # 4. Generic weights give one rank: seeds must agree.
-    spread = [s for s in measured_ if s["exact"]["min"] != s["exact"]["max"]]
-    out.append(
-        {
-            "part": "seeds",
-            "setting": f"{cfg.seeds} weight and template draws per point",
-            "predicted": "one rank almost everywhere: identical across seeds",
-            "measured": "identical at every point"
-            if not spread
-            else "spread at "
-            + ", ".join(
-                f"L={s['depth']} dx={s['width']} ({s['exact']['min']}-{s['exact']['max']})"
-                for s in spread
-            ),
-            "verdict": "holds" if not spread else "seeds disagree (see the measured spread)",
-        }
-    )
-    out.append(float_finding(summaries, cfg.rtol))
-    return out
+    return {
+        "part": "depth threshold",
+        "setting": "growth of log3 rank per added layer (exact, unsaturated steps)",
+        "predicted": "faster below L = log3 dx (log3 sep ~ 3^L, Theorem 1) than above it "
+        "(log3 sep ~ dx L, Theorem 2): every step below grows more than every step above",
+        "measured": shown or "no unsaturated consecutive depths",
+        "verdict": "not testable at this grid (needs unsaturated steps on both sides)"
+        if not (below and above)
+        else "consistent"
+        if min(below) > max(above)
+        else "NOT consistent",
+    }
+
+
+def _seeds_agree(measured, seeds: int) -> dict[str, Any]:
+    """Generic weights give one rank: seeds must agree."""
+    apart = [s for s in measured if s["exact"]["min"] != s["exact"]["max"]]
+    return {
+        "part": "seeds",
+        "setting": f"{seeds} weight and template draws per point",
+        "predicted": "one rank almost everywhere: identical across seeds",
+        "measured": "identical at every point"
+        if not apart
+        else "spread at " + _where(apart, lambda s: f"{s['exact']['min']}-{s['exact']['max']}"),
+        "verdict": "holds" if not apart else "seeds disagree (see the measured spread)",
+    }
 
 
 def _bands_plot(summaries, cfg, path: Path) -> str:
