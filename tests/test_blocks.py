@@ -191,8 +191,8 @@ def test_module_block_counts_its_factory_and_leaves_the_seed():
 
 @pytest.mark.parametrize("degree", [1, 2, 3, 4, 5])
 def test_product_of_factors_matches_its_reference(degree):
-    """The hand-written backward against autograd through the plain loop: forward and
-    backward, plainly and as per-example gradients under torch.func.vmap."""
+    """The hand-written backward and jvp against autograd through the plain loop: forward,
+    backward (plainly and as per-example gradients under torch.func.vmap) and forward mode."""
     g = torch.Generator().manual_seed(degree)
     z = torch.randn(4, 3, degree * 5, generator=g, dtype=torch.float64, requires_grad=True)
     up = torch.randn(4, 3, 5, generator=g, dtype=torch.float64)
@@ -212,3 +212,12 @@ def test_product_of_factors_matches_its_reference(degree):
         atol=1e-15,
     )
     assert torch.autograd.gradcheck(lambda t: product_of_factors(t, degree, 5), (z[:1, :1],))
+    # forward mode, as torch.func.jacfwd builds a Gauss-Newton Jacobian: the written-out jvp
+    tangent = torch.randn(z.shape, generator=g, dtype=torch.float64)
+    _, t_fast = torch.func.jvp(
+        lambda t: product_of_factors(t, degree, 5), (z.detach(),), (tangent,)
+    )
+    _, t_ref = torch.func.jvp(
+        lambda t: product_of_factors_reference(t, degree, 5), (z.detach(),), (tangent,)
+    )
+    torch.testing.assert_close(t_fast, t_ref, rtol=1e-12, atol=1e-15)

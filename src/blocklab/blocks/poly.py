@@ -43,7 +43,20 @@ class _ProductOfFactors(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         z, ctx.degree, ctx.d_out = inputs
         ctx.save_for_backward(z, *output[1])
+        ctx.save_for_forward(z)
         ctx.mark_non_differentiable(*output[1])
+
+    @staticmethod
+    def jvp(ctx, dz: torch.Tensor, *_):
+        """Forward mode (torch.func.jacfwd, a Gauss-Newton Jacobian): the product rule along the
+        running products, d(p_k) = d(p_{k-1}) f_k + p_{k-1} df_k."""
+        z = ctx.saved_tensors[0]  # (..., d * D_out)
+        f = z.unflatten(-1, (ctx.degree, ctx.d_out))  # (..., d, D_out)
+        df = dz.unflatten(-1, (ctx.degree, ctx.d_out))
+        p, dp = f[..., 0, :], df[..., 0, :]  # (..., D_out)
+        for k in range(1, ctx.degree):
+            p, dp = p * f[..., k, :], dp * f[..., k, :] + p * df[..., k, :]
+        return dp, None  # the running products are an output without a derivative
 
     @staticmethod
     @once_differentiable

@@ -1,7 +1,8 @@
 """The block contract: shape and finiteness, the exact parameter count, a gradient to every
-parameter, the stated degree and homogeneity, determinism by seed, token mixing as stated, no
-look-ahead where causal, and the registered name. Run on each block with each of its `examples`,
-at d_in != d_out (a transposed or square-only weight shows) unless the block is `same_width`."""
+parameter, the same Jacobian in forward and reverse mode, the stated degree and homogeneity,
+determinism by seed, token mixing as stated, no look-ahead where causal, and the registered name.
+Run on each block with each of its `examples`, at d_in != d_out (a transposed or square-only
+weight shows) unless the block is `same_width`."""
 
 from __future__ import annotations
 
@@ -99,6 +100,29 @@ def gradients(case: Case) -> None:
         expect(p.grad.abs().sum() > 0, f"the gradient of {pname} is zero")
 
 
+def forward_mode(case: Case) -> None:
+    """The Jacobian with respect to the parameters agrees in forward and reverse mode: what a
+    Gauss-Newton fitter builds with torch.func.jacfwd, and a custom autograd Function needs a
+    `jvp` for."""
+    from torch.func import functional_call, jacfwd, jacrev
+
+    block = case.build().double()
+    weights = {k: p.detach() for k, p in block.named_parameters() if p.requires_grad}
+    x = inputs(dtype=torch.float64)[:2]  # (2, T, D_in)
+
+    def out(w):
+        return functional_call(block, w, (x,))  # (2, T, D_out)
+
+    try:
+        fwd = jacfwd(out)(weights)
+    except (NotImplementedError, RuntimeError) as exc:
+        raise AssertionError(f"no forward-mode derivative: {str(exc).splitlines()[0]}") from None
+    rev = jacrev(out)(weights)
+    for k in weights:
+        err = rel_err(fwd[k], rev[k]) if rev[k].norm() > 0 else fwd[k].norm().item()
+        expect(err < 1e-10, f"forward and reverse Jacobians of {k} differ: error {err:.2g}")
+
+
 def homogeneity(case: Case) -> None:
     block = case.build().double()
     k = block.homogeneous_degree
@@ -169,6 +193,7 @@ CHECKS = {
     "shape": shape,
     "params": params,
     "gradients": gradients,
+    "forward_mode": forward_mode,
     "homogeneity": homogeneity,
     "seeds": seeds,
     "mixing": mixing,
