@@ -187,12 +187,21 @@ def _one_arm(lr_grid, steps, **kw):
     )
 
 
+def _search(cfg, shapes, tmp_path, higher: bool):
+    """The degree sweep's learning-rate search: per (budget, arm), seed 0 and teacher 0."""
+    from blocklab.experiments import _trials
+
+    at = degree_sweep.search_at(cfg, shapes)
+    store, name = Store(tmp_path), degree_sweep.EXPERIMENT
+    return _trials.search_lr(at, cfg.lr_grid, cfg.lr_extend, store, name, None, False, higher)
+
+
 def test_lr_search_extends_past_an_edge(tmp_path):
     """Rates far too small put the best at the top edge: the grid grows past it, once per
     allowed extension, and a choice still at the edge says so."""
     cfg = _one_arm(lr_grid=(1e-7, 1e-6), lr_extend=2, steps=20)
     shapes = degree_sweep.plan(cfg)
-    choice = degree_sweep.search_lr(cfg, shapes, Store(tmp_path), None, False, False)
+    choice = _search(cfg, shapes, tmp_path, higher=False)
     c = choice[(192, "d=3")]
     assert c["tried"] == pytest.approx([1e-7, 1e-6, 1e-5, 1e-4])
     assert c["at_edge"] and c["lr"] == pytest.approx(1e-4)
@@ -213,7 +222,7 @@ def test_tied_rates_choose_the_middle_and_do_not_extend(tmp_path, monkeypatch):
     monkeypatch.setattr(sweep, "run", run)
     cfg = _one_arm(lr_grid=(1e-3, 3e-3, 1e-2), lr_extend=2, steps=10)
     shapes = degree_sweep.plan(cfg)
-    choice = degree_sweep.search_lr(cfg, shapes, Store(tmp_path), None, False, True)
+    choice = _search(cfg, shapes, tmp_path, higher=True)
     c = choice[(192, "d=3")]
     assert calls == [3] and c["lr"] == 3e-3 and not c["at_edge"]
     # a unique best at an edge still extends
@@ -233,9 +242,7 @@ def test_a_single_rate_is_kept_and_reported_at_the_edge(tmp_path):
     """One rate is the user's fixed rate: nothing is searched around it, and the design check
     says the choice was not searched."""
     cfg = _one_arm(lr_grid=(1e-7,), steps=10)
-    choice = degree_sweep.search_lr(
-        cfg, degree_sweep.plan(cfg), Store(tmp_path), None, False, False
-    )
+    choice = _search(cfg, degree_sweep.plan(cfg), tmp_path, higher=False)
     assert choice[(192, "d=3")]["tried"] == [1e-7] and choice[(192, "d=3")]["at_edge"]
 
 

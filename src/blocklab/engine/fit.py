@@ -133,19 +133,32 @@ class LBFGS:
         with torch.no_grad():
             return nn.functional.mse_loss(self.model(self.x), self.y).item()
 
-    def _closure(self) -> torch.Tensor:
-        self.opt.zero_grad(set_to_none=True)
-        value = nn.functional.mse_loss(self.model(self.x), self.y)
-        value.backward()
-        return value
-
     def run(self, iterations: int, on_step: OnStep = lambda i, loss: True) -> float:
         """`iterations` iterations; the final mean squared error."""
         for i in range(iterations):
-            if not on_step(i, self.loss()):
+            first = True
+
+            def closure(i: int = i) -> torch.Tensor:
+                # an iteration's first evaluation is at its starting point, before the update:
+                # that loss goes to `on_step`, which may stop the fit there
+                nonlocal first
+                self.opt.zero_grad(set_to_none=True)
+                value = nn.functional.mse_loss(self.model(self.x), self.y)
+                if first and not on_step(i, value.item()):
+                    raise _Stop
+                first = False
+                value.backward()
+                return value
+
+            try:
+                self.opt.step(closure)
+            except _Stop:
                 break
-            self.opt.step(self._closure)
         return self.loss()
+
+
+class _Stop(Exception):
+    """`on_step` ended an L-BFGS fit before its iteration's update."""
 
 
 FITTERS = {"lm": LevenbergMarquardt, "lbfgs": LBFGS}

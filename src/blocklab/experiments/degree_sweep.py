@@ -231,20 +231,9 @@ class DegreeSweepTrials(Trials):
     lr_choice: dict[str, dict[str, Any]]
 
 
-def _search_at(cfg: DegreeSweepConfig, shapes) -> dict[tuple[int, str], Any]:
+def search_at(cfg: DegreeSweepConfig, shapes) -> dict[tuple[int, str], Any]:
     """Per (budget, arm): its trial at a given rate with seed 0 and teacher 0."""
     return {key: functools.partial(_spec, cfg, *shapes[key], seed=0) for key in shapes}
-
-
-def search_lr(
-    cfg: DegreeSweepConfig, shapes, store: Store, resources, progress: bool, higher: bool
-) -> dict[tuple[int, str], dict[str, Any]]:
-    """Per (budget, arm): the grid's best rate on validation (seed 0, teacher 0), pushed past an
-    edge up to `lr_extend` times (`_trials.search_lr`)."""
-    at = _search_at(cfg, shapes)
-    return _trials.search_lr(
-        at, cfg.lr_grid, cfg.lr_extend, store, EXPERIMENT, resources, progress, higher
-    )
 
 
 def run(
@@ -267,7 +256,7 @@ def run(
             for seed in range(cfg.seeds)
         ]
 
-    at = _search_at(cfg, shapes)
+    at = search_at(cfg, shapes)
     trials, lr_choice = _trials.run_searched(
         cfg, at, finals, store, EXPERIMENT, resources=resources, progress=progress, higher=higher
     )
