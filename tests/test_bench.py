@@ -1,5 +1,6 @@
 """`blocklab bench`: the figures are measured and consistent with each other, and the command
-reports them alone (no goals); bad input is one line and exit code 2."""
+reports them alone (no goals); bad input is one line and exit code 2. The fit rows are taken at
+tiny sizes (depth 1, width 2: P = 25, a few iterations): what is checked is their bookkeeping."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def test_step_flops_count_every_linear_map():
 def test_a_small_bench_measures_both_loops():
     cfg = bench.BenchConfig(
         members=3, widths=(8, 16), seconds=0.05, repeats=2, threads=1, lm_widths=(8,),
-        lm_batch_size=4, lm_seq_len=8, lm_vocab=16,
+        lm_batch_size=4, lm_seq_len=8, lm_vocab=16, fit_depths=(1,), fit_width=2,
+        fit_restarts=2, fit_iterations=4,
     )  # fmt: skip
     r = bench.run_bench(cfg)
     assert r["threads"] == 1 and r["members"] == 3
@@ -49,6 +51,15 @@ def test_a_small_bench_measures_both_loops():
         assert w["sequential"] > 0 and w["ensemble"] > 0
         assert w["speedup"] == pytest.approx(w["ensemble"] / w["sequential"])
     assert r["lm"] == {"depth": 2, "heads": 2, "vocab": 16, "seq_len": 8, "batch_size": 4}
+    assert r["fit"] == {
+        "task": "teacher", "degree": 3, "width": 2, "restarts": 2, "iterations": 4,
+        "data_ratio": 32.0,
+    }  # fmt: skip
+    [f] = r["fit_depths"]
+    assert f["depth"] == 1 and f["examples"] == 32 * f["params"]
+    assert f["sequential_fits_per_min"] > 0 and f["batched_fits_per_min"] > 0
+    assert f["speedup"] == pytest.approx(f["batched_fits_per_min"] / f["sequential_fits_per_min"])
+    assert 0 <= f["sequential_converged"] <= 2 and 0 <= f["batched_converged"] <= 2
     assert torch.get_num_threads() >= 1  # the thread count is restored
 
 
@@ -61,14 +72,21 @@ def test_language_models_take_the_stacked_path():
 def test_bench_command_prints_json(capsys):
     argv = ["bench", "--widths", "8", "--members", "2", "--seconds", "0.05", "--threads", "1"]
     argv += ["--lm-widths", "8", "--lm-batch-size", "2"]
-    assert main([*argv, "--json"]) == 0
+    fits = ["--fit-depths", "1", "--fit-width", "2", "--fit-restarts", "2"]
+    fits += ["--fit-iterations", "2"]
+    assert main([*argv, *fits, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["widths"][0]["width"] == 8
     assert not {"targets", "meets_targets"} & set(out)  # what was measured, not a goal
     assert [w["width"] for w in out["lm_widths"]] == [8] and out["lm"]["batch_size"] == 2
-    assert main([*argv[:-4], "--lm-widths"]) == 0  # none: no language-model rows
+    assert [f["depth"] for f in out["fit_depths"]] == [1] and out["fit"]["restarts"] == 2
+    assert main([*argv, *fits]) == 0
+    assert "converged fits: K = 2 restarts" in capsys.readouterr().out
+    # none: no language-model rows, no fit rows
+    assert main([*argv[:-4], "--lm-widths", "--fit-depths"]) == 0
     text = capsys.readouterr().out
     assert "matmul ceiling" in text and "language models:" not in text
+    assert "converged fits" not in text
     assert "target" not in text and "MISSED" not in text
 
 
@@ -81,6 +99,9 @@ def test_bench_command_prints_json(capsys):
         ["--device", "tpu"],
         ["--lm-widths", "0"],
         ["--lm-batch-size", "0"],
+        ["--fit-depths", "0"],
+        ["--fit-restarts", "0"],
+        ["--fit-iterations", "0"],
     ],
 )
 def test_bench_rejects_bad_input(argv, capsys):

@@ -250,7 +250,8 @@ UNDERTRAINED = [
     "--task-option", "n_in=4", "--task-option", "n_train=256", "--task-option", "n_val=64",
     "--task-option", "n_test=128", "--budgets", "192", "384", "768", "1536", "--width", "4",
     "--degrees", "3", "--baselines", "--steps", "12", "--seeds", "2", "--lr-grid", "1e-3", "3e-3",
-    "1e-2", "--lr-extend", "0", "--workers", "1", "--n-boot", "50", "--quiet",
+    "1e-2", "--lr-extend", "0", "--workers", "1", "--n-boot", "50", "--quiet", "--optimizer",
+    "adam",
 ]  # fmt: skip
 
 
@@ -271,7 +272,8 @@ def test_an_undertrained_run_prints_no_verdict(tmp_path, capsys):
 
 
 def test_teachers_need_a_task_whose_data_follow_the_seed(tmp_path, capsys):
-    code = main(["degree-sweep", "--out", str(tmp_path), "--task", "mnist1d", "--teachers", "2"])
+    argv = ["--task", "mnist1d", "--teachers", "2", "--optimizer", "adam"]  # adam: classification
+    code = main(["degree-sweep", "--out", str(tmp_path), *argv])
     err = capsys.readouterr().err
     assert code == 2 and "fixed dataset" in err and len(err.strip().splitlines()) == 1
 
@@ -292,8 +294,9 @@ def test_budget_tol_lets_depth_mode_meet_budgets_no_width_meets_within_2_percent
     from blocklab.errors import UserError
 
     budgets = (292, 584, 1168, 2336)
+    strict = degree_sweep.DegreeSweepConfig(mode="depth", depth=2, budgets=budgets, budget_tol=0.02)
     with pytest.raises(UserError, match="within 2%"):
-        degree_sweep.plan(degree_sweep.DegreeSweepConfig(mode="depth", depth=2, budgets=budgets))
+        degree_sweep.plan(strict)
     cfg = degree_sweep.DegreeSweepConfig(mode="depth", depth=2, budgets=budgets, budget_tol=0.15)
     shapes = degree_sweep.plan(cfg)
     assert {s.depth for _, s in shapes.values()} == {2}

@@ -19,6 +19,8 @@ from blocklab.cli import main
 
 # a sweep small enough for a test: 5 arms, 2 learning rates, 2 seeds
 TINY = [
+    "--optimizer",
+    "adam",
     "--task",
     "teacher",
     "--task-option",
@@ -62,7 +64,7 @@ def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         ["--degrees", "x"],
         ["--degrees", "[3,,x]"],
         ["--budgets", "-5"],
-        ["--budgets", "100"],  # too small for one layer at width 32
+        ["--budgets", "10"],  # too small for one layer at width 5
         ["--budgets", "ten"],
         ["--task", "techer"],
         ["--task-option", "n_inn=3"],

@@ -23,7 +23,8 @@ DATA_KEYED = {"arms", "lr_choice", "metrics", "values", "config", "provenance", 
 
 QUIET = ["--quiet", "--workers", "1"]
 TRAIN = ["--steps", "10", "--batch-size", "32", "--eval-points", "2"]
-SWEEP = ["--task", "teacher", "--task-option", "n_train=256", "--task-option", "n_val=64"]
+SWEEP = ["--optimizer", "adam", "--task", "teacher", "--task-option", "n_train=256"]
+SWEEP += ["--task-option", "n_val=64"]
 SWEEP += ["--task-option", "n_test=128", "--budgets", "3072", "--width", "16", "--steps", "20"]
 SWEEP += ["--seeds", "2", "--lr-grid", "3e-3", "1e-2", "--lr-extend", "0", *QUIET]
 
@@ -36,7 +37,7 @@ COMMANDS = {
     "theory": ["theory", "--degrees", "2", "e", "3"],
     "advise": ["advise", "--params", "1.3B", "--depth", "10"],
     "bench": ["bench", "--widths", "8", "--members", "2", "--seconds", "0.02", "--repeats", "1"]
-    + ["--lm-widths", "8", "--lm-batch-size", "2", "--threads", "1"],
+    + ["--lm-widths", "8", "--lm-batch-size", "2", "--threads", "1", "--fit-depths"],
     "check": ["check", "--only", "mlp", "teacher", "seprank"],
     "sanford qsa": ["sanford", "qsa", "--qs", "1", "--dims", "2", "--seeds", "2", "--seq-len", "6"]
     + ["--n-train", "128", "--out", "{out}", *TRAIN, *QUIET],

@@ -53,7 +53,7 @@ def write(tmp_path, text):
 
 
 def test_resolve_precedence(tmp_path):
-    path = write(tmp_path, "seeds = 7\n\n[train]\nsteps = 50\n")
+    path = write(tmp_path, 'seeds = 7\n\n[train]\noptimizer = "adam"\nsteps = 50\n')
     defaults = DegreeSweepConfig()
     from_toml = config.resolve(DegreeSweepConfig, defaults, path, {})
     assert (from_toml.seeds, from_toml.train.steps) == (7, 50)
@@ -186,9 +186,21 @@ def test_number_flags_state_their_rules():
 
 def test_keys_the_config_does_not_read_fail(tmp_path):
     defaults = DegreeSweepConfig()
+    adam = write(tmp_path, '[train]\noptimizer = "adam"\nlr = 0.5\n')
     with pytest.raises(UserError, match="train.lr is not used by degree-sweep: .*lr_grid"):
-        config.resolve(DegreeSweepConfig, defaults, write(tmp_path, "[train]\nlr = 0.5\n"), {},
-                       what="degree-sweep")  # fmt: skip
+        config.resolve(DegreeSweepConfig, defaults, adam, {}, what="degree-sweep")
+    # the default fit, Levenberg-Marquardt, reads no Adam setting and searches no rate
+    cold = {"train": {"warm_start": "0", "clip": "0.5"}}
+    with pytest.raises(UserError, match="train.clip is not used by .*--optimizer lm fits without"):
+        config.resolve(DegreeSweepConfig, defaults, None, cold)
+    # its Adam warm start reads them
+    warm = config.resolve(DegreeSweepConfig, defaults, None, {"train": {"lr": "0.5"}})
+    assert warm.train.lr == 0.5 and warm.train.warm_start > 0
+    with pytest.raises(UserError, match="lr_grid is not used by .*without a learning rate"):
+        config.resolve(DegreeSweepConfig, defaults, None, {"lr_grid": "0.1"})
+    adam_flags = {"train": {"optimizer": "adam", "restarts": "3"}}
+    with pytest.raises(UserError, match="train.restarts is not used by .*second-order"):
+        config.resolve(DegreeSweepConfig, defaults, None, adam_flags)
     with pytest.raises(UserError, match="depth is not used"):
         config.resolve(DegreeSweepConfig, defaults, None, {"depth": "8"})
     deep = config.resolve(DegreeSweepConfig, defaults, None, {"mode": "depth", "depth": "8"})

@@ -147,6 +147,7 @@ def test_an_unreachable_ray_cluster_is_one_line_and_exit_2(tmp_path, capsys):
         pytest.skip("a Ray instance is already connected in this process")
     start = time.monotonic()
     argv = ["degree-sweep", "--out", str(tmp_path), "--quiet", "--budgets", "3072"]
+    argv += ["--optimizer", "adam"]
     argv += ["--width", "16", "--steps", "5", "--seeds", "1", "--lr-grid", "3e-3"]
     argv += ["--lr-extend", "0", "--task-option", "n_train=64", "--executor", "ray"]
     argv += ["--executor-option", f"address=127.0.0.1:{closed_port()}"]

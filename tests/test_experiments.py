@@ -252,9 +252,11 @@ def test_bad_experiment_input_is_one_line(args, capsys, tmp_path):
 
 def test_degree_sweep_accepts_attention_arms():
     from blocklab.experiments.degree_sweep import DegreeSweepConfig, plan
+    from blocklab.specs import TrainConfig
 
     cfg = DegreeSweepConfig(
         task="match2",
+        train=TrainConfig(optimizer="adam"),  # a classification task
         degrees=(),
         baselines=(
             "quadratic_mixing",
@@ -265,6 +267,7 @@ def test_degree_sweep_accepts_attention_arms():
         ),
         budgets=(2048,),
         width=16,
+        budget_tol=0.02,
     )
     shapes = plan(cfg)
     degrees = {label: arm.degree for (_, label), (arm, _) in shapes.items()}

@@ -111,7 +111,8 @@ def test_a_full_disk_stops_the_sweep_in_one_line_and_keeps_what_finished(
 
 @pytest.mark.slow
 def test_a_full_disk_mid_training_sweep(tmp_path, capsys, monkeypatch):
-    args = ["degree-sweep", "--task-option", "n_train=256", "--task-option", "n_val=64"]
+    args = ["degree-sweep", "--optimizer", "adam", "--task-option", "n_train=256"]
+    args += ["--task-option", "n_val=64"]
     args += ["--task-option", "n_test=64", "--budgets", "3072", "--width", "16", "--steps", "20"]
     args += ["--seeds", "6", "--lr-grid", "1e-2", "--degrees", "3", "--baselines"]
     args += ["--workers", "1", "--ensemble", "1", "--quiet", "--out", str(tmp_path)]
@@ -251,7 +252,7 @@ def test_training_settings_are_checked_before_anything_runs(flag, value, field, 
 @pytest.mark.parametrize(
     ("command", "toml", "words"),
     [
-        ("degree-sweep", "[train]\nlr = 0.5\n", ("train.lr", "lr_grid")),
+        ("degree-sweep", "[train]\nwarm_start = 0\nlr = 0.5\n", ("train.lr", "--optimizer lm")),
         ("degree-sweep", "depth = 8\n", ("depth", "--mode depth")),
         ("degree-sweep", "mode = 'depth'\nwidth = 8\n", ("width", "--mode width")),
         ("degree-sweep", "residual = false\nscaled_residual = true\n", ("scaled_residual",)),

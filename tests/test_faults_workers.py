@@ -27,7 +27,7 @@ def sweep(out: Path, steps: int, seeds: int) -> subprocess.Popen:
         *(sys.executable, "-m", "blocklab", "degree-sweep", "--out", str(out)),
         *("--degrees", "2", "3", "--baselines", "--budgets", "292", "--seeds", str(seeds)),
         *("--lr-grid", "0.01", "--lr-extend", "0", "--steps", str(steps), "--n-boot", "10"),
-        *("--workers", "2", "--ensemble", "1"),
+        *("--workers", "2", "--ensemble", "1", "--optimizer", "adam"),
     ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
     log = open(out.with_suffix(".log"), "w")  # noqa: SIM115 - the child holds it

@@ -1,6 +1,7 @@
 """The second-order fitters against known answers: a convex problem whose minimum is known in
 closed form, a realizable target fitted to zero, a curve the fit hands its monitor, and the
-convergence certificate, which an under-iterated fit fails."""
+convergence certificate, which an under-iterated fit fails; a batched fit of restarts takes each
+restart's own steps."""
 
 from __future__ import annotations
 
@@ -8,7 +9,14 @@ import pytest
 import torch
 from torch import nn
 
-from blocklab.engine.fit import FITTERS, LBFGS, LevenbergMarquardt, converged
+from blocklab.engine.fit import (
+    FITTERS,
+    LBFGS,
+    BatchedLevenbergMarquardt,
+    LevenbergMarquardt,
+    converged,
+    converged_batched,
+)
 from blocklab.models import Net, parse_arm
 
 
@@ -90,8 +98,93 @@ def test_levenberg_marquardt_never_accepts_a_worse_step():
 def test_an_under_iterated_fit_fails_the_certificate_and_a_converged_one_passes(method):
     x, y = product_target()
     # ten iterations leave both mid-descent on this target: ten more still gain most of the loss
-    short, first, second = converged(FITTERS[method](_student(2), x, y), iterations=10, tol=0.03)
-    assert not short and second < 0.97 * first
+    short = converged(FITTERS[method](_student(2), x, y), iterations=10, tol=0.03)
+    assert not short.passed and short.second < 0.97 * short.first and short.gain > 0.03
     model, xs, ys, minimum = least_squares(seed=2)
-    done, first, second = converged(FITTERS[method](model, xs, ys), iterations=50, tol=0.03)
-    assert done and second <= first and second == pytest.approx(minimum, rel=1e-8)
+    done = converged(FITTERS[method](model, xs, ys), iterations=50, tol=0.03)
+    assert done.passed and done.second <= done.first
+    assert done.second == pytest.approx(minimum, rel=1e-8)
+
+
+@pytest.mark.parametrize("method", sorted(FITTERS))
+def test_a_fit_stopped_by_its_monitor_is_not_converged(method):
+    x, y = product_target()
+    seen = []
+
+    def stop_at_5(i, loss):
+        seen.append(i)
+        return i < 5
+
+    cert = converged(FITTERS[method](_student(2), x, y), 4, tol=0.5, on_step=stop_at_5)
+    assert not cert.passed and seen == [0, 1, 2, 3, 4, 5]  # numbered across both stretches
+
+
+def _noisy_product():
+    """`product_target` with label noise: no network fits it to zero, so every iteration's loss
+    stays far above rounding and compares at a relative tolerance. Its minimum is reached in
+    about 15 iterations; past it, whether a step of no gain is accepted is decided by rounding,
+    and the parameters may wander along flat directions, so the comparisons stop short of it."""
+    x, y = product_target()
+    g = torch.Generator().manual_seed(4)
+    return x, y + 0.3 * torch.randn(y.shape, generator=g, dtype=torch.float64)  # (N, 1)
+
+
+def _weights(model: nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])  # (P,)
+
+
+def test_a_batched_fit_of_restarts_takes_each_restarts_own_steps():
+    x, y = _noisy_product()
+    alone = []
+    for seed in range(3):
+        seen, model = [], _student(seed)
+        on_step = lambda i, loss, seen=seen: seen.append(loss) or True  # noqa: E731
+        cert = converged(LevenbergMarquardt(model, x, y), 8, on_step=on_step)
+        alone.append((seen, _weights(model), cert))
+    # the restarts reject steps at different iterations: their damping must part ways
+    rejected = [{i for i in range(1, 16) if seen[i] == seen[i - 1]} for seen, _, _ in alone]
+    assert len({frozenset(r) for r in rejected}) == 3
+    models, seen = [_student(seed) for seed in range(3)], []
+    fitter = BatchedLevenbergMarquardt(models, x, y)
+    certs = converged_batched(fitter, 8, on_step=lambda i, losses: seen.append(losses))
+    assert len(seen) == 16 and all(len(losses) == 3 for losses in seen)
+    for k, (losses, weights, cert) in enumerate(alone):
+        batched = torch.tensor([step[k] for step in seen], dtype=torch.float64)
+        torch.testing.assert_close(
+            batched, torch.tensor(losses, dtype=torch.float64), rtol=1e-9, atol=0
+        )
+        torch.testing.assert_close(_weights(models[k]), weights, rtol=1e-9, atol=1e-12)
+        assert certs[k].passed == cert.passed
+        assert certs[k].first == pytest.approx(cert.first, rel=1e-9)
+        assert certs[k].second == pytest.approx(cert.second, rel=1e-9)
+        assert certs[k].gain == pytest.approx(cert.gain, rel=1e-6, abs=1e-12)
+
+
+def test_a_member_stopped_by_the_callback_stays_frozen_while_the_others_go_on():
+    x, y = _noisy_product()
+    models, seen = [_student(seed) for seed in range(3)], []
+
+    def on_step(i: int, losses: list[float]) -> list[bool]:
+        seen.append(losses)
+        return [True, i != 5, True]  # member 1 stops at iteration 5; a later True is ignored
+
+    fitter = BatchedLevenbergMarquardt(models, x, y)
+    fitter.run(14, on_step)
+    assert fitter.active.tolist() == [True, False, True]
+    assert len({step[1] for step in seen[5:]}) == 1  # its loss frozen from there
+    stopped = _student(1)  # member 1 alone, stopped at the same iteration
+    LevenbergMarquardt(stopped, x, y).run(14, lambda i, loss: i < 5)
+    torch.testing.assert_close(_weights(models[1]), _weights(stopped), rtol=1e-9, atol=1e-12)
+    for k in (0, 2):  # the others ran all 14 iterations
+        alone = _student(k)
+        LevenbergMarquardt(alone, x, y).run(14)
+        torch.testing.assert_close(_weights(models[k]), _weights(alone), rtol=1e-9, atol=1e-12)
+    frozen = _weights(models[1])
+    fitter.run(5)  # a later run leaves it where it stopped
+    assert torch.equal(_weights(models[1]), frozen)
+    # a member stopped by its monitor is not converged, however little its loss still moves
+    fitter = BatchedLevenbergMarquardt([_student(seed) for seed in range(3)], x, y)
+    # stopped in the second stretch, at a loss that no longer moves
+    certs = converged_batched(fitter, 20, on_step=lambda i, losses: [True, i < 25, True])
+    assert [c.passed for c in certs] == [True, False, True]
+    assert certs[1].gain < 0.03

@@ -57,7 +57,8 @@ BROKEN = "raise RuntimeError('boom at import')\n"
 ENTRY_BLOCK = CUBIC.replace("class Cubic", "class EntryCubic").format(extra="")
 
 # a degree sweep small enough for a test
-SWEEP = ["--task", "teacher", "--task-option", "n_train=256", "--task-option", "n_val=64"]
+SWEEP = ["--optimizer", "adam", "--task", "teacher", "--task-option", "n_train=256"]
+SWEEP += ["--task-option", "n_val=64"]
 SWEEP += ["--task-option", "n_test=128", "--budgets", "3072", "--width", "16", "--steps", "20"]
 SWEEP += ["--seeds", "2", "--lr-grid", "3e-3", "--lr-extend", "0", "--degrees", "3", "--quiet"]
 

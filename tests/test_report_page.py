@@ -17,7 +17,7 @@ from blocklab.frames import curve_points
 from blocklab.reports import html
 from blocklab.store import Store
 
-SWEEP = ["degree-sweep", "--task", "teacher", "--task-option", "n_train=256"]
+SWEEP = ["degree-sweep", "--optimizer", "adam", "--task", "teacher", "--task-option", "n_train=256"]
 SWEEP += ["--task-option", "n_val=64", "--task-option", "n_test=128", "--budgets", "1536", "3072"]
 # one learning rate: every trial is a final one, so a groupby over the store is the report's table
 SWEEP += ["--width", "16", "--steps", "20", "--seeds", "3", "--lr-grid", "1e-2"]
@@ -42,7 +42,7 @@ def page(run_dir):
 def test_the_run_writes_its_page_and_its_command(run_dir, page):
     recorded = json.loads((run_dir / html.RUN_FILE).read_text())
     assert recorded["experiment"] == "degree_sweep"
-    assert recorded["command"].startswith("blocklab degree-sweep --task teacher")
+    assert recorded["command"].startswith("blocklab degree-sweep --optimizer adam --task teacher")
     assert recorded["config"]["seeds"] == 3
     facts = dict(row for row in page.tables[0] if len(row) == 2)
     assert facts["last command"] == recorded["command"]

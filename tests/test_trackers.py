@@ -17,7 +17,7 @@ from blocklab.store import FINISHED, Store
 pytest.importorskip("tensorboard")  # both are in the test extra
 pytest.importorskip("mlflow")
 
-SWEEP = ["degree-sweep", "--task", "teacher", "--task-option", "n_train=256"]
+SWEEP = ["degree-sweep", "--optimizer", "adam", "--task", "teacher", "--task-option", "n_train=256"]
 SWEEP += ["--task-option", "n_val=64", "--task-option", "n_test=128", "--budgets", "3072"]
 SWEEP += ["--width", "16", "--steps", "20", "--seeds", "2", "--lr-grid", "1e-2"]
 SWEEP += ["--degrees", "2", "3", "--baselines", "--quiet", "--workers", "1"]

@@ -11,7 +11,11 @@
     step's wall time (the rest is elementwise work, normalization, the optimizer and Python);
 (d) the same two loops for small transformer language models (token ids, learned positions,
     causal softmax attention, a ReLU 4x feed-forward, layer norm), per width: the networks of
-    the depth-width experiment, which run on the ensemble's stacked path like the polynomial ones.
+    the depth-width experiment, which run on the ensemble's stacked path like the polynomial ones;
+(e) certified Levenberg-Marquardt fits per minute (`engine.fit`, each fit `converged` over its
+    iterations, as `engine.converge` fits a trial's restarts): the restarts of a small degree-3
+    network on the teacher task, fitted one after another vs as one batched computation
+    (`fit.BatchedLevenbergMarquardt`), per depth.
 
 The networks regress random targets from random inputs, or predict random next tokens, through
 the real trainers (AdamW, clipping, schedule); validation and test splits are tiny so the steps
@@ -29,6 +33,7 @@ import torch
 from torch import nn
 
 from blocklab.engine.ensemble import train_ensemble
+from blocklab.engine.fit_bench import FIT_TASK, fit_rows
 from blocklab.engine.train import train
 from blocklab.models import Net, parse_arm
 from blocklab.specs import TrainConfig
@@ -36,6 +41,7 @@ from blocklab.tasks.base import Split, TaskData
 
 WIDTHS = (32, 64, 128, 256)
 LM_WIDTHS = (16, 32, 64)
+FIT_DEPTHS = (2, 6)  # at width 4: P = 121 and 313
 # ensemble speed-up over the sequential loop, per width; share of the matmul ceiling from a width
 
 
@@ -57,6 +63,12 @@ class BenchConfig:
     lm_vocab: int = 256
     lm_seq_len: int = 32
     lm_batch_size: int = 32  # sequences per step (the depth-width experiment's quick batch)
+    # the fits of (e): a degree sweep's small networks (degree `degree`, layer norm, residual)
+    # on the teacher task, N = data_ratio (32) examples per parameter
+    fit_depths: tuple[int, ...] = FIT_DEPTHS
+    fit_width: int = 4
+    fit_restarts: int = 4  # K fits of one network, timed one at a time and batched
+    fit_iterations: int = 64  # per fit, the certificate read at half of them
 
 
 def matmul_ceiling(device: str = "cpu", n: int = 2048, repeats: int = 5) -> float:
@@ -265,6 +277,7 @@ def run_bench(cfg: BenchConfig) -> dict:
                 }
             )
         lm = lm_rows(cfg)
+        fits = fit_rows(cfg)
         threads = torch.get_num_threads()
     # the ceiling is measured before and after every width; the machine's best is the ceiling
     ceiling = max(ceilings)
@@ -288,6 +301,15 @@ def run_bench(cfg: BenchConfig) -> dict:
             "batch_size": cfg.lm_batch_size,
         },
         "lm_widths": lm,
+        "fit": {
+            "task": FIT_TASK[0],
+            "degree": cfg.degree,
+            "width": cfg.fit_width,
+            "restarts": cfg.fit_restarts,
+            "iterations": cfg.fit_iterations,
+            "data_ratio": TrainConfig().data_ratio,
+        },
+        "fit_depths": fits,
     }
 
 

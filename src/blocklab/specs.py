@@ -22,6 +22,14 @@ ACTIVATIONS = ("none", "relu", "gelu", "tanh")  # after each block (models.ACTIV
 FEED_FORWARD = {"none": 0, "relu4x": 4}  # name -> hidden expansion of the position-wise MLP
 # how far from its budget an arm's parameter count may land, as a share of it (budget.solve)
 BUDGET_TOLERANCE = 0.02
+# how a trial fits its network: AdamW on minibatches (`engine.train`), or a full-batch float64
+# second-order fit of a regression task to convergence (`engine.converge`, `engine.fit`)
+OPTIMIZERS = ("adam", "lbfgs", "lm")
+SECOND_ORDER = ("lbfgs", "lm")
+# the Adam loop's settings, which a second-order fit reads only for its Adam warm start
+ADAM_ONLY = ("batch_size", "lr", "weight_decay", "warmup", "schedule", "decay", "clip")
+# the settings of a second-order fit, which the Adam loop never reads
+FIT_ONLY = ("restarts", "converge_tol", "data_ratio", "max_examples", "warm_start")
 
 
 def format_degree(d: float) -> str:
@@ -61,7 +69,19 @@ class Arm:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int = field(default=1000, metadata=meta("optimizer steps per trial", ge=1))
+    optimizer: str = field(
+        default="adam",
+        metadata=meta(
+            "'adam': AdamW on minibatches; 'lbfgs' (L-BFGS, strong-Wolfe line search) or 'lm' "
+            "(Levenberg-Marquardt): full batch in float64 on a fixed training set, fitted to "
+            "convergence (regression tasks)",
+            choices=OPTIMIZERS,
+        ),
+    )
+    steps: int = field(
+        default=1000,
+        metadata=meta("optimizer steps per trial (lbfgs, lm: iterations per restart)", ge=1),
+    )
     batch_size: int = field(default=128, metadata=meta("examples per step", ge=1))
     lr: float = field(default=3e-3, metadata=meta("peak learning rate", gt=0))
     weight_decay: float = field(default=0.01, metadata=meta("AdamW weight decay", ge=0))
@@ -91,6 +111,39 @@ class TrainConfig:
         default=100.0,
         metadata=meta("diverged when the loss exceeds this times its start", gt=1),
     )
+    restarts: int = field(
+        default=1,
+        metadata=meta(
+            "lbfgs, lm: initializations fitted per trial; the trial keeps the one of least "
+            "training loss and stores the others' spread",
+            ge=1,
+        ),
+    )
+    converge_tol: float = field(
+        default=0.03,
+        metadata=meta(
+            "lbfgs, lm: a fit is converged when its second half of the iterations (doubling "
+            "them) lowered its training loss by less than this share",
+            gt=0,
+            lt=1,
+        ),
+    )
+    data_ratio: float = field(
+        default=32.0,
+        metadata=meta(
+            "lbfgs, lm: fixed training examples per trained parameter, so that the training "
+            "loss reads as approximation error (test within about 1.2x of train)",
+            gt=0,
+        ),
+    )
+    max_examples: int = field(
+        default=32768,
+        metadata=meta("lbfgs, lm: at most this many training examples (the cost is linear)", ge=1),
+    )
+    warm_start: int = field(
+        default=0,
+        metadata=meta("lbfgs, lm: AdamW steps (lr, batch size, schedule) before the fit", ge=0),
+    )
 
     def __post_init__(self):
         validate(self)
@@ -102,10 +155,21 @@ class TrainConfig:
                 f"decay: under wsd, warmup <= (1 - decay) / 2 = {(1 - self.decay) / 2:g}"
             )
 
+    @property
+    def second_order(self) -> bool:
+        return self.optimizer in SECOND_ORDER
+
     def unused(self) -> dict[str, str]:
-        if self.schedule != "wsd":
-            return {"decay": "it shapes the wsd schedule alone (--schedule wsd)"}
-        return {}
+        if not self.second_order:
+            out = {k: "it sets a second-order fit (--optimizer lm or lbfgs)" for k in FIT_ONLY}
+        elif not self.warm_start:
+            why = f"--optimizer {self.optimizer} fits without it (it shapes an Adam --warm-start)"
+            out = {k: why for k in ADAM_ONLY}
+        else:
+            out = {}
+        if self.schedule != "wsd" and "decay" not in out:
+            out["decay"] = "it shapes the wsd schedule alone (--schedule wsd)"
+        return out
 
 
 @dataclass(frozen=True)
@@ -135,8 +199,15 @@ class TrialSpec:
         for name, default in (("measures", ()), ("scaled_residual", False)):
             if config[name] == default:
                 del config[name]
-        if config["train"]["schedule"] == "cosine":  # decay is read by wsd alone
-            del config["train"]["schedule"], config["train"]["decay"]
+        train = config["train"]
+        if not self.train.second_order:  # Adam trials keep the ids they had before fits existed
+            for name in ("optimizer", *FIT_ONLY):
+                del train[name]
+        elif not self.train.warm_start:  # a fit reads no Adam setting, whatever they hold
+            for name in ADAM_ONLY:
+                del train[name]
+        if train.get("schedule") == "cosine":  # decay is read by wsd alone
+            del train["schedule"], train["decay"]
         return config
 
     @functools.cached_property
@@ -151,8 +222,9 @@ class TrialSpec:
 
 def ensemble_key(spec: TrialSpec) -> str | None:
     """Trials with equal keys can train as one ensemble: they differ only in seeds and learning
-    rate. None for trials that train alone (those taking measures of the network)."""
-    if spec.measures:
+    rate. None for trials that train alone: those taking measures of the network, and
+    second-order fits (each a full-batch computation of its own)."""
+    if spec.measures or spec.train.second_order:
         return None
     config = spec.config()
     del config["seed"], config["data_seed"]

@@ -1,29 +1,14 @@
-"""Capacity analysis of a degree sweep: design checks that gate the verdict, per-budget statistics,
-scaling fits with their parameter-efficiency multipliers beside seed 000's prediction, and the
-verdict itself.
+"""Capacity analysis of a degree sweep: design checks that gate the verdict and the per-budget
+statistics they read (`design`), scaling fits with their parameter-efficiency multipliers beside
+seed 000's prediction, the verdict itself, and for second-order fits the referee's summary.
 
 Everything reads the test loss (MSE for regression, cross-entropy for classification), the
 quantity a network's capacity bounds from below; accuracy stays in the summaries table.
-
-A verdict is only stated when the run can support one. The checks, in order:
-- `budget_span`: at least MIN_BUDGETS budgets spanning at least MIN_SPAN x (a scaling curve of
-  3 parameters needs them);
-- `plateau`: at least PLATEAU_SHARE of the trials plateaued: under the wsd schedule, the run of
-  half the steps (branched off the stable phase and annealed, `train.half_run`) ends less than
-  `plateau_tol` above the full run's validation loss, so doubling the steps gained less than
-  that; under cosine, the smoothed validation loss fell by less than `plateau_tol` of its final
-  value over the last quarter of training (which the annealing also lowers);
-- `monotone_in_budget`: for every arm, the mean test loss does not rise with budget beyond the
-  intervals (at no step is the larger budget's 95% interval entirely above the smaller one's);
-  a larger network that fits worse is undertrained, not less expressive;
-- `lr_not_at_edge`: no chosen learning rate lies at an edge of the rates tried (the sweep extends
-  the grid past an edge before it gives up).
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -31,168 +16,15 @@ from typing import Any
 import numpy as np
 
 from blocklab.analysis import scaling
-from blocklab.analysis.stats import Verdict, interval, layer_degrees
+from blocklab.analysis.design import Check, budget_stats, design_checks, loss, second_order
+from blocklab.analysis.design import plateau_rule as plateau_rule  # read here by sanford_match
+from blocklab.analysis.design import plateaued as plateaued  # read here by sanford_match
+from blocklab.analysis.stats import Verdict, layer_degrees
+from blocklab.specs import TrainConfig
 from blocklab.theory import h
 
-PLATEAU_SHARE = 0.9
-MIN_BUDGETS, MIN_SPAN = 4, 8.0
-# in width mode the solver may move a width to meet the budget within 2%; past one unit the arm
-# is a different architecture (measured: d=3 at width 6 fits a teacher 1.7-2.3x worse than at 8-9)
-WIDTH_SLACK = 1
 REFERENCE = "d=3"
 PREDICTED_EFFECT = h(3) / h(2) - 1  # what the theory says separates d = 3 from d = 2 and 4
-
-
-@dataclass(frozen=True)
-class Check:  # a subclass holds what the check measured; `reports/capacity.py` words it
-    name: str
-    passed: bool
-
-
-@dataclass(frozen=True)
-class BudgetSpan(Check):
-    budgets: int  # distinct budgets
-    span: float  # the largest budget over the smallest
-
-
-@dataclass(frozen=True)
-class Plateau(Check):
-    share: float  # of the trials, those that plateaued
-    trials: int
-    rule: str  # the criterion the rows were read by (`plateau_rule`)
-    tol: float
-    least: tuple[tuple[str, int, float], ...]  # (arm, budget, share plateaued), lowest first
-
-
-@dataclass(frozen=True)
-class Monotone(Check):
-    # (arm, budget, mean loss, the next budget, its mean loss): the loss rose beyond the intervals
-    rises: tuple[tuple[str, int, float, int, float], ...]
-
-
-@dataclass(frozen=True)
-class LrEdge(Check):
-    edges: tuple[tuple[str, float, tuple[float, ...]], ...]  # ("budget/arm", lr chosen, tried)
-
-
-@dataclass(frozen=True)
-class WidthMatch(Check):
-    width: int | None  # the nominal width; None in depth mode, which solves it per arm
-    moved: tuple[tuple[str, int, int], ...]  # (arm, budget, width) more than WIDTH_SLACK off
-
-
-def _loss(r: dict[str, Any]) -> float | None:
-    return r.get("test_loss") if r["status"] == "done" else None
-
-
-def plateau_rule(rows) -> str:
-    """The plateau criterion the rows were read by (`monitor.TrialMonitor.plateau`): "wsd", the
-    run of half the steps against the full run, or "cosine", the fall over the last quarter."""
-    return "wsd" if rows and all(r.get("schedule") == "wsd" for r in rows) else "cosine"
-
-
-def plateaued(r: dict[str, Any], tol: float) -> bool:
-    value = r.get("plateau_improvement")
-    return r["status"] == "done" and value is not None and value < tol
-
-
-def budget_stats(rows, tol: float, level: float = 0.95) -> dict[str, dict[int, dict[str, Any]]]:
-    """arm -> budget -> test-loss statistics over (teacher, seed): mean, std, interval, the share
-    plateaued, and with several teachers the spread within a teacher (the mean over teachers of
-    the seeds' std) and between teachers (the std of the teachers' means)."""
-    groups: dict[str, dict[int, list]] = defaultdict(lambda: defaultdict(list))
-    for r in rows:
-        groups[r["arm"]][int(r["budget"])].append(r)
-    out: dict[str, dict[int, dict[str, Any]]] = {}
-    for arm, by_budget in groups.items():
-        out[arm] = {}
-        for b, trials in sorted(by_budget.items()):
-            per_teacher = defaultdict(list)
-            for r in trials:
-                if _loss(r) is not None:
-                    per_teacher[r.get("teacher", 0)].append(_loss(r))
-            losses = [v for values in per_teacher.values() for v in values]
-            mean, std, lo, hi, n = interval(losses, level)
-            within = [np.std(v, ddof=1) for v in per_teacher.values() if len(v) > 1]
-            means = [np.mean(v) for v in per_teacher.values()]
-            out[arm][b] = {
-                "mean": mean,
-                "std": std,
-                "ci_low": lo,
-                "ci_high": hi,
-                "n": n,
-                "plateaued_fraction": sum(plateaued(r, tol) for r in trials) / len(trials),
-                "within_teacher_std": float(np.mean(within)) if within else math.nan,
-                "between_teacher_std": float(np.std(means, ddof=1)) if len(means) > 1 else math.nan,
-                "teachers": len(per_teacher),
-                "block_params": int(trials[0]["block_params"]),
-            }
-    return out
-
-
-def width_check(rows, width: int | None) -> WidthMatch:
-    """Width mode compares degrees at one width; `width` None (depth mode) solves it by design."""
-    moved = sorted(
-        {
-            (r["arm"], int(r["budget"]), int(r["width"]))
-            for r in rows
-            if width is not None
-            and r.get("width") is not None
-            and abs(int(r["width"]) - width) > WIDTH_SLACK
-        },
-        key=lambda t: (t[1], t[0]),
-    )
-    return WidthMatch(name="width_matched", passed=not moved, width=width, moved=tuple(moved))
-
-
-def design_checks(
-    rows, lr_choice, budgets, tol: float, stats=None, width: int | None = None
-) -> list[Check]:
-    stats = stats if stats is not None else budget_stats(rows, tol)
-    span = max(budgets) / min(budgets) if budgets else 0.0
-    n_budgets = len(set(budgets))
-    ok = n_budgets >= MIN_BUDGETS and span >= MIN_SPAN
-    checks: list[Check] = [BudgetSpan(name="budget_span", passed=ok, budgets=n_budgets, span=span)]
-
-    flat = [plateaued(r, tol) for r in rows]
-    share = sum(flat) / len(flat) if flat else 0.0
-    least = sorted(
-        (
-            (a, b, s["plateaued_fraction"])
-            for a, by_b in stats.items()
-            for b, s in by_b.items()
-            if s["plateaued_fraction"] < 1
-        ),
-        key=lambda t: t[2],
-    )[:3]
-    checks.append(
-        Plateau(
-            name="plateau",
-            passed=share >= PLATEAU_SHARE,
-            share=share,
-            trials=len(flat),
-            rule=plateau_rule(rows),
-            tol=tol,
-            least=tuple(least),
-        )
-    )
-
-    rises = []
-    for arm, by_b in stats.items():
-        seq = [(b, s) for b, s in sorted(by_b.items()) if math.isfinite(s["mean"])]
-        for (b0, s0), (b1, s1) in zip(seq, seq[1:], strict=False):
-            lo1 = s1["ci_low"] if math.isfinite(s1["ci_low"]) else s1["mean"]
-            hi0 = s0["ci_high"] if math.isfinite(s0["ci_high"]) else s0["mean"]
-            if lo1 > hi0:
-                rises.append((arm, b0, s0["mean"], b1, s1["mean"]))
-    checks.append(Monotone(name="monotone_in_budget", passed=not rises, rises=tuple(rises)))
-
-    edges = tuple(
-        (str(key), c["lr"], tuple(c["tried"])) for key, c in lr_choice.items() if c.get("at_edge")
-    )
-    checks.append(LrEdge(name="lr_not_at_edge", passed=not edges, edges=edges))
-    checks.append(width_check(rows, width))
-    return checks
 
 
 def predicted_multiplier(arm: str, degree: float | None) -> float | None:
@@ -210,7 +42,7 @@ def scaling_fits(rows, n_boot: int, level: float = 0.95) -> scaling.ScalingResul
             int(r["budget"]),
             int(r["block_params"]),
             (int(r.get("teacher", 0)), int(r["seed"])),
-            _loss(r) if _loss(r) is not None else math.nan,
+            loss(r) if loss(r) is not None else math.nan,
         )
         for r in rows
     ]
@@ -307,6 +139,67 @@ def verdict(checks: list[Check], fit: scaling.ScalingResult, degrees, paired) ->
     )
 
 
+@dataclass(frozen=True)
+class RefereeCell:  # a cell's first trial fitted by both second-order optimizers from one start
+    arm: str
+    budget: int
+    main: str | None  # the sweep's optimizer
+    main_train: float  # the main trial's restart 0 final training loss; NaN: missing, diverged
+    referee: str  # the other optimizer
+    referee_train: float  # its final training loss from the same initialization; NaN: diverged
+    gap: float  # (referee - main) / main; NaN without both
+    main_converged: bool | None  # the main trial's certificate (that of its best restart)
+    referee_converged: bool | None
+
+
+@dataclass(frozen=True)
+class RefereeSummary:
+    cells: tuple[RefereeCell, ...]
+    median_gap: float  # of |gap| over the cells that have one; NaN: none has
+    max_gap: float
+
+
+def _first(r: dict[str, Any]) -> bool:  # the trial a referee refits: teacher 0, seed 0
+    return (r.get("teacher") or 0) == 0 and r["seed"] == 0
+
+
+def _finite(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _referee_cell(main: dict[str, Any] | None, ref: dict[str, Any], optimizer) -> RefereeCell:
+    restarts = (main or {}).get("restart_train_losses") or [None]
+    main_train, ref_train = _finite(restarts[0]), _finite(ref.get("train_loss"))
+    both = main_train > 0 and math.isfinite(ref_train)  # NaN compares False
+    return RefereeCell(
+        arm=ref["arm"],
+        budget=int(ref["budget"]),
+        main=optimizer,
+        main_train=main_train,
+        referee=ref["optimizer"],
+        referee_train=ref_train,
+        gap=(ref_train - main_train) / main_train if both else math.nan,
+        main_converged=(main or {}).get("converged"),
+        referee_converged=ref.get("converged"),
+    )
+
+
+def referee_summary(rows, referee) -> RefereeSummary | None:
+    """Per cell, the training loss the sweep's optimizer reached from the first trial's first
+    initialization (`restart_train_losses[0]`) against the other optimizer's from the same one on
+    the same training set, and the median and largest |gap|; None without referee rows."""
+    if not referee:
+        return None
+    first = {(r["arm"], int(r["budget"])): r for r in rows if _first(r)}
+    optimizer = rows[0].get("optimizer") if rows else None
+    cells = tuple(
+        _referee_cell(first.get((r["arm"], int(r["budget"]))), r, optimizer) for r in referee
+    )
+    gaps = [abs(c.gap) for c in cells if math.isfinite(c.gap)]
+    median = float(np.median(gaps)) if gaps else math.nan
+    return RefereeSummary(cells=cells, median_gap=median, max_gap=max(gaps, default=math.nan))
+
+
 @dataclass
 class CapacityResult:
     budgets: list[int]
@@ -315,6 +208,8 @@ class CapacityResult:
     fit: scaling.ScalingResult
     verdict: CapacityVerdict
     degrees: dict[str, float | None]
+    second_order: bool = False  # the rows are second-order fits (`design.second_order`)
+    referee: RefereeSummary | None = None  # fits with referee rows (`referee_summary`)
 
     @property
     def passed(self) -> bool:
@@ -325,7 +220,7 @@ class CapacityResult:
         fits, eff = self.fit.fits, self.fit.efficiency
         out: dict[str, Any] = {}
         for arm, by_b in self.stats.items():
-            keys = ("mean", "std", "ci_low", "ci_high", "plateaued_fraction")
+            keys = ("mean", "std", "ci_low", "ci_high", "plateaued_fraction", "converged_fraction")
             entry: dict[str, Any] = {
                 "degree": self.degrees.get(arm),
                 "budgets": {
@@ -337,6 +232,8 @@ class CapacityResult:
                         "params": s["block_params"],
                         "within_teacher_std": s["within_teacher_std"],
                         "between_teacher_std": s["between_teacher_std"],
+                        "train_mean": s["train_mean"],
+                        "restart_spread": s["restart_spread"],
                     }
                     for b, s in by_b.items()
                 },
@@ -365,11 +262,24 @@ class CapacityResult:
         return out
 
 
-def analyze(rows, lr_choice, budgets, *, tol: float, n_boot: int, paired, level=0.95, width=None):
-    """`width`: the nominal width of a width-mode run (None in depth mode)."""
+def analyze(
+    rows,
+    lr_choice,
+    budgets,
+    *,
+    tol: float,
+    n_boot: int,
+    paired,
+    level=0.95,
+    width=None,
+    converge_tol: float = TrainConfig.converge_tol,
+    referee=(),
+):
+    """`width`: the nominal width of a width-mode run (None in depth mode); `converge_tol`: the
+    fits' certificate tolerance; `referee`: the referee rows of a second-order sweep."""
     degrees = {r["arm"]: r["degree"] for r in rows}
     stats = budget_stats(rows, tol, level)
-    checks = design_checks(rows, lr_choice, budgets, tol, stats, width)
+    checks = design_checks(rows, lr_choice, budgets, tol, stats, width, converge_tol=converge_tol)
     fit = scaling_fits(rows, n_boot, level)
     return CapacityResult(
         budgets=sorted(budgets),
@@ -378,4 +288,6 @@ def analyze(rows, lr_choice, budgets, *, tol: float, n_boot: int, paired, level=
         fit=fit,
         verdict=verdict(checks, fit, degrees, paired),
         degrees=degrees,
+        second_order=second_order(rows),
+        referee=referee_summary(rows, referee),
     )

@@ -1,4 +1,5 @@
-"""`blocklab bench`: the matmul ceiling, sequential vs ensemble training speed, in one run."""
+"""`blocklab bench`: the matmul ceiling, sequential vs ensemble training speed, and certified
+second-order fits one at a time vs batched, in one run."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from blocklab.config import number
 # what `bench.BenchConfig` takes from the command line; a flag left out keeps the config's default
 SETTINGS = ("widths", "members", "depth", "degree", "batch_size", "seconds", "repeats", "threads")
 SETTINGS += ("lm_widths", "lm_batch_size")
+SETTINGS += ("fit_depths", "fit_width", "fit_restarts", "fit_iterations")
 
 
 def add_parser(sub) -> None:
@@ -36,6 +38,15 @@ def add_parser(sub) -> None:
         help="language-model widths (16 32 64); none: no language-model rows",
     )
     p.add_argument("--lm-batch-size", type=count, help="language-model sequences per step (32)")
+    p.add_argument(
+        "--fit-depths",
+        type=count,
+        nargs="*",
+        help="depths of the Levenberg-Marquardt fits (2 6); none: no fit rows",
+    )
+    p.add_argument("--fit-width", type=count, help="width of the fitted networks (4)")
+    p.add_argument("--fit-restarts", type=count, help="fits per depth, K (4)")
+    p.add_argument("--fit-iterations", type=count, help="iterations per fit (64)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(handler=run)
 
@@ -46,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
     device = device_name(args.device)
     given = {k: getattr(args, k) for k in SETTINGS if getattr(args, k) is not None}
-    for key in ("widths", "lm_widths"):
+    for key in ("widths", "lm_widths", "fit_depths"):
         if key in given:
             given[key] = tuple(given[key])
     cfg = dataclasses.replace(BenchConfig(), device=device, **given)
@@ -92,5 +103,21 @@ def _table(r: dict) -> str:
             f"{w['width']:>5}  {w['sequential']:>10.0f}  {w['ensemble']:>8.0f}  "
             f"{w['speedup']:>7.2f}x"
             for w in r["lm_widths"]
+        ]
+    if r["fit_depths"]:
+        f = r["fit"]
+        lines += [
+            "",
+            f"converged fits: K = {f['restarts']} restarts of a degree-{f['degree']} network of "
+            f"width {f['width']} on the {f['task']} task, {f['data_ratio']:g} examples per "
+            f"parameter, {f['iterations']} Levenberg-Marquardt iterations each, certified at half",
+            "depth  params  examples  one at a time   batched  speed-up  certified",
+            "                         (fits per minute)                  (one at a time, batched)",
+        ]
+        lines += [
+            f"{w['depth']:>5}  {w['params']:>6}  {w['examples']:>8}  "
+            f"{w['sequential_fits_per_min']:>13.1f}  {w['batched_fits_per_min']:>8.1f}  "
+            f"{w['speedup']:>7.2f}x  {w['sequential_converged']:>6}, {w['batched_converged']}"
+            for w in r["fit_depths"]
         ]
     return "\n".join(lines)

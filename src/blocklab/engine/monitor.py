@@ -32,6 +32,17 @@ class TrainResult:
     # (`TrialMonitor.plateau`); near 0 when training had stopped improving
     plateau_improvement: float | None = None
     half_val_loss: float | None = None  # wsd: the annealed loss of the run of half the steps
+    # a second-order fit's (`engine.converge`): the optimizer, the fixed training set's size, the
+    # final training MSE, its certificate, every restart's losses and how far they spread
+    optimizer: str | None = None
+    examples: int | None = None
+    train_loss: float | None = None
+    converged: bool | None = None
+    restarts: list[dict[str, Any]] | None = None
+    restart_spread: float | None = None
+
+
+FIT_FIELDS = ("optimizer", "examples", "train_loss", "converged", "restarts", "restart_spread")
 
 
 PLATEAU_WINDOW = 0.25  # the share of training, at the end, over which a plateau is read
@@ -171,4 +182,6 @@ def as_record(result: TrainResult) -> dict[str, Any]:
             "half_val_loss",
         )
     }
+    if result.optimizer is not None:  # an Adam trial's record keeps the fields it always had
+        metrics.update({k: getattr(result, k) for k in FIT_FIELDS})
     return {"status": result.status, "metrics": metrics, "curves": result.curves}

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from blocklab.engine import converge
 from blocklab.engine.claims import POLL, Claims
 from blocklab.engine.ensemble import train_ensemble
 from blocklab.engine.executors import Resources, WorkerLost, make_executor
@@ -97,6 +98,8 @@ class _Prepared:
 
 
 def _prepare(spec: TrialSpec, device: str, cache: dict | None = None) -> _Prepared:
+    """The trial's data (shared through `cache` by members reading the same), its network
+    initialized by the trial seed, and its threshold."""
     task = make_task(spec.task, **spec.task_options)
     data_seed = spec.seed if spec.data_seed is None else spec.data_seed
     cache = {} if cache is None else cache
@@ -109,11 +112,17 @@ def _prepare(spec: TrialSpec, device: str, cache: dict | None = None) -> _Prepar
             test=_to(data.test, device),
         )
     data = cache[data_seed]
-    torch.manual_seed(spec.seed)  # the initialization follows the trial seed
-    model = build_model(spec, data).to(device)
-    model.freeze_unused(data.train.x[:2])
+    model = _init(spec, data, device, spec.seed)  # the initialization follows the trial seed
     threshold = spec.train.threshold if spec.train.threshold is not None else task.threshold
     return _Prepared(task, data, model, threshold)
+
+
+def _init(spec: TrialSpec, data: TaskData, device: str, seed: int) -> Net:
+    """The spec's network, initialized by `seed`, its unused parameters frozen."""
+    torch.manual_seed(seed)
+    model = build_model(spec, data).to(device)
+    model.freeze_unused(data.train.x[:2])
+    return model
 
 
 def _record(spec: TrialSpec, p: _Prepared, result, device: str) -> dict[str, Any]:
@@ -123,7 +132,7 @@ def _record(spec: TrialSpec, p: _Prepared, result, device: str) -> dict[str, Any
         higher_is_better=p.task.higher_is_better,
         params=p.model.param_counts(),
         device=device,
-        precision=precision(device),
+        precision="float64" if spec.train.second_order else precision(device),
     )
     return record
 
@@ -147,7 +156,16 @@ def run_trial(spec: TrialSpec, device: str = "cpu") -> dict[str, Any]:
     try:
         p = _prepare(spec, device)
         at_init = take_measures(spec, p.model, p.data)
-        result = train(p.model, p.data, spec.train, spec.seed, p.threshold)
+        if spec.train.second_order:
+            p.model, result = converge.fit(
+                functools.partial(_init, spec, p.data, device),
+                p.data,
+                spec.train,
+                spec.seed,
+                p.threshold,
+            )
+        else:
+            result = train(p.model, p.data, spec.train, spec.seed, p.threshold)
         record = _record(spec, p, result, device)
         if spec.measures:
             trained = take_measures(spec, p.model, p.data)

@@ -201,10 +201,19 @@ def row(spec: TrialSpec, rec: dict[str, Any], **keys: Any) -> dict[str, Any]:
         # what more training would have gained, for a plateau criterion
         # (`monitor.TrialMonitor.plateau`)
         "plateau_improvement": m.get("plateau_improvement"),
+        # how the trial was fitted, and a second-order fit's fields (`engine.converge`), None
+        # for an Adam trial
+        "optimizer": m.get("optimizer", "adam"),
+        "train_loss": m.get("train_loss"),
+        "converged": m.get("converged"),
+        "examples": m.get("examples"),
+        "restart_train_losses": [r["train_loss"] for r in m.get("restarts") or []],
+        "restart_spread": m.get("restart_spread"),
         # {measure: {"init": summary, "trained": summary}} when the spec asked for measures
         "measures": m.get("measures", {}),
         "curve_step": curves.get("step", []),
         "curve_val_loss": curves.get("val_loss", []),
+        "curve_train_loss": curves.get("train_loss", []),
         **keys,
     }
 

@@ -24,7 +24,6 @@ from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _tria
 from blocklab.options import meta, validate
 from blocklab.specs import (
     ACTIVATIONS,
-    BUDGET_TOLERANCE,
     FEED_FORWARD,
     NORMS,
     Arm,
@@ -39,6 +38,7 @@ if TYPE_CHECKING:
     from blocklab.tasks import Task
 
 EXPERIMENT = "degree-sweep"
+DEMO_BUDGET_TOLERANCE = 0.1
 
 
 @dataclass(frozen=True)
@@ -61,9 +61,9 @@ class DegreeSweepConfig:
         ),
     )
     budgets: tuple[int, ...] = field(
-        default=(292, 584, 1168, 2336), metadata=meta("parameter budgets of the blocks", ge=1)
+        default=(100, 200, 400, 800), metadata=meta("parameter budgets of the blocks", ge=1)
     )
-    seeds: int = field(default=5, metadata=meta("seeds per configuration (0, 1, ...)", ge=1))
+    seeds: int = field(default=2, metadata=meta("seeds per configuration (0, 1, ...)", ge=1))
     teachers: int = field(
         default=1,
         metadata=meta(
@@ -76,9 +76,11 @@ class DegreeSweepConfig:
         default="width",
         metadata=meta("'width': fixed width, depth solved; 'depth'", choices=("width", "depth")),
     )
-    width: int = field(default=7, metadata=meta("layer width in width mode", ge=1))
+    width: int = field(default=5, metadata=meta("layer width in width mode", ge=1))
+    # at width 5 the layers cost 50 (d=2), 75 (d=3) and 100 (d=4) parameters: within 2% no
+    # budget of 100-800 fits all of them, within 10% every one does at widths 4-6
     budget_tol: float = field(
-        default=BUDGET_TOLERANCE,
+        default=DEMO_BUDGET_TOLERANCE,
         metadata=meta(
             "how far an arm's parameter count may land from its budget (a share of it); the "
             "fits read the actual counts",
@@ -122,9 +124,24 @@ class DegreeSweepConfig:
     n_boot: int = field(
         default=1000, metadata=meta("bootstrap draws for the scaling fits' intervals", ge=0)
     )
-    # wsd, so that each trial measures what twice its steps would have gained (`train.half_run`)
+    referee: bool = field(
+        default=True,
+        metadata=meta(
+            "lbfgs, lm: fit each cell's first trial (teacher 0, seed 0, its first "
+            "initialization) with the other second-order optimizer too, and report how far "
+            "apart the two land"
+        ),
+    )
+    # Levenberg-Marquardt from a short Adam warm start: the question is what each degree can
+    # fit. Measured on the demo's sizes, the warm start (1,000 steps of 256 at 1e-2) lowers what
+    # 64 LM iterations reach 2-10x against LM from the initialization, and deep stacks fitted
+    # from the initialization stall above shallower ones. Under --optimizer adam give --steps
+    # (1,000 or more); wsd makes each Adam trial measure what twice its steps would have gained
+    # (`train.half_run`)
     train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(steps=1000, batch_size=256, schedule="wsd")
+        default_factory=lambda: TrainConfig(
+            optimizer="lm", steps=64, warm_start=1000, lr=1e-2, batch_size=256, schedule="wsd"
+        )
     )
 
     def __post_init__(self):
@@ -134,6 +151,11 @@ class DegreeSweepConfig:
         if not self.degrees and not self.baselines:
             raise ValueError("nothing to compare: give degrees or baselines")
         task = make_task(self.task, **self.task_options)  # unknown tasks and options fail here
+        if self.train.second_order and task.kind != "regression":
+            raise UserError(
+                f"--optimizer {self.train.optimizer} fits regression tasks; {self.task!r} is "
+                f"{task.kind}: use --optimizer adam"
+            )
         if self.teachers > 1 and not task.seed_dependent:
             raise ValueError(
                 f"task {self.task!r} is a fixed dataset: it has one target, not teachers"
@@ -144,6 +166,14 @@ class DegreeSweepConfig:
         """The keys this config does not read as it stands, with what sets their part instead:
         given in a TOML file or as flags, they fail rather than do nothing."""
         out = _trials.lr_unused(self.lr_grid, self.lr_extend)
+        if self.train.second_order:
+            why = f"--optimizer {self.train.optimizer} fits without a learning rate"
+            out.update(lr_grid=why, lr_extend=why)
+            out["plateau_tol"] = "a converged fit is judged by --converge-tol"
+            if self.train.warm_start:  # the warm start's rate
+                out.pop("train.lr", None)
+        else:
+            out["referee"] = "it compares the two second-order optimizers (--optimizer lm)"
         if self.mode == "width":
             out["depth"] = "in width mode each budget solves the depth (--mode depth fixes it)"
         else:
@@ -227,8 +257,10 @@ def _spec(cfg: DegreeSweepConfig, arm: Arm, shape: Shape, lr: float, seed: int, 
 class DegreeSweepTrials(Trials):
     # rows: one per final trial (done or diverged); failed: the final trials that raised.
     # "budget/arm" -> the chosen lr, the rates tried with their validation scores, and whether
-    # the choice still lies at an edge of what was tried
+    # the choice still lies at an edge of what was tried (empty for second-order fits)
     lr_choice: dict[str, dict[str, Any]]
+    # second-order fits: each cell's first trial fitted by the other optimizer (`referee`)
+    referee: list[dict[str, Any]] = field(default_factory=list)
 
 
 def search_at(cfg: DegreeSweepConfig, shapes) -> dict[tuple[int, str], Any]:
@@ -256,11 +288,41 @@ def run(
             for seed in range(cfg.seeds)
         ]
 
+    if cfg.train.second_order:  # no learning rate to search
+        planned = finals({key: cfg.train.lr for key in shapes})
+        planned += [({"referee": True}, s) for s in referees(cfg, shapes)]
+        trials = _trials.run_planned(
+            planned, store, EXPERIMENT, resources=resources, progress=progress, label="fits"
+        )
+        rows = [r for r in trials.rows if not r.get("referee")]
+        referee = [r for r in trials.rows if r.get("referee")]
+        return DegreeSweepTrials(rows, trials.failed, {}, referee)
     at = search_at(cfg, shapes)
     trials, lr_choice = _trials.run_searched(
         cfg, at, finals, store, EXPERIMENT, resources=resources, progress=progress, higher=higher
     )
     return DegreeSweepTrials(trials.rows, trials.failed, lr_choice)
+
+
+# L-BFGS iterations per Levenberg-Marquardt iteration in a referee: an L-BFGS iteration costs a
+# few gradients, an LM one a Jacobian and a P x P solve (measured on the demo's network: 12 ms
+# against 58 ms), and L-BFGS needs more of them to converge
+LBFGS_PER_LM = 4
+
+
+def referees(cfg: DegreeSweepConfig, shapes) -> list[TrialSpec]:
+    """Per cell, the first trial (teacher 0, seed 0) fitted by the other second-order optimizer
+    from the same initialization (one restart, which is the trial's first) and training set."""
+    if not (cfg.referee and cfg.train.second_order):
+        return []
+    other = "lbfgs" if cfg.train.optimizer == "lm" else "lm"
+    if other == "lbfgs":
+        steps = cfg.train.steps * LBFGS_PER_LM
+    else:
+        steps = max(2, cfg.train.steps // LBFGS_PER_LM)
+    train = replace(cfg.train, optimizer=other, steps=steps, restarts=1)
+    cells = [_spec(cfg, arm, shape, cfg.train.lr, 0) for arm, shape in shapes.values()]
+    return [replace(s, train=train) for s in cells]
 
 
 @EXPERIMENTS.register

@@ -1,20 +1,17 @@
 """The capacity part of the degree sweep's report (`blocklab.analysis.capacity`): design checks,
-verdict, test loss per budget, scaling fits and the parameter efficiency against d = 3, with their
-two figures.
+verdict, test loss per budget, scaling fits and the parameter efficiency against d = 3, and for
+second-order fits the referee's comparison (the figures are in `capacity_plots`).
 """
 
 import math
 from typing import Any
 
-import matplotlib.pyplot as plt
-import numpy as np
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
 from blocklab.analysis import capacity as cap
+from blocklab.analysis import design
 from blocklab.analysis.capacity import PREDICTED_EFFECT, REFERENCE, predicted_multiplier
 from blocklab.formatting import markdown_table
 from blocklab.formatting import short as fmt
-from blocklab.reports.plots import colors, save
+from blocklab.reports import referee
 from blocklab.reports.verdicts import claim
 
 
@@ -31,27 +28,51 @@ def criterion(rule: str, tol: float) -> str:
     )
 
 
-def _budget_span(c: cap.BudgetSpan) -> str:
+def _budget_span(c: design.BudgetSpan) -> str:
     text = (
-        f"{c.budgets} budgets spanning {c.span:.3g}x (a scaling fit needs >= {cap.MIN_BUDGETS} "
-        f"over >= {cap.MIN_SPAN:g}x)"
+        f"{c.budgets} budgets spanning {c.span:.3g}x (a scaling fit needs >= {design.MIN_BUDGETS} "
+        f"over >= {design.MIN_SPAN:g}x)"
     )
     return text if c.passed else f"{text}; give more or wider --budgets"
 
 
-def _plateau(c: cap.Plateau) -> str:
-    text = (
-        f"{c.share:.0%} of {c.trials} trials plateaued (needs >= {cap.PLATEAU_SHARE:.0%}; "
-        f"plateau: {criterion(c.rule, c.tol)})"
-    )
+def _share_of_trials(c, what: str, need: float, rule: str, advice: str) -> str:
+    """A check on the share of trials that `what`: that share, the rule, the cells lowest in it,
+    and when it failed what to change."""
+    text = f"{c.share:.0%} of {c.trials} trials {what} (needs >= {need:.0%}; {rule})"
     if c.least:
         text += "; least: " + ", ".join(f"{a} at {b} ({f:.0%})" for a, b, f in c.least)
-    if not c.passed:
-        text += "; train longer (--steps) or with a larger batch (--batch-size)"
-    return text
+    return text if c.passed else f"{text}; {advice}"
 
 
-def _monotone(c: cap.Monotone) -> str:
+def _plateau(c: design.Plateau) -> str:
+    rule = f"plateau: {criterion(c.rule, c.tol)}"
+    advice = "train longer (--steps) or with a larger batch (--batch-size)"
+    return _share_of_trials(c, "plateaued", design.PLATEAU_SHARE, rule, advice)
+
+
+def _converged(c: design.Converged) -> str:
+    rule = f"converged: doubling the iterations lowered the training loss by < {c.tol:g} of it"
+    advice = "fit longer (--steps) or with more restarts (--restarts)"
+    return _share_of_trials(c, "converged", design.CONVERGED_SHARE, rule, advice)
+
+
+def _generalization(c: design.Generalization) -> str:
+    limit = f"{design.GENERALIZATION_RATIO:g}x"
+    if math.isnan(c.worst):
+        return "no cell has both a test and a training loss to compare"
+    if c.passed:
+        return (
+            f"every cell's mean test loss within {limit} its training loss (worst {c.worst:.3g}x)"
+        )
+    listed = ", ".join(f"{a} at {b} ({r:.3g}x)" for a, b, r in c.failing[:4])
+    return (
+        f"mean test loss above {limit} the mean training loss: {listed}{_more(c.failing)}; "
+        "grow N (--data-ratio, --max-examples) or shrink P"
+    )
+
+
+def _monotone(c: design.Monotone) -> str:
     if not c.rises:
         return "every arm's test loss falls or stays level with budget"
     return (
@@ -65,7 +86,7 @@ def _more(items: tuple, shown: int = 4) -> str:
     return f"; and {len(items) - shown} more" if len(items) > shown else ""
 
 
-def _lr_edge(c: cap.LrEdge) -> str:
+def _lr_edge(c: design.LrEdge) -> str:
     if not c.edges:
         return "every chosen learning rate lies inside the rates tried"
     return (
@@ -78,29 +99,31 @@ def _lr_edge(c: cap.LrEdge) -> str:
     )
 
 
-def _width(c: cap.WidthMatch) -> str:
+def _width(c: design.WidthMatch) -> str:
     if c.width is None:
         return "depth mode: the width is solved per arm and budget"
     if not c.moved:
-        return f"every arm within {cap.WIDTH_SLACK} of the nominal width {c.width}"
+        return f"every arm within {design.WIDTH_SLACK} of the nominal width {c.width}"
     listed = ", ".join(f"{a} at {b} (width {w})" for a, b, w in c.moved[:4])
     return (
-        f"the budget solver moved widths more than {cap.WIDTH_SLACK} from {c.width} to meet a "
+        f"the budget solver moved widths more than {design.WIDTH_SLACK} from {c.width} to meet a "
         f"budget within 2%: {listed}{_more(c.moved)}; choose --budgets or --width where every "
         "arm keeps the width"
     )
 
 
 DETAIL = {
-    cap.BudgetSpan: _budget_span,
-    cap.Plateau: _plateau,
-    cap.Monotone: _monotone,
-    cap.LrEdge: _lr_edge,
-    cap.WidthMatch: _width,
+    design.BudgetSpan: _budget_span,
+    design.Plateau: _plateau,
+    design.Converged: _converged,
+    design.Generalization: _generalization,
+    design.Monotone: _monotone,
+    design.LrEdge: _lr_edge,
+    design.WidthMatch: _width,
 }
 
 
-def detail(check: cap.Check) -> str:
+def detail(check: design.Check) -> str:
     """What a design check measured, and what to change where it failed."""
     return DETAIL[type(check)](check)
 
@@ -174,6 +197,18 @@ def check_lines(capacity):
     return lines, f"{why} — no verdict"
 
 
+def converged_line(capacity) -> str | None:
+    """The terminal's one line on the fits' certificates; None for an Adam run."""
+    c = next((c for c in capacity.checks if isinstance(c, design.Converged)), None)
+    if c is None:
+        return None
+    done = round(c.share * c.trials)
+    return (
+        f"converged fits: {done} of {c.trials} trials (certificate: doubling the iterations "
+        f"gained < {c.tol:g})"
+    )
+
+
 def capacity_json(capacity) -> dict[str, Any]:
     """The capacity analysis under the keys of `--json`, its checks and verdict in words."""
     return {
@@ -202,19 +237,55 @@ def capacity_section(capacity):
     """Markdown: design checks, verdict, per-budget losses, scaling fits, efficiency vs d = 3."""
     checks, verdict = check_lines(capacity)
     lines = ["## Design checks", "", *checks, "", "## Verdict", "", verdict, ""]
-    lines += _loss_table(capacity.stats)
+    lines += _loss_table(capacity.stats, capacity.second_order)
+    if capacity.second_order:
+        lines += _fit_curves_text(capacity.referee is not None)
+    if capacity.referee is not None:
+        lines += referee.section(capacity.referee)
     lines += _fit_table(capacity.fit)
     if capacity.fit.reference is None:
         return lines + [f"No parameter-efficiency multipliers: {REFERENCE} was not fitted.", ""]
     return lines + _efficiency_section(capacity)
 
 
-def _loss_table(stats) -> list[str]:
+# how far the trials got: Adam runs by their plateau, second-order fits by their training loss,
+# certificates and restarts (the plateau is not their criterion)
+TRAINED = ("plateaued",)
+FITTED = ("train loss", "median restart", "converged", "restart spread")
+
+
+def _share(x: float, digits: int = 0) -> str:
+    return f"{x:.{digits}%}" if math.isfinite(x) else "-"
+
+
+def _trained(st, second_order: bool) -> tuple[str, ...]:
+    if not second_order:
+        return (_share(st["plateaued_fraction"]),)
+    return (
+        fmt(st["train_mean"]),
+        fmt(st["restart_median_mean"]),
+        _share(st["converged_fraction"]),
+        _share(st["restart_spread"], 1),
+    )
+
+
+def _loss_table(stats, second_order: bool) -> list[str]:
+    if second_order:
+        trained = (
+            "train loss: the final training MSE of each trial's best restart, mean over trials; "
+            "median restart: the same of each trial's median restart; converged: share of trials "
+            "whose certificate holds; restart spread: (median restart - best) / best, mean over "
+            "trials."
+        )
+    else:
+        trained = (
+            "plateaued: share of trials that had stopped improving (the criterion is in the "
+            "design checks)."
+        )
     lines = [
         "## Test loss per budget",
         "",
-        "Mean over (teacher, seed) with std and 95% Student-t interval; plateaued: share of "
-        "trials that had stopped improving (the criterion is in the design checks). "
+        f"Mean over (teacher, seed) with std and 95% Student-t interval; {trained} "
         "With several teachers, the spread within a teacher (mean std over seeds) and between "
         "teachers (std of their means) are shown apart.",
         "",
@@ -226,15 +297,30 @@ def _loss_table(stats) -> list[str]:
             str(st["block_params"]),
             f"{fmt(st['mean'])} ± {fmt(st['std'])}",
             f"[{fmt(st['ci_low'])}, {fmt(st['ci_high'])}]",
-            f"{st['plateaued_fraction']:.0%}",
+            *_trained(st, second_order),
             fmt(st["within_teacher_std"]),
             fmt(st["between_teacher_std"]),
         )
         for arm, by_b in stats.items()
         for b, st in by_b.items()
     ]
-    header = ("arm", "budget", "params", "test loss", "95% CI", "plateaued", "within", "between")
+    header = (
+        ("arm", "budget", "params", "test loss", "95% CI")
+        + (FITTED if second_order else TRAINED)
+        + ("within", "between")
+    )
     return lines + markdown_table(header, body)
+
+
+def _fit_curves_text(refereed: bool) -> list[str]:
+    panels = " and of the referee's fit from the same start" if refereed else ""
+    return [
+        "",
+        "Loss against iterations of each arm's first trial at its middle budget"
+        f"{panels}, on a log axis: where a curve flattens the fit has converged.",
+        "",
+        "![loss against iterations](fit_curves.png)",
+    ]
 
 
 def _fit_table(fit) -> list[str]:
@@ -302,91 +388,3 @@ def _resolution(res: float | None) -> str:
         f"Resolution: the intervals' median half-width is {res:.3g} (in multiplier units); "
         f"the predicted difference between d = 3 and d = 2 or 4 is {PREDICTED_EFFECT:.3f}. {said}"
     )
-
-
-def _arm_key(capacity):
-    return lambda a: (capacity.degrees.get(a) is None, capacity.degrees.get(a) or 0.0, a)
-
-
-def _plain_log(ax, axes="xy"):
-    """Log axes labelled 0.3, not 3 x 10^-1, at 1, 2 and 5 per decade (minor ticks unlabelled:
-    over a wide range their labels overlap)."""
-    plain = FuncFormatter(lambda v, _: f"{v:g}")
-    for name in axes:
-        axis = getattr(ax, f"{name}axis")
-        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-        axis.set_major_formatter(plain)
-        axis.set_minor_formatter(NullFormatter())
-
-
-def scaling_curves(capacity, path, unit="MSE or cross-entropy in nats"):
-    """Log-log test loss vs actual block parameters: per arm the means with 95% intervals and the
-    fitted L(P) = L_inf + a P^-alpha, one colour per arm. `unit`: the loss's (`plots.loss_unit`)."""
-    stats, fits = capacity.stats, capacity.fit.fits
-    arms = sorted(stats, key=_arm_key(capacity))
-    color = colors(arms)
-    fig, ax = plt.subplots(figsize=(7, 4.8), layout="constrained")
-    for arm in arms:
-        pts = [s for _, s in sorted(stats[arm].items()) if math.isfinite(s["mean"])]
-        if not pts:
-            continue
-        x = np.array([s["block_params"] for s in pts], dtype=float)
-        y = np.array([s["mean"] for s in pts])
-        lo = np.array([s["ci_low"] if math.isfinite(s["ci_low"]) else s["mean"] for s in pts])
-        hi = np.array([s["ci_high"] if math.isfinite(s["ci_high"]) else s["mean"] for s in pts])
-        lo = np.where(lo > 0, lo, y)  # a loss is positive: no bar below zero on a log axis
-        c = color[arm]
-        ax.errorbar(x, y, yerr=[y - lo, hi - y], color=c, marker="o", ls="none", capsize=3)
-        if arm in fits:
-            f = fits[arm]
-            grid = np.geomspace(x.min() / 1.3, x.max() * 1.3, 100)
-            label = f"{arm}: {f.L_inf:.3g} + {f.a:.3g} P^-{f.alpha:.2f}"
-            ax.plot(grid, [f.predict(p) for p in grid], color=c, label=label)
-        else:
-            ax.plot([], [], color=c, marker="o", label=f"{arm} (no fit)")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    _plain_log(ax)
-    ax.set(
-        xlabel="block parameters P (actual count)",
-        ylabel=f"test loss ({unit}), mean and 95% CI",
-    )
-    ax.set_title("test loss vs budget, fitted L(P) = L_inf + a P^-alpha", fontsize=10)
-    ax.legend(fontsize=8)
-    return save(fig, path)
-
-
-def efficiency(capacity, path):
-    """Each arm's parameter multiplier against d = 3 with its bootstrap interval, beside seed 000's
-    prediction h(3) / h(d); above 1 the arm needs more parameters than d = 3 for the same loss.
-    An infinite multiplier or bound is drawn at the top edge and marked."""
-    eff = capacity.fit.efficiency
-    arms = sorted(eff, key=_arm_key(capacity))
-    values = [v for a in arms for v in (eff[a].multiplier, eff[a].ci_low, eff[a].ci_high)]
-    shown = [v for v in values if math.isfinite(v) and v > 0]
-    top = max(shown + [1.2]) * 1.15
-    bottom = max(min(shown + [0.8]) / 1.15, 1e-3)  # a bound near 0 is cut at the frame
-    fig, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
-    for i, arm in enumerate(arms):
-        e = eff[arm]
-        m = e.multiplier if math.isfinite(e.multiplier) else top
-        lo = e.ci_low if math.isfinite(e.ci_low) else m
-        hi = e.ci_high if math.isfinite(e.ci_high) else top
-        bars = [[max(m - lo, 0.0)], [max(hi - m, 0.0)]]
-        ax.errorbar([i], [m], yerr=bars, color="C0", marker="o", capsize=4, label="measured")
-        if not math.isfinite(e.multiplier):
-            ax.annotate("inf", (i, top), ha="center", va="bottom", fontsize=8)
-        pred = predicted_multiplier(arm, capacity.degrees.get(arm))
-        if pred is not None:
-            ax.plot([i], [pred], color="C3", marker="x", ms=9, ls="none", label="h(3) / h(d)")
-    ax.axhline(1.0, color="0.4", linestyle=":", linewidth=1)
-    ax.set_xticks(range(len(arms)), arms)
-    ax.set_yscale("log")
-    ax.set_ylim(bottom, top * 1.1)
-    _plain_log(ax, "y")
-    ax.set(xlabel="arm", ylabel="parameters needed / those of d = 3 (ratio)")
-    ax.set_title("multiplier vs d = 3 with 95% CI; > 1: needs more than d = 3", fontsize=10)
-    handles, labels = ax.get_legend_handles_labels()
-    unique = dict(zip(labels, handles, strict=True))  # one entry per kind, not per arm
-    ax.legend(unique.values(), unique.keys(), fontsize=8)
-    return save(fig, path)

@@ -8,7 +8,7 @@ Every number comes from the rows (one per finished trial) or from blocklab.theor
 import dataclasses
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +25,15 @@ from blocklab.analysis.stats import (
 )
 from blocklab.engine.provenance import provenance
 from blocklab.formatting import config_json, markdown_table, plain, short
-from blocklab.reports import Report, plots
+from blocklab.reports import Report, plots, referee
 from blocklab.reports.capacity import (
     capacity_json,
     capacity_section,
     check_lines,
-    efficiency,
+    converged_line,
     efficiency_lines,
-    scaling_curves,
 )
+from blocklab.reports.capacity_plots import efficiency, fit_curves, scaling_curves
 from blocklab.reports.markdown import failures, require_finished
 from blocklab.reports.verdicts import claim, verdict_json
 from blocklab.theory import degree_proxy_log10, h, layers_at_budget, optimal_degree
@@ -189,9 +189,12 @@ def _theory_section(summaries, rankings):
     return lines
 
 
-def write_report(out_dir, rows, *, title, config, provenance, alpha=0.05, capacity=None):
+def write_report(
+    out_dir, rows, *, title, config, provenance, alpha=0.05, capacity=None, referee_rows=()
+):
     """Write report.md and its figures into out_dir; return the report's path. With `capacity`
-    (blocklab.analysis.capacity) the design checks, verdict, fits and efficiency lead."""
+    (blocklab.analysis.capacity) the design checks, verdict, fits and efficiency lead; second-order
+    fits add their loss curves, the referee's (`referee_rows`) beside them."""
     if not rows:
         raise ValueError("no finished trials to report")
     out = Path(out_dir)
@@ -206,6 +209,8 @@ def write_report(out_dir, rows, *, title, config, provenance, alpha=0.05, capaci
         scaling_curves(capacity, out / "scaling.png", plots.loss_unit({r["task"] for r in rows}))
         if capacity.fit.efficiency:
             efficiency(capacity, out / "efficiency.png")
+        if capacity.second_order:
+            fit_curves(rows, referee_rows, out / "fit_curves.png")
 
     lines = [f"# {title}", "", "## Question", "", _question(), ""]
     if capacity is not None:
@@ -274,12 +279,15 @@ class Result:
     summaries: list[Summary]  # per (task, budget, arm): the test metric over seeds
     verdicts: list[Verdict]  # per (task, budget): the paired tests of the best arm
     capacity: CapacityResult  # design checks, scaling fits, efficiency and the verdict
+    # second-order fits: each cell's first trial refitted by the other optimizer
+    referee: list[dict[str, Any]] = field(default_factory=list)
 
 
 def analyze(cfg, trials) -> Result:
     """The summaries over seeds, the paired tests and the capacity analysis
     (`blocklab.analysis.capacity`) of the sweep's rows."""
     verdicts = compare(trials.rows, alpha=cfg.alpha)
+    refitted = getattr(trials, "referee", [])  # trials built before referees have none
     cap = analyze_capacity(
         trials.rows,
         trials.lr_choice,
@@ -288,10 +296,11 @@ def analyze(cfg, trials) -> Result:
         n_boot=cfg.n_boot,
         paired=verdicts,
         width=cfg.width if cfg.mode == "width" else None,
+        converge_tol=cfg.train.converge_tol,
+        referee=refitted,
     )
-    return Result(
-        trials.rows, trials.lr_choice, trials.failed, summarize(trials.rows), verdicts, cap
-    )
+    summaries = summarize(trials.rows)
+    return Result(trials.rows, trials.lr_choice, trials.failed, summaries, verdicts, cap, refitted)
 
 
 def write(out_dir, cfg, trials) -> Report:
@@ -309,12 +318,20 @@ def write(out_dir, cfg, trials) -> Report:
         provenance=provenance(),
         alpha=cfg.alpha,
         capacity=cap,
+        referee_rows=result.referee,
     )
     payload = to_json(result.rows, alpha=cfg.alpha)
     payload.update(capacity_json(cap))
-    payload.update(lr_choice=result.lr_choice, failed=result.failed)
+    payload.update(
+        lr_choice=result.lr_choice,
+        failed=result.failed,
+        optimizer=cfg.train.optimizer,
+        referee=referee.summary_json(cap.referee),
+    )
     checks, verdict = check_lines(cap)
     lines = [table(result.summaries), "\ndesign checks:", *checks]
+    if converged := converged_line(cap):
+        lines.append(converged)
     if cap.fit.efficiency:
         caveat = "" if cap.passed else " -- measured, but not a verdict: a design check failed"
         lines.append(

@@ -1,0 +1,172 @@
+"""A trial fitted to convergence: a second-order full-batch float64 fit (`engine.fit`) from
+several initializations, each with its convergence certificate.
+
+Where `train.train` asks how far AdamW gets in a number of steps, this asks what the network can
+fit. The training set is fixed: N examples, `data_ratio` per trained parameter (at most
+`max_examples`), drawn by the trial seed from a generative task's sampler, or the first N of a
+fixed task's train split, so the training loss reads as approximation error and the test loss
+checks it (the degree sweep's `generalization` check holds the two within 1.2x).
+
+Every restart runs `steps` iterations and is certified: converged when its second half of the
+iterations (doubling them from steps / 2) lowered the training loss by less than `converge_tol`
+of it (`fit.converged`), measured by continuing the same fit. The trial keeps the restart of
+least training loss (chosen on training data, never on test) and stores every restart's losses
+beside it, so the spread over initializations is in the record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+import torch
+from torch import nn
+
+from blocklab.engine.fit import FITTERS, converged
+from blocklab.engine.monitor import TrainResult, TrialMonitor
+from blocklab.engine.train import evaluate, train
+from blocklab.errors import UserError
+from blocklab.specs import TrainConfig
+from blocklab.tasks.base import Split, TaskData
+
+
+def restart_seed(seed: int, restart: int) -> int:
+    """The initialization seed of a trial's restart: restart 0 is the trial seed itself, so one
+    restart initializes as an Adam trial of the same seed does."""
+    if restart == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, restart]).generate_state(1)[0])
+
+
+def examples(cfg: TrainConfig, params: int, available: int | None) -> int:
+    """N for a network of `params` trained parameters: `data_ratio` per parameter, at most
+    `max_examples` and the `available` examples of a fixed dataset (None: a sampler draws any)."""
+    n = min(cfg.max_examples, max(1, math.ceil(cfg.data_ratio * params)))
+    return n if available is None else min(n, available)
+
+
+def check_fits(data: TaskData, optimizer: str) -> None:
+    """A second-order fit minimizes squared residuals of float features: regression alone."""
+    if data.kind != "regression" or data.vocab is not None:
+        raise UserError(
+            f"--optimizer {optimizer} fits regression tasks on float features; this task is "
+            f"{data.kind}{' on token ids' if data.vocab is not None else ''}: use --optimizer adam"
+        )
+
+
+def training_set(data: TaskData, n: int, seed: int) -> Split:
+    """The fixed training examples of a fit, in float64 (see the module's docstring)."""
+    if data.online:
+        x, y = data.sample(n, torch.Generator().manual_seed(seed))  # (n, ...), (n, n_out)
+    else:
+        x, y = data.train.x[:n], data.train.y[:n]
+    device = data.train.x.device
+    return Split(x.to(device, torch.float64), y.to(device, torch.float64))
+
+
+def _f64(split: Split) -> Split:
+    return dataclasses.replace(split, x=split.x.double(), y=split.y.double())
+
+
+@dataclasses.dataclass
+class Restart:
+    seed: int
+    model: nn.Module
+    result: TrainResult
+    train_loss: float | None  # the final training MSE; None when the fit diverged
+    gain: float | None  # what the second half of the iterations gained, a share (`fit.converged`)
+    converged: bool
+
+
+def fit_once(
+    model: nn.Module, data: TaskData, train_set: Split, cfg: TrainConfig, seed: int, threshold
+) -> Restart:
+    """One restart: an optional Adam warm start, then `cfg.steps` iterations of the fitter with
+    the certificate read at steps / 2, validation checkpoints on the way (`TrialMonitor`)."""
+    start = time.perf_counter()
+    if cfg.warm_start:
+        warm = replace(cfg, optimizer="adam", steps=cfg.warm_start)
+        train(model, data, warm, seed, threshold)
+    model.double()
+    val, test = _f64(data.val), _f64(data.test)
+    monitor = TrialMonitor(cfg, threshold)
+    fitter = FITTERS[cfg.optimizer](model, train_set.x, train_set.y)
+
+    def on_step(i: int, loss: float) -> bool:
+        # `loss` is the training MSE after i iterations, before the next one's update
+        if not monitor.step(i + 1, loss):
+            return False
+        if monitor.due(i):
+            fitter.sync()  # the model holds the fit's current parameters
+            monitor.checkpoint(i, evaluate(model, val, data.kind)[0])
+        return True
+
+    half = max(1, cfg.steps // 2)
+    cert = converged(fitter, half, cfg.steps - half, cfg.converge_tol, on_step)
+    final = cert.second
+    fitter.sync()
+    if not monitor.diverged and monitor.due(cfg.steps):
+        monitor.checkpoint(cfg.steps, evaluate(model, val, data.kind)[0])
+    test_scores = None
+    if not monitor.diverged and math.isfinite(final):
+        val_metric = evaluate(model, val, data.kind)[1]
+        test_scores = evaluate(model, test, data.kind)
+    else:
+        val_metric = None
+    result = monitor.result(val_metric, test_scores, time.perf_counter() - start)
+    done = result.status == "done"
+    gain = cert.gain if done else None
+    return Restart(seed, model, result, final if done else None, gain, done and cert.passed)
+
+
+def fit(
+    make_model: Callable[[int], nn.Module],
+    data: TaskData,
+    cfg: TrainConfig,
+    seed: int,
+    threshold: float,
+) -> tuple[nn.Module, TrainResult]:
+    """Fit `cfg.restarts` networks, `make_model(init_seed)` each, on one fixed training set drawn
+    by `seed`; return the restart of least training loss (the first one if all diverged) as a
+    float32 model and its result, with the fit's fields filled in."""
+    check_fits(data, cfg.optimizer)
+    start = time.perf_counter()
+    models = [make_model(restart_seed(seed, r)) for r in range(cfg.restarts)]
+    params = sum(p.numel() for p in models[0].parameters() if p.requires_grad)
+    available = None if data.online else len(data.train)
+    train_set = training_set(data, examples(cfg, params, available), seed)
+    runs = [
+        fit_once(m, data, train_set, cfg, restart_seed(seed, r), threshold)
+        for r, m in enumerate(models)
+    ]
+    finished = [r for r in runs if r.train_loss is not None]
+    best = min(finished, key=lambda r: r.train_loss) if finished else runs[0]
+    losses = sorted(r.train_loss for r in finished)
+    result = replace(
+        best.result,
+        seconds=time.perf_counter() - start,
+        plateau_improvement=best.gain,
+        optimizer=cfg.optimizer,
+        examples=len(train_set),
+        train_loss=best.train_loss,
+        converged=best.converged,
+        restarts=[
+            {
+                "seed": r.seed,
+                "train_loss": r.train_loss,
+                "test_loss": r.result.test_loss,
+                "gain": r.gain,
+                "converged": r.converged,
+            }
+            for r in runs
+        ],
+        # how much worse than the best the median restart lands, a share of the best
+        restart_spread=(
+            (float(np.median(losses)) - losses[0]) / losses[0] if losses and losses[0] > 0 else None
+        ),
+    )
+    return best.model.float(), result

@@ -1,0 +1,113 @@
+"""Bench row (e) of `blocklab bench` (`blocklab.bench`): certified Levenberg-Marquardt fits per
+minute, the K restarts of a small degree-3 network on the teacher task fitted one after another vs
+as one batched computation (`fit.BatchedLevenbergMarquardt`), per depth. `cfg` is the bench's
+`BenchConfig`: its fit_depths, fit_width, fit_restarts, fit_iterations, degree, repeats and
+device.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from torch import nn
+
+from blocklab.engine import converge
+from blocklab.engine.fit import (
+    BatchedLevenbergMarquardt,
+    LevenbergMarquardt,
+    converged,
+    converged_batched,
+)
+from blocklab.engine.sweep import build_model
+from blocklab.models import parse_arm
+from blocklab.specs import TrainConfig, TrialSpec
+from blocklab.tasks import make_task
+from blocklab.tasks.base import TaskData
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+FIT_TASK = ("teacher", {"n_in": 4})
+
+
+def _fit_spec(cfg: Any, depth: int) -> TrialSpec:
+    train_cfg = TrainConfig(optimizer="lm", steps=cfg.fit_iterations, restarts=cfg.fit_restarts)
+    return TrialSpec(
+        task=FIT_TASK[0], task_options=FIT_TASK[1], arm=parse_arm(str(cfg.degree)), budget=0,
+        depth=depth, width=cfg.fit_width, bias=False, norm="layer", activation="none",
+        residual=True, train=train_cfg, seed=0,
+    )  # fmt: skip
+
+
+def _fit_models(cfg: Any, spec: TrialSpec, data: TaskData) -> list[nn.Module]:
+    """The K restarts of one trial, initialized as `converge.fit` initializes them."""
+    models = []
+    for r in range(cfg.fit_restarts):
+        torch.manual_seed(converge.restart_seed(spec.seed, r))
+        model = build_model(spec, data)
+        model.freeze_unused(data.train.x[:2])
+        models.append(model.double().to(cfg.device))
+    return models
+
+
+def _time_fits(models: list[nn.Module], x, y, iterations: int, batched: bool, device: str):
+    """Seconds of K certified fits, and how many of them the certificate passed."""
+    half = max(1, iterations // 2)
+    _sync(device)
+    start = time.perf_counter()
+    if batched:
+        fitter = BatchedLevenbergMarquardt(models, x, y)
+        certificates = converged_batched(fitter, half, iterations - half)
+    else:
+        certificates = [
+            converged(LevenbergMarquardt(m, x, y), half, iterations - half) for m in models
+        ]
+    _sync(device)
+    return time.perf_counter() - start, sum(c.passed for c in certificates)
+
+
+def fit_rows(cfg: Any) -> list[dict]:
+    """(e): certified fits per minute of K restarts fitted one at a time and batched, per depth;
+    the fastest of `repeats` interleaved runs of each (fresh networks each run), after a warm-up
+    of two iterations each way (the first call of vmap and jacrev traces)."""
+    data = make_task(FIT_TASK[0], **FIT_TASK[1]).make(0)
+    rows = []
+    for depth in cfg.fit_depths:
+        spec = _fit_spec(cfg, depth)
+        first = _fit_models(cfg, spec, data)[0]
+        params = sum(p.numel() for p in first.parameters() if p.requires_grad)
+        n = converge.examples(spec.train, params, None if data.online else len(data.train))
+        train_set = converge.training_set(data, n, spec.seed)
+        x, y = train_set.x.to(cfg.device), train_set.y.to(cfg.device)  # (N, 4), (N, 1) float64
+        best = {False: float("inf"), True: float("inf")}
+        passed = {}
+        for batched in (False, True):
+            _time_fits(_fit_models(cfg, spec, data), x, y, 2, batched, cfg.device)
+        for _ in range(cfg.repeats):  # interleaved: a slow spell hits both ways alike
+            for batched in (False, True):
+                models = _fit_models(cfg, spec, data)
+                seconds, passed[batched] = _time_fits(
+                    models, x, y, cfg.fit_iterations, batched, cfg.device
+                )
+                best[batched] = min(best[batched], seconds)
+        seq, bat = (60 * cfg.fit_restarts / best[b] for b in (False, True))
+        rows.append(
+            {
+                "depth": depth,
+                "params": params,
+                "examples": n,
+                "sequential_fits_per_min": seq,
+                "batched_fits_per_min": bat,
+                "speedup": bat / seq,
+                # fits the certificate passed, of the K: the two ways take the same steps up to
+                # float rounding, which a long non-convex fit can amplify
+                "sequential_converged": passed[False],
+                "batched_converged": passed[True],
+            }
+        )
+    return rows

@@ -1,0 +1,177 @@
+"""Figures of the degree sweep's capacity analysis (`blocklab.analysis.capacity`): test loss
+against budget with the scaling fits, the parameter efficiency against d = 3, and for
+second-order fits the loss of one fit per arm against its iterations.
+"""
+
+import math
+from collections import defaultdict
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from blocklab.analysis.capacity import predicted_multiplier
+from blocklab.reports.plots import colors, save
+
+
+def _arm_key(capacity):
+    return lambda a: (capacity.degrees.get(a) is None, capacity.degrees.get(a) or 0.0, a)
+
+
+def _plain_log(ax, axes="xy"):
+    """Log axes labelled 0.3, not 3 x 10^-1, at 1, 2 and 5 per decade (minor ticks unlabelled:
+    over a wide range their labels overlap)."""
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    for name in axes:
+        axis = getattr(ax, f"{name}axis")
+        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(NullFormatter())
+
+
+def scaling_curves(capacity, path, unit="MSE or cross-entropy in nats"):
+    """Log-log test loss vs actual block parameters: per arm the means with 95% intervals and the
+    fitted L(P) = L_inf + a P^-alpha, one colour per arm. `unit`: the loss's (`plots.loss_unit`)."""
+    stats, fits = capacity.stats, capacity.fit.fits
+    arms = sorted(stats, key=_arm_key(capacity))
+    color = colors(arms)
+    fig, ax = plt.subplots(figsize=(7, 4.8), layout="constrained")
+    for arm in arms:
+        pts = [s for _, s in sorted(stats[arm].items()) if math.isfinite(s["mean"])]
+        if not pts:
+            continue
+        x = np.array([s["block_params"] for s in pts], dtype=float)
+        y = np.array([s["mean"] for s in pts])
+        lo = np.array([s["ci_low"] if math.isfinite(s["ci_low"]) else s["mean"] for s in pts])
+        hi = np.array([s["ci_high"] if math.isfinite(s["ci_high"]) else s["mean"] for s in pts])
+        lo = np.where(lo > 0, lo, y)  # a loss is positive: no bar below zero on a log axis
+        c = color[arm]
+        ax.errorbar(x, y, yerr=[y - lo, hi - y], color=c, marker="o", ls="none", capsize=3)
+        if arm in fits:
+            f = fits[arm]
+            grid = np.geomspace(x.min() / 1.3, x.max() * 1.3, 100)
+            label = f"{arm}: {f.L_inf:.3g} + {f.a:.3g} P^-{f.alpha:.2f}"
+            ax.plot(grid, [f.predict(p) for p in grid], color=c, label=label)
+        else:
+            ax.plot([], [], color=c, marker="o", label=f"{arm} (no fit)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _plain_log(ax)
+    ax.set(
+        xlabel="block parameters P (actual count)",
+        ylabel=f"test loss ({unit}), mean and 95% CI",
+    )
+    ax.set_title("test loss vs budget, fitted L(P) = L_inf + a P^-alpha", fontsize=10)
+    ax.legend(fontsize=8)
+    return save(fig, path)
+
+
+def efficiency(capacity, path):
+    """Each arm's parameter multiplier against d = 3 with its bootstrap interval, beside seed 000's
+    prediction h(3) / h(d); above 1 the arm needs more parameters than d = 3 for the same loss.
+    An infinite multiplier or bound is drawn at the top edge and marked."""
+    eff = capacity.fit.efficiency
+    arms = sorted(eff, key=_arm_key(capacity))
+    values = [v for a in arms for v in (eff[a].multiplier, eff[a].ci_low, eff[a].ci_high)]
+    shown = [v for v in values if math.isfinite(v) and v > 0]
+    top = max(shown + [1.2]) * 1.15
+    bottom = max(min(shown + [0.8]) / 1.15, 1e-3)  # a bound near 0 is cut at the frame
+    fig, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
+    for i, arm in enumerate(arms):
+        e = eff[arm]
+        m = e.multiplier if math.isfinite(e.multiplier) else top
+        lo = e.ci_low if math.isfinite(e.ci_low) else m
+        hi = e.ci_high if math.isfinite(e.ci_high) else top
+        bars = [[max(m - lo, 0.0)], [max(hi - m, 0.0)]]
+        ax.errorbar([i], [m], yerr=bars, color="C0", marker="o", capsize=4, label="measured")
+        if not math.isfinite(e.multiplier):
+            ax.annotate("inf", (i, top), ha="center", va="bottom", fontsize=8)
+        pred = predicted_multiplier(arm, capacity.degrees.get(arm))
+        if pred is not None:
+            ax.plot([i], [pred], color="C3", marker="x", ms=9, ls="none", label="h(3) / h(d)")
+    ax.axhline(1.0, color="0.4", linestyle=":", linewidth=1)
+    ax.set_xticks(range(len(arms)), arms)
+    ax.set_yscale("log")
+    ax.set_ylim(bottom, top * 1.1)
+    _plain_log(ax, "y")
+    ax.set(xlabel="arm", ylabel="parameters needed / those of d = 3 (ratio)")
+    ax.set_title("multiplier vs d = 3 with 95% CI; > 1: needs more than d = 3", fontsize=10)
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))  # one entry per kind, not per arm
+    ax.legend(unique.values(), unique.keys(), fontsize=8)
+    return save(fig, path)
+
+
+def _first_at_middle(rows) -> dict[str, dict]:
+    """Per arm, its first trial (teacher 0, seed 0) at the middle of its budgets."""
+    budgets = defaultdict(set)
+    for r in rows:
+        budgets[r["arm"]].add(int(r["budget"]))
+    middle = {arm: sorted(b)[len(b) // 2] for arm, b in budgets.items()}
+    return {
+        r["arm"]: r
+        for r in rows
+        if int(r["budget"]) == middle[r["arm"]] and (r.get("teacher") or 0) == 0 and r["seed"] == 0
+    }
+
+
+def _fit_curve(r) -> tuple[np.ndarray, np.ndarray, str]:
+    """A fit's checkpoints and its training loss there, or its validation loss where the trial
+    recorded no training loss; a loss at or below zero is left out (the axis is logarithmic)."""
+    kind, values = "training", r.get("curve_train_loss") or []
+    if not any(v is not None for v in values):
+        kind, values = "validation", r.get("curve_val_loss") or []
+    y = np.array([np.nan if v is None else v for v in values], dtype=float)
+    y[~(y > 0)] = np.nan
+    return np.asarray(r["curve_step"], dtype=float), y, kind
+
+
+def _fit_panel(ax, picked, arms, color, title) -> None:
+    """One optimizer's fits, one line per arm, and where the certificate's second half starts."""
+    kinds, half = set(), None
+    for arm in arms:
+        r = picked.get(arm)
+        if r is None or r["status"] != "done" or not len(r.get("curve_step") or []):
+            continue
+        steps, y, kind = _fit_curve(r)
+        kinds.add(kind)
+        ax.plot(steps, y, color=color[arm], label=f"{arm}, B = {int(r['budget']):,}")
+        half = max(1, int(r["max_steps"]) // 2)
+    if half is not None:
+        ax.axvline(
+            half, color="0.4", linestyle=":", linewidth=1, label="certificate: the gain after this"
+        )
+        ax.legend(fontsize=8)
+    ax.set_yscale("log")
+    _plain_log(ax, "y")
+    if kinds == {"validation"}:
+        ylabel = "validation loss (MSE)"
+    elif len(kinds) > 1:
+        ylabel = "training loss (MSE; validation where none was recorded)"
+    else:
+        ylabel = "training loss (MSE)"
+    ax.set(xlabel="iteration (iterations)", ylabel=ylabel)
+    ax.set_title(title if half is not None else f"{title}: no finished fit", fontsize=10)
+
+
+def fit_curves(rows, referee, path):
+    """Loss against iterations of second-order fits, one panel per optimizer (the sweep's, from
+    its best restart, and the referee's, from the first restart's initialization), one line per
+    arm at its middle budget (teacher 0, seed 0). The axis is logarithmic, so a reader sees
+    where a fit flattens: the plateau the convergence certificate measures."""
+    main = _first_at_middle(rows)
+    degree = {r["arm"]: r["degree"] for r in rows}
+    arms = sorted(degree, key=lambda a: (degree[a] is None, degree[a] or 0.0, a))
+    panels = [(main, f"{rows[0]['optimizer']}: the sweep's fits (best restart)")]
+    if referee:
+        at = {arm: int(r["budget"]) for arm, r in main.items()}
+        picked = {r["arm"]: r for r in referee if at.get(r["arm"]) == int(r["budget"])}
+        panels.append((picked, f"{referee[0]['optimizer']}: referee (restart 0's start)"))
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False, layout="constrained"
+    )
+    color = colors(arms)
+    for ax, (picked, title) in zip(axes[0], panels, strict=True):
+        _fit_panel(ax, picked, arms, color, title)
+    fig.suptitle("teacher 0, seed 0, each arm at its middle budget", fontsize=10)
+    return save(fig, path)

@@ -1,0 +1,233 @@
+"""The capacity analysis of second-order fits: their design checks (converged, generalization,
+and neither plateau nor learning-rate edge), per-budget statistics, the JSON contract's new keys
+and the referee's summary, on synthetic rows."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from blocklab.analysis import capacity, design
+from blocklab.analysis.stats import compare
+
+DEGREE = {"d=2": 2.0, "d=3": 3.0, "d=4": 4.0, "mlp": None}
+BUDGETS = (1000, 2000, 4000, 8000)
+SCALE = {"d=3": 1.0, "d=2": 1.2, "d=4": 1.1, "mlp": 2.0}  # parameters each needs against d=3
+STEPS = 64
+# every trial's three restarts, as multiples of its best: restart 0 is not the best one
+RESTARTS = (1.1, 1.0, 1.3)
+
+
+def fit_row(arm, budget, seed, train, *, teacher=0, optimizer="lm", converged=True, gap=1.05):
+    """A finished second-order fit: its best restart reached `train`, the test loss is `gap`
+    times that, and its curves fall geometrically to both."""
+    steps = list(range(0, STEPS + 1, 8))
+    fall = [train * (1 + 9 * 0.5**i) for i in range(len(steps))]
+    restarts = [train * k for k in RESTARTS]
+    return {
+        "task": "teacher",
+        "budget": budget,
+        "arm": arm,
+        "degree": DEGREE[arm],
+        "layer_degrees": [] if DEGREE[arm] is None else [DEGREE[arm]],
+        "seed": seed,
+        "teacher": teacher,
+        "status": "done",
+        "metric": "mse",
+        "higher_is_better": False,
+        "test_metric": train * gap,
+        "test_loss": train * gap,
+        "block_params": budget,
+        "other_params": 40,
+        "total_params": budget + 40,
+        "depth": 2,
+        "width": 8,
+        "lr": 3e-3,
+        "schedule": "wsd",
+        "max_steps": STEPS,
+        "steps_to_threshold": None,
+        "threshold": 1e-4,
+        "diverged_step": None,
+        "plateau_improvement": 0.001 if converged else 0.2,
+        "optimizer": optimizer,
+        "train_loss": train,
+        "converged": converged,
+        "examples": 32 * budget,
+        "restart_train_losses": restarts,
+        "restart_spread": (float(np.median(restarts)) - train) / train,
+        "curve_step": steps,
+        "curve_val_loss": [v * gap for v in fall],
+        "curve_train_loss": fall,
+    }
+
+
+def fit_rows(seeds=3, unconverged=0, overfit=None, optimizer="lm"):
+    """Fits following L = 0.05 + 5 (P / k)^-0.5 per arm, with small noise; the first
+    `unconverged` rows lack the certificate; the cell `overfit` tests 1.5x its training loss."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for seed in range(seeds):
+        for arm, k in SCALE.items():
+            for b in BUDGETS:
+                train = (0.05 + 5.0 * (b / k) ** -0.5) * math.exp(rng.normal(0, 0.003))
+                gap = 1.5 if overfit == (arm, b) else 1.05
+                rows.append(fit_row(arm, b, seed, train, optimizer=optimizer, gap=gap))
+    for r in rows[:unconverged]:
+        r["converged"] = False
+    return rows
+
+
+def referee_rows(rows, ratio=1.02):
+    """The other optimizer's fit of each cell's first trial, `ratio` times the main trial's
+    restart 0 training loss."""
+    return [
+        {
+            **r,
+            "referee": True,
+            "optimizer": "lbfgs" if r["optimizer"] == "lm" else "lm",
+            "train_loss": r["restart_train_losses"][0] * ratio,
+            "restart_train_losses": [r["restart_train_losses"][0] * ratio],
+            "restart_spread": 0.0,
+            "max_steps": 4 * STEPS,
+            "curve_step": [4 * s for s in r["curve_step"]],
+        }
+        for r in rows
+        if r["seed"] == 0 and r["teacher"] == 0
+    ]
+
+
+def analyze(rows, referee=(), converge_tol=0.03):
+    return capacity.analyze(
+        rows,
+        {},
+        list(BUDGETS),
+        tol=0.03,
+        n_boot=50,
+        paired=compare(rows),
+        width=8,
+        converge_tol=converge_tol,
+        referee=referee,
+    )
+
+
+def names(result):
+    return [c.name for c in result.checks]
+
+
+def check(result, name):
+    return next(c for c in result.checks if c.name == name)
+
+
+def test_fits_are_judged_by_their_certificates_not_a_plateau():
+    result = analyze(fit_rows())
+    assert result.second_order
+    assert names(result) == [
+        "budget_span",
+        "converged",
+        "monotone_in_budget",
+        "generalization",
+        "width_matched",
+    ]
+    assert result.passed and result.verdict.refused is None
+
+
+def test_adam_runs_keep_plateau_and_lr_edge_and_get_no_fit_checks():
+    rows = fit_rows(optimizer="adam")
+    for r in rows:  # what an Adam trial's row holds of the fits' fields
+        r.update(train_loss=None, converged=None, restart_train_losses=[], restart_spread=None)
+    result = analyze(rows)
+    assert not result.second_order
+    assert names(result) == [
+        "budget_span",
+        "plateau",
+        "monotone_in_budget",
+        "lr_not_at_edge",
+        "width_matched",
+    ]
+    s = result.stats["d=3"][1000]
+    assert math.isnan(s["train_mean"]) and math.isnan(s["restart_spread"])
+    assert math.isnan(s["converged_fraction"])
+
+
+def test_rows_without_an_optimizer_are_adam_runs():
+    rows = [{k: v for k, v in r.items() if k != "optimizer"} for r in fit_rows(seeds=2)]
+    assert not design.second_order(rows)
+    assert "plateau" in names(analyze(rows))
+
+
+@pytest.mark.parametrize(("unconverged", "passed"), [(0, True), (4, True), (5, False)])
+def test_converged_needs_90_percent_of_the_trials(unconverged, passed):
+    """48 trials: 4 without the certificate leave 91.7%, 5 leave 89.6%."""
+    c = check(analyze(fit_rows(unconverged=unconverged), converge_tol=0.05), "converged")
+    assert c.trials == 48 and c.share == pytest.approx((48 - unconverged) / 48)
+    assert c.passed is passed and c.tol == 0.05
+    if unconverged:  # the first rows are d=3's cells of seed 0, each 1 of its 3 trials
+        assert c.least[0][2] == pytest.approx(2 / 3)
+
+
+def test_exactly_90_percent_converged_passes():
+    rows = fit_rows(seeds=5)[:40]
+    for r in rows[:4]:
+        r["converged"] = False
+    c = design.design_checks(rows, {}, list(BUDGETS), 0.03)[1]
+    assert c.name == "converged" and c.share == pytest.approx(0.9) and c.passed
+
+
+def test_generalization_fails_where_one_cell_tests_above_1_2x_its_training_loss():
+    good = check(analyze(fit_rows()), "generalization")
+    assert good.passed and good.worst == pytest.approx(1.05, rel=1e-9)
+    result = analyze(fit_rows(overfit=("d=4", 1000)))  # the smallest budget: no rise in budget
+    bad = check(result, "generalization")
+    assert not bad.passed and [c[:2] for c in bad.failing] == [("d=4", 1000)]
+    assert bad.worst == pytest.approx(1.5, rel=1e-9)
+    assert [c.name for c in result.verdict.failed] == ["generalization"]
+
+
+def test_budget_stats_of_fits():
+    rows = fit_rows()
+    s = capacity.budget_stats(rows, 0.03)["d=2"][4000]
+    cell = [r for r in rows if r["arm"] == "d=2" and r["budget"] == 4000]
+    assert s["converged_fraction"] == 1.0
+    assert s["train_mean"] == pytest.approx(np.mean([r["train_loss"] for r in cell]))
+    assert s["restart_median_mean"] == pytest.approx(1.1 * s["train_mean"])
+    assert s["restart_spread"] == pytest.approx(0.1)
+
+
+def test_arms_json_adds_the_fit_keys_and_keeps_the_old_ones():
+    budgets = analyze(fit_rows()).arms_json()["d=3"]["budgets"]["1000"]
+    old = {"mean", "std", "ci_low", "ci_high", "plateaued_fraction", "n", "block_params"}
+    assert old | {"params", "within_teacher_std", "between_teacher_std"} <= set(budgets)
+    assert {"converged_fraction", "train_mean", "restart_spread"} <= set(budgets)
+    assert budgets["converged_fraction"] == 1.0 and budgets["restart_spread"] == pytest.approx(0.1)
+
+
+def test_referee_summary_compares_restart_0_with_the_other_optimizer():
+    rows = fit_rows()
+    referee = referee_rows(rows, ratio=1.02)
+    referee[0]["train_loss"] = referee[0]["restart_train_losses"][0] * 0.9 / 1.02  # 10% lower
+    summary = capacity.referee_summary(rows, referee)
+    assert len(summary.cells) == len(SCALE) * len(BUDGETS)
+    first = summary.cells[0]
+    main = next(
+        r for r in rows if (r["arm"], r["budget"], r["seed"]) == (first.arm, first.budget, 0)
+    )
+    assert (first.main, first.referee) == ("lm", "lbfgs")
+    assert first.main_train == pytest.approx(1.1 * main["train_loss"])  # restart 0, not the best
+    assert first.gap == pytest.approx(-0.1)
+    assert all(c.gap == pytest.approx(0.02) for c in summary.cells[1:])
+    assert summary.median_gap == pytest.approx(0.02) and summary.max_gap == pytest.approx(0.1)
+    assert first.main_converged is True and first.referee_converged is True
+
+
+def test_referee_summary_without_referee_rows_or_a_loss():
+    rows = fit_rows(seeds=1)
+    assert capacity.referee_summary(rows, []) is None
+    referee = referee_rows(rows)
+    for r in referee:
+        r.update(status="diverged", train_loss=None)
+    summary = capacity.referee_summary(rows, referee)
+    assert all(math.isnan(c.gap) for c in summary.cells)
+    assert math.isnan(summary.median_gap) and math.isnan(summary.max_gap)
+    assert analyze(rows, referee).referee == summary

@@ -1,0 +1,106 @@
+"""The degree sweep's report of second-order fits, on synthetic rows: the checks' words, the fit
+columns of the loss table, the referee's section, the loss-against-iterations figure, the JSON's
+`optimizer` and `referee`, and the terminal's converged line; Adam runs keep their report."""
+
+from __future__ import annotations
+
+import json
+import types
+
+import pytest
+
+from blocklab.experiments.degree_sweep import DegreeSweepConfig, DegreeSweepTrials, TrainConfig
+from blocklab.formatting import plain
+from blocklab.reports import degree_sweep
+from test_capacity_fits import BUDGETS, fit_rows, referee_rows
+
+
+def config(optimizer="lm"):
+    train = TrainConfig(optimizer=optimizer, steps=64, batch_size=256, schedule="wsd")
+    return DegreeSweepConfig(
+        degrees=("2", "3", "4"), budgets=BUDGETS, seeds=3, width=8, n_boot=50, train=train
+    )
+
+
+def write(tmp_path, trials, optimizer="lm"):
+    report = degree_sweep.write(tmp_path, config(optimizer), trials)
+    payload = json.loads(json.dumps(plain(report.json)))  # what --json prints: strict JSON
+    return report.path.read_text(), payload, report.text
+
+
+def _is_png(path):
+    return path.stat().st_size > 1000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    """A sweep of Levenberg-Marquardt fits with its L-BFGS referees, reported."""
+    out = tmp_path_factory.mktemp("fits")
+    rows = fit_rows()
+    return out, *write(out, DegreeSweepTrials(rows, [], {}, referee_rows(rows, ratio=1.02)))
+
+
+def test_fits_report_their_curves_table_and_referee(fitted):
+    out, text, _, _ = fitted
+    assert _is_png(out / "fit_curves.png") and "](fit_curves.png)" in text
+    header = next(line for line in text.splitlines() if line.startswith("| arm | budget | params"))
+    for column in ("train loss", "median restart", "converged", "restart spread"):
+        assert f"| {column} |" in header
+    assert "plateaued" not in header
+    referee = text[text.index("## Referee") :]
+    assert "| arm | budget | lm train | converged | lbfgs train | converged | gap |" in referee
+    assert "| 2.0% |" in referee
+    assert "median of 2.0% and at most 2.0%" in referee
+
+
+def test_fits_json_names_the_optimizer_and_the_referee(fitted):
+    _, _, payload, _ = fitted
+    assert payload["optimizer"] == "lm"
+    checks = {c["name"]: c for c in payload["design_checks"]}
+    assert {"converged", "generalization"} <= set(checks)
+    assert not {"plateau", "lr_not_at_edge"} & set(checks)
+    assert "doubling the iterations lowered the training loss" in checks["converged"]["detail"]
+    cells = payload["referee"]["cells"]
+    assert len(cells) == 16 and {c["referee"] for c in cells} == {"lbfgs"}
+    assert payload["referee"]["median_gap"] == pytest.approx(0.02)
+    budget = payload["arms"]["d=3"]["budgets"]["1000"]
+    assert budget["converged_fraction"] == 1.0 and budget["restart_spread"] == pytest.approx(0.1)
+
+
+def test_fits_print_one_converged_line_after_the_checks(fitted):
+    _, _, _, lines = fitted
+    said = "converged fits: 48 of 48 trials (certificate: doubling the iterations gained < 0.03)"
+    at = lines.index(said)
+    assert lines[at - 1].startswith("- ") and "width_matched" in lines[at - 1]
+
+
+def test_failed_fit_checks_say_what_to_change(tmp_path):
+    rows = fit_rows(unconverged=10, overfit=("d=2", 1000))
+    text, payload, _ = write(tmp_path, DegreeSweepTrials(rows, [], {}))
+    checks = {c["name"]: c for c in payload["design_checks"]}
+    assert not checks["converged"]["passed"] and "fit longer (--steps)" in text
+    assert "more restarts (--restarts)" in checks["converged"]["detail"]
+    assert "d=2 at 1000 (1.5x)" in checks["generalization"]["detail"]
+    assert "grow N (--data-ratio, --max-examples) or shrink P" in checks["generalization"]["detail"]
+    assert payload["verdict"] is None
+
+
+def test_trials_without_referees_report_without_them(tmp_path):
+    """Callers that build the trials without referees (rows, failed, lr_choice) still report."""
+    trials = types.SimpleNamespace(rows=fit_rows(seeds=2), failed=[], lr_choice={})
+    assert degree_sweep.analyze(config(), trials).referee == []
+    text, payload, _ = write(tmp_path, trials)
+    assert payload["referee"] is None and "## Referee" not in text
+    assert _is_png(tmp_path / "fit_curves.png")
+
+
+def test_adam_runs_keep_their_report(tmp_path):
+    rows = fit_rows(seeds=2, optimizer="adam")
+    for r in rows:
+        r.update(train_loss=None, converged=None, restart_train_losses=[], restart_spread=None)
+    text, payload, lines = write(tmp_path, DegreeSweepTrials(rows, [], {}), optimizer="adam")
+    assert payload["optimizer"] == "adam" and payload["referee"] is None
+    assert {"plateau", "lr_not_at_edge"} <= {c["name"] for c in payload["design_checks"]}
+    assert not (tmp_path / "fit_curves.png").exists() and "## Referee" not in text
+    assert "| plateaued |" in text and "| median restart |" not in text
+    assert not any(line.startswith("converged fits") for line in lines)
