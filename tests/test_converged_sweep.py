@@ -77,6 +77,8 @@ def test_a_realizable_target_is_fitted_to_near_zero_through_the_trial_path(optim
     restarts = m["restarts"]
     assert len(restarts) == 2 and restarts[0]["seed"] == 0
     assert m["train_loss"] == min(r["train_loss"] for r in restarts)  # the best is kept
+    median = sorted(r["train_loss"] for r in restarts)
+    assert m["restart_spread"] == pytest.approx((sum(median) / 2 - median[0]) / median[0])
     assert m["examples"] == 32 * m["params"]["total"]  # data_ratio per parameter, drawn fresh
 
 
@@ -84,6 +86,7 @@ def test_an_under_iterated_fit_is_not_certified():
     record = sweep.run_trial(spec(TrainConfig(optimizer="lm", steps=4)))
     m = record["metrics"]
     assert record["status"] == "done" and m["converged"] is False
+    assert m["restart_spread"] is None  # one restart measures no spread
     assert m["plateau_improvement"] > 0.03  # the second two iterations still gained that much
     assert record["curves"]["step"][0] == 0 and record["curves"]["step"][-1] == 4
 

@@ -216,7 +216,8 @@ class TrialSpec:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def describe(self) -> str:
-        shape = f"L={self.depth} w={self.width} lr={self.train.lr:g}"
+        fit = self.train.optimizer if self.train.second_order else f"lr={self.train.lr:g}"
+        shape = f"L={self.depth} w={self.width} {fit}"
         return f"{self.task} B={self.budget} {self.arm.label} {shape} seed={self.seed}"
 
 

@@ -164,9 +164,12 @@ def fit(
             }
             for r in runs
         ],
-        # how much worse than the best the median restart lands, a share of the best
+        # how much worse than the best the median restart lands, a share of the best; None
+        # with fewer than two finished restarts, which measure no spread
         restart_spread=(
-            (float(np.median(losses)) - losses[0]) / losses[0] if losses and losses[0] > 0 else None
+            (float(np.median(losses)) - losses[0]) / losses[0]
+            if len(losses) > 1 and losses[0] > 0
+            else None
         ),
     )
     return best.model.float(), result
