@@ -15,7 +15,7 @@
 (e) certified Levenberg-Marquardt fits per minute (`engine.fit`, each fit `converged` over its
     iterations, as `engine.converge` fits a trial's restarts): the restarts of a small degree-3
     network on the teacher task, fitted one after another vs as one batched computation
-    (`fit.BatchedLevenbergMarquardt`), per depth.
+    (`fit_batched.BatchedLevenbergMarquardt`), per depth.
 
 The networks regress random targets from random inputs, or predict random next tokens, through
 the real trainers (AdamW, clipping, schedule); validation and test splits are tiny so the steps

@@ -1,8 +1,8 @@
 """Bench row (e) of `blocklab bench` (`blocklab.bench`): certified Levenberg-Marquardt fits per
 minute, the K restarts of a small degree-3 network on the teacher task fitted one after another vs
-as one batched computation (`fit.BatchedLevenbergMarquardt`), per depth. `cfg` is the bench's
-`BenchConfig`: its fit_depths, fit_width, fit_restarts, fit_iterations, degree, repeats and
-device.
+as one batched computation (`fit_batched.BatchedLevenbergMarquardt`), per depth. `cfg` is the
+bench's `BenchConfig`: its fit_depths, fit_width, fit_restarts, fit_iterations, degree, repeats
+and device.
 """
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ from torch import nn
 
 from blocklab.engine import converge
 from blocklab.engine.fit import (
-    BatchedLevenbergMarquardt,
     LevenbergMarquardt,
     converged,
-    converged_batched,
 )
+from blocklab.engine.fit_batched import BatchedLevenbergMarquardt, converged_batched
 from blocklab.engine.sweep import build_model
 from blocklab.models import parse_arm
 from blocklab.specs import TrainConfig, TrialSpec
