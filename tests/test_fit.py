@@ -147,15 +147,17 @@ def test_a_batched_fit_of_restarts_takes_each_restarts_own_steps():
     fitter = BatchedLevenbergMarquardt(models, x, y)
     certs = converged_batched(fitter, 8, on_step=lambda i, losses: seen.append(losses))
     assert len(seen) == 16 and all(len(losses) == 3 for losses in seen)
+    # to rounding: the batched damping update runs in tensor arithmetic, the lone one in Python
+    # floats, and their last-bit differences grow to a few 1e-9 over 16 iterations
     for k, (losses, weights, cert) in enumerate(alone):
         batched = torch.tensor([step[k] for step in seen], dtype=torch.float64)
         torch.testing.assert_close(
-            batched, torch.tensor(losses, dtype=torch.float64), rtol=1e-7, atol=0
+            batched, torch.tensor(losses, dtype=torch.float64), rtol=1e-8, atol=0
         )
-        torch.testing.assert_close(_weights(models[k]), weights, rtol=1e-7, atol=1e-10)
+        torch.testing.assert_close(_weights(models[k]), weights, rtol=1e-8, atol=1e-11)
         assert certs[k].passed == cert.passed
-        assert certs[k].first == pytest.approx(cert.first, rel=1e-7)
-        assert certs[k].second == pytest.approx(cert.second, rel=1e-7)
+        assert certs[k].first == pytest.approx(cert.first, rel=1e-8)
+        assert certs[k].second == pytest.approx(cert.second, rel=1e-8)
         assert certs[k].gain == pytest.approx(cert.gain, rel=1e-6, abs=1e-12)
 
 
@@ -173,11 +175,11 @@ def test_a_member_stopped_by_the_callback_stays_frozen_while_the_others_go_on():
     assert len({step[1] for step in seen[5:]}) == 1  # its loss frozen from there
     stopped = _student(1)  # member 1 alone, stopped at the same iteration
     LevenbergMarquardt(stopped, x, y).run(14, lambda i, loss: i < 5)
-    torch.testing.assert_close(_weights(models[1]), _weights(stopped), rtol=1e-7, atol=1e-10)
+    torch.testing.assert_close(_weights(models[1]), _weights(stopped), rtol=1e-8, atol=1e-11)
     for k in (0, 2):  # the others ran all 14 iterations
         alone = _student(k)
         LevenbergMarquardt(alone, x, y).run(14)
-        torch.testing.assert_close(_weights(models[k]), _weights(alone), rtol=1e-7, atol=1e-10)
+        torch.testing.assert_close(_weights(models[k]), _weights(alone), rtol=1e-8, atol=1e-11)
     frozen = _weights(models[1])
     fitter.run(5)  # a later run leaves it where it stopped
     assert torch.equal(_weights(models[1]), frozen)

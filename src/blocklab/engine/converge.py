@@ -82,19 +82,29 @@ class Restart:
     converged: bool
 
 
+@dataclasses.dataclass(frozen=True)
+class FitData:
+    """A fit's splits in float64: the fixed training set (`training_set`), validation and test."""
+
+    train: Split
+    val: Split
+    test: Split
+
+
 def fit_once(
-    model: nn.Module, data: TaskData, train_set: Split, cfg: TrainConfig, seed: int, threshold
+    model: nn.Module, data: TaskData, sets: FitData, cfg: TrainConfig, seed: int, threshold
 ) -> Restart:
-    """One restart: an optional Adam warm start, then `cfg.steps` iterations of the fitter with
-    the certificate read at steps / 2, validation checkpoints on the way (`TrialMonitor`)."""
+    """One restart: an optional Adam warm start (on `data`, as `train.train` trains), then
+    `cfg.steps` iterations of the fitter with the certificate read at steps / 2, validation
+    checkpoints on the way (`TrialMonitor`)."""
     start = time.perf_counter()
     if cfg.warm_start:
         warm = replace(cfg, optimizer="adam", steps=cfg.warm_start)
         train(model, data, warm, seed, threshold)
     model.double()
-    val, test = _f64(data.val), _f64(data.test)
+    val, test = sets.val, sets.test
     monitor = TrialMonitor(cfg, threshold)
-    fitter = FITTERS[cfg.optimizer](model, train_set.x, train_set.y)
+    fitter = FITTERS[cfg.optimizer](model, sets.train.x, sets.train.y)
 
     def on_step(i: int, loss: float) -> bool:
         # `loss` is the training MSE after i iterations, before the next one's update
@@ -109,14 +119,11 @@ def fit_once(
     cert = converged(fitter, half, cfg.steps - half, cfg.converge_tol, on_step)
     final = cert.second
     fitter.sync()
-    if not monitor.diverged and monitor.due(cfg.steps):
-        monitor.checkpoint(cfg.steps, evaluate(model, val, data.kind)[0])
-    test_scores = None
+    val_metric, test_scores = None, None
     if not monitor.diverged and math.isfinite(final):
-        val_metric = evaluate(model, val, data.kind)[1]
+        val_loss, val_metric = evaluate(model, val, data.kind)
+        monitor.checkpoint(cfg.steps, val_loss)  # the last evaluation step (`eval_steps`)
         test_scores = evaluate(model, test, data.kind)
-    else:
-        val_metric = None
     result = monitor.result(val_metric, test_scores, time.perf_counter() - start)
     done = result.status == "done"
     gain = cert.gain if done else None
@@ -124,24 +131,26 @@ def fit_once(
 
 
 def fit(
+    first: nn.Module,
     make_model: Callable[[int], nn.Module],
     data: TaskData,
     cfg: TrainConfig,
     seed: int,
     threshold: float,
 ) -> tuple[nn.Module, TrainResult]:
-    """Fit `cfg.restarts` networks, `make_model(init_seed)` each, on one fixed training set drawn
-    by `seed`; return the restart of least training loss (the first one if all diverged) as a
-    float32 model and its result, with the fit's fields filled in."""
+    """Fit `cfg.restarts` networks, `first` (initialized by the trial seed, restart 0) and
+    `make_model(init_seed)` for the others, on one fixed training set drawn by `seed`; return the
+    restart of least training loss (the first one if all diverged) as a float32 model and its
+    result, with the fit's fields filled in."""
     check_fits(data, cfg.optimizer)
     start = time.perf_counter()
-    models = [make_model(restart_seed(seed, r)) for r in range(cfg.restarts)]
-    params = sum(p.numel() for p in models[0].parameters() if p.requires_grad)
+    models = [first] + [make_model(restart_seed(seed, r)) for r in range(1, cfg.restarts)]
+    params = sum(p.numel() for p in first.parameters() if p.requires_grad)
     available = None if data.online else len(data.train)
     train_set = training_set(data, examples(cfg, params, available), seed)
+    sets = FitData(train_set, _f64(data.val), _f64(data.test))
     runs = [
-        fit_once(m, data, train_set, cfg, restart_seed(seed, r), threshold)
-        for r, m in enumerate(models)
+        fit_once(m, data, sets, cfg, restart_seed(seed, r), threshold) for r, m in enumerate(models)
     ]
     finished = [r for r in runs if r.train_loss is not None]
     best = min(finished, key=lambda r: r.train_loss) if finished else runs[0]
@@ -151,7 +160,7 @@ def fit(
         seconds=time.perf_counter() - start,
         plateau_improvement=best.gain,
         optimizer=cfg.optimizer,
-        examples=len(train_set),
+        examples=len(sets.train),
         train_loss=best.train_loss,
         converged=best.converged,
         restarts=[

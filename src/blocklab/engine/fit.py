@@ -36,7 +36,7 @@ OnStep = Callable[[int, float], bool]
 JACOBIAN_NUMBERS = 1 << 24
 
 
-class _Flat:
+class FlatParams:
     """The trainable parameters of a model as one float64 vector, and the residuals as a
     function of it, for the Jacobian."""
 
@@ -90,7 +90,7 @@ class LevenbergMarquardt:
     again to continue the same fit: the damping carries over."""
 
     def __init__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, tau: float = 1e-3):
-        self.flat, self.n = _Flat(model, x, y), y.numel()
+        self.flat, self.n = FlatParams(model, x, y), y.numel()
         self.theta = self.flat.get()  # (P,)
         with torch.no_grad():
             r = self.flat.residuals(self.theta)  # (n,)

@@ -17,7 +17,7 @@ from blocklab.engine.fit import (
     JACOBIAN_NUMBERS,
     STATIONARY,
     Certificate,
-    _Flat,
+    FlatParams,
     marquardt_scale,
     moved,
 )
@@ -47,7 +47,7 @@ class BatchedLevenbergMarquardt:
     def __init__(
         self, models: list[nn.Module], x: torch.Tensor, y: torch.Tensor, tau: float = 1e-3
     ):
-        self.flats = [_Flat(m, x, y) for m in models]
+        self.flats = [FlatParams(m, x, y) for m in models]
         # the first model's module computes for every member: functional_call reads only its
         # structure, the weights come from the stacked parameters
         self.flat, self.n = self.flats[0], y.numel()
@@ -72,8 +72,8 @@ class BatchedLevenbergMarquardt:
         return vmap(self.flat.residuals)(theta)  # (R, n)
 
     def _jacobian(self, theta: torch.Tensor) -> torch.Tensor:
-        # the per-example rows of `_Flat.jacobian` (reverse mode under vmap, in chunks), under a
-        # second vmap over the members: each layer's small matmul becomes one batched matmul
+        # the per-example rows of `FlatParams.jacobian` (reverse mode under vmap, in chunks),
+        # under a second vmap over the members: each layer's small matmul becomes a batched one
         chunk = max(1, JACOBIAN_NUMBERS // theta.numel())  # numbers over all k members
         rows = vmap(jacrev(self.flat._example), in_dims=(None, 0, 0), chunk_size=chunk)
         per_member = vmap(rows, in_dims=(0, None, None))

@@ -19,7 +19,7 @@ from blocklab.engine.fit import (
     converged,
 )
 from blocklab.engine.fit_batched import BatchedLevenbergMarquardt, converged_batched
-from blocklab.engine.sweep import build_model
+from blocklab.engine.sweep import init_model
 from blocklab.models import parse_arm
 from blocklab.specs import TrainConfig, TrialSpec
 from blocklab.tasks import make_task
@@ -45,13 +45,9 @@ def _fit_spec(cfg: Any, depth: int) -> TrialSpec:
 
 def _fit_models(cfg: Any, spec: TrialSpec, data: TaskData) -> list[nn.Module]:
     """The K restarts of one trial, initialized as `converge.fit` initializes them."""
-    models = []
-    for r in range(cfg.fit_restarts):
-        torch.manual_seed(converge.restart_seed(spec.seed, r))
-        model = build_model(spec, data)
-        model.freeze_unused(data.train.x[:2])
-        models.append(model.double().to(cfg.device))
-    return models
+    seeds = [converge.restart_seed(spec.seed, r) for r in range(cfg.fit_restarts)]
+    # built where the task's data lie, then moved: the unused-parameter probe reads that data
+    return [init_model(spec, data, "cpu", seed).double().to(cfg.device) for seed in seeds]
 
 
 def _time_fits(models: list[nn.Module], x, y, iterations: int, batched: bool, device: str):

@@ -112,12 +112,12 @@ def _prepare(spec: TrialSpec, device: str, cache: dict | None = None) -> _Prepar
             test=_to(data.test, device),
         )
     data = cache[data_seed]
-    model = _init(spec, data, device, spec.seed)  # the initialization follows the trial seed
+    model = init_model(spec, data, device, spec.seed)  # the initialization follows the trial seed
     threshold = spec.train.threshold if spec.train.threshold is not None else task.threshold
     return _Prepared(task, data, model, threshold)
 
 
-def _init(spec: TrialSpec, data: TaskData, device: str, seed: int) -> Net:
+def init_model(spec: TrialSpec, data: TaskData, device: str, seed: int) -> Net:
     """The spec's network, initialized by `seed`, its unused parameters frozen."""
     torch.manual_seed(seed)
     model = build_model(spec, data).to(device)
@@ -158,7 +158,8 @@ def run_trial(spec: TrialSpec, device: str = "cpu") -> dict[str, Any]:
         at_init = take_measures(spec, p.model, p.data)
         if spec.train.second_order:
             p.model, result = converge.fit(
-                functools.partial(_init, spec, p.data, device),
+                p.model,
+                functools.partial(init_model, spec, p.data, device),
                 p.data,
                 spec.train,
                 spec.seed,
