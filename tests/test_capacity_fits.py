@@ -129,6 +129,7 @@ def test_fits_are_judged_by_their_certificates_not_a_plateau():
         "monotone_in_budget",
         "generalization",
         "width_matched",
+        "replicates",
     ]
     assert result.passed and result.verdict.refused is None
 
@@ -145,6 +146,7 @@ def test_adam_runs_keep_plateau_and_lr_edge_and_get_no_fit_checks():
         "monotone_in_budget",
         "lr_not_at_edge",
         "width_matched",
+        "replicates",
     ]
     s = result.stats["d=3"][1000]
     assert math.isnan(s["train_mean"]) and math.isnan(s["restart_spread"])

@@ -71,7 +71,7 @@ def test_fits_print_one_converged_line_after_the_checks(fitted):
     _, _, _, lines = fitted
     said = "converged fits: 48 of 48 trials (certificate: doubling the iterations gained < 0.03)"
     at = lines.index(said)
-    assert lines[at - 1].startswith("- ") and "width_matched" in lines[at - 1]
+    assert lines[at - 1].startswith("- ") and "replicates" in lines[at - 1]
 
 
 def test_failed_fit_checks_say_what_to_change(tmp_path):
@@ -83,6 +83,21 @@ def test_failed_fit_checks_say_what_to_change(tmp_path):
     assert "d=2 at 1000 (1.5x)" in checks["generalization"]["detail"]
     assert "grow N (--data-ratio, --max-examples) or shrink P" in checks["generalization"]["detail"]
     assert payload["verdict"] is None
+
+
+def test_two_seeds_are_too_few_for_a_verdict(tmp_path):
+    rows = fit_rows(seeds=2)
+    text, payload, _ = write(tmp_path, DegreeSweepTrials(rows, [], {}))
+    checks = {c["name"]: c for c in payload["design_checks"]}
+    failed = [name for name, c in checks.items() if not c["passed"]]
+    assert failed == ["replicates"] and payload["verdict"] is None
+    assert "d=3 at 1000 (2)" in checks["replicates"]["detail"] and "and 12 more" in text
+    assert "raise --seeds or --teachers" in checks["replicates"]["detail"]
+    ok = {
+        c["name"]: c
+        for c in write(tmp_path, DegreeSweepTrials(fit_rows(), [], {}))[1]["design_checks"]
+    }
+    assert ok["replicates"]["passed"] and "(3)" in ok["replicates"]["detail"]
 
 
 def test_trials_without_referees_report_without_them(tmp_path):

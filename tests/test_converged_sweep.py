@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+import blocklab
 from blocklab.engine import converge, sweep
 from blocklab.errors import UserError
 from blocklab.experiments import degree_sweep
@@ -126,7 +127,11 @@ def test_a_sweep_of_fits_searches_no_rate_and_referees_each_cell(tmp_path):
         (r["arm"], r["budget"]) for r in trials.rows if r["seed"] == 0
     )
     assert all(r["optimizer"] == "lbfgs" and r["seed"] == 0 for r in trials.referee)
-    assert {r["max_steps"] for r in trials.referee} == {6 * degree_sweep.LBFGS_PER_LM}
+    assert {r["max_steps"] for r in trials.referee} == {6}  # the same limit as the main fits
+    # the dearest fits run first (one worker here: the store's order is the run's)
+    runs = blocklab.load_runs(tmp_path)
+    finished = runs.sort_values("finished_at", kind="stable")["config.budget"]
+    assert finished.tolist() == sorted(finished, reverse=True)
     no_referee = dataclasses.replace(cfg, referee=False)
     assert degree_sweep.run(no_referee, Store(tmp_path), progress=False).referee == []
 

@@ -14,6 +14,7 @@ from blocklab.engine.fit import (
     LBFGS,
     LevenbergMarquardt,
     converged,
+    first_check,
 )
 from blocklab.engine.fit_batched import BatchedLevenbergMarquardt, converged_batched
 from blocklab.models import Net, parse_arm
@@ -116,6 +117,41 @@ def test_a_fit_stopped_by_its_monitor_is_not_converged(method):
 
     cert = converged(FITTERS[method](_student(2), x, y), 4, tol=0.5, on_step=stop_at_5)
     assert not cert.passed and seen == [0, 1, 2, 3, 4, 5]  # numbered across both stretches
+
+
+@pytest.mark.parametrize(
+    "steps, first", [(1024, 64), (1000, 125), (256, 64), (128, 64), (64, 32), (3, 1), (1, 1)]
+)
+def test_the_first_check_leaves_exact_doublings_up_to_the_limit(steps, first):
+    assert first_check(steps) == first
+    last = first
+    while 2 * last <= steps:
+        last *= 2
+    assert last == steps or steps % 2 == 1  # the last check ends at the limit where it can
+
+
+def test_a_fit_doubles_until_a_doubling_gains_less_than_the_tolerance():
+    x, y = _noisy_product()
+    seen = []
+
+    def on_step(i, loss):
+        seen.append((i, loss))
+        return True
+
+    # mid-descent at 4 iterations and at its minimum within about 15: the fit doubles past 8 and
+    # stops at the first doubling that gained less than 3%, well before its limit
+    cert = converged(LevenbergMarquardt(_student(0), x, y), 4, tol=0.03, on_step=on_step, until=512)
+    assert cert.passed and 8 < cert.iterations < 512
+    assert [i for i, _ in seen] == list(range(cert.iterations))  # numbered across every stretch
+    half = cert.iterations // 2
+    assert cert.first == pytest.approx(seen[half][1]) and cert.gain < 0.03
+    assert (seen[half // 2][1] - seen[half][1]) / seen[half][1] >= 0.03  # the check before failed
+
+
+def test_a_fit_that_never_settles_stops_at_its_limit_uncertified():
+    x, y = product_target()
+    cert = converged(LevenbergMarquardt(_student(2), x, y), 2, tol=1e-12, until=16)
+    assert not cert.passed and cert.iterations == 16
 
 
 def _noisy_product():

@@ -21,7 +21,11 @@ checks, in order:
   approximation error, not as a small training set memorized;
 - `lr_not_at_edge` (Adam): no chosen learning rate lies at an edge of the rates tried (the sweep
   extends the grid past an edge before it gives up);
-- `width_matched`: in width mode, no arm's width moved more than WIDTH_SLACK from the nominal one.
+- `width_matched`: in width mode, no arm's width moved more than WIDTH_SLACK from the nominal one;
+- `replicates`: every cell holds at least MIN_REPLICATES finished (teacher, seed) pairs. The
+  efficiency intervals are percentile bootstraps over those pairs, and the paired tests and the
+  monotone check read t intervals over them: with 2 pairs a bootstrap has 3 distinct resamples,
+  so its "95% interval" is the range of 3 fits, and a t interval is 12.7 standard errors wide.
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ MIN_BUDGETS, MIN_SPAN = 4, 8.0
 # in width mode the solver may move a width to meet the budget within 2%; past one unit the arm
 # is a different architecture (measured: d=3 at width 6 fits a teacher 1.7-2.3x worse than at 8-9)
 WIDTH_SLACK = 1
+# 3 pairs: 10 distinct bootstrap resamples, t intervals 4.3 standard errors wide (with 2: 3
+# resamples, 12.7 standard errors)
+MIN_REPLICATES = 3
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,12 @@ class LrEdge(Check):
 class WidthMatch(Check):
     width: int | None  # the nominal width; None in depth mode, which solves it per arm
     moved: tuple[tuple[str, int, int], ...]  # (arm, budget, width) more than WIDTH_SLACK off
+
+
+@dataclass(frozen=True)
+class Replicates(Check):
+    least: int  # the fewest finished (teacher, seed) pairs of a cell
+    cells: tuple[tuple[str, int, int], ...]  # (arm, budget, pairs) below MIN_REPLICATES
 
 
 def loss(r: dict[str, Any]) -> float | None:
@@ -260,6 +273,15 @@ def _generalization(stats) -> Generalization:
     )
 
 
+def _replicates(stats) -> Replicates:
+    counts = [(a, b, int(s["n"])) for a, by_b in stats.items() for b, s in by_b.items()]
+    short = tuple(sorted((c for c in counts if c[2] < MIN_REPLICATES), key=lambda c: c[2]))
+    least = min((c[2] for c in counts), default=0)
+    return Replicates(
+        name="replicates", passed=bool(counts) and not short, least=least, cells=short
+    )
+
+
 def _lr_edge(lr_choice) -> LrEdge:
     edges = tuple(
         (str(key), c["lr"], tuple(c["tried"])) for key, c in lr_choice.items() if c.get("at_edge")
@@ -285,4 +307,4 @@ def design_checks(
         middle = [_converged(rows, stats, converge_tol), _monotone(stats), _generalization(stats)]
     else:
         middle = [_plateau(rows, stats, tol), _monotone(stats), _lr_edge(lr_choice)]
-    return [_budget_span(budgets), *middle, width_check(rows, width)]
+    return [_budget_span(budgets), *middle, width_check(rows, width), _replicates(stats)]

@@ -7,11 +7,13 @@ fit. The training set is fixed: N examples, `data_ratio` per trained parameter (
 fixed task's train split, so the training loss reads as approximation error and the test loss
 checks it (the degree sweep's `generalization` check holds the two within 1.2x).
 
-Every restart runs `steps` iterations and is certified: converged when its second half of the
-iterations (doubling them from steps / 2) lowered the training loss by less than `converge_tol`
-of it (`fit.converged`), measured by continuing the same fit. The trial keeps the restart of
-least training loss (chosen on training data, never on test) and stores every restart's losses
-beside it, so the spread over initializations is in the record.
+Every restart runs at most `steps` iterations and is certified: converged when doubling its
+iterations lowered the training loss by less than `converge_tol` of it (`fit.converged`),
+measured by continuing the same fit. The first check doubles from `fit.first_check(steps)` (64 to
+128 of 1,024); a fit that fails it doubles again and is checked again, up to `steps`, so a fit
+that converges early stops there and the iterations go to those that need them. The trial keeps
+the restart of least training loss (chosen on training data, never on test) and stores every
+restart's losses beside it, so the spread over initializations is in the record.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from blocklab.engine.fit import FITTERS, converged
+from blocklab.engine.fit import FITTERS, converged, first_check
 from blocklab.engine.monitor import TrainResult, TrialMonitor
 from blocklab.engine.train import evaluate, train
 from blocklab.errors import UserError
@@ -78,8 +80,9 @@ class Restart:
     model: nn.Module
     result: TrainResult
     train_loss: float | None  # the final training MSE; None when the fit diverged
-    gain: float | None  # what the second half of the iterations gained, a share (`fit.converged`)
+    gain: float | None  # what the last doubling of the iterations gained, a share (`fit.converged`)
     converged: bool
+    iterations: int  # the iterations the fit ran (`fit.converged`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,8 +98,8 @@ def fit_once(
     model: nn.Module, data: TaskData, sets: FitData, cfg: TrainConfig, seed: int, threshold
 ) -> Restart:
     """One restart: an optional Adam warm start (on `data`, as `train.train` trains), then
-    `cfg.steps` iterations of the fitter with the certificate read at steps / 2, validation
-    checkpoints on the way (`TrialMonitor`)."""
+    at most `cfg.steps` iterations of the fitter, certified at each doubling (`fit.converged`),
+    validation checkpoints on the way (`TrialMonitor`)."""
     start = time.perf_counter()
     if cfg.warm_start:
         warm = replace(cfg, optimizer="adam", steps=cfg.warm_start)
@@ -115,19 +118,20 @@ def fit_once(
             monitor.checkpoint(i, evaluate(model, val, data.kind)[0])
         return True
 
-    half = max(1, cfg.steps // 2)
-    cert = converged(fitter, half, cfg.steps - half, cfg.converge_tol, on_step)
+    first = first_check(cfg.steps)
+    cert = converged(fitter, first, first, cfg.converge_tol, on_step, until=cfg.steps)
     final = cert.second
     fitter.sync()
     val_metric, test_scores = None, None
     if not monitor.diverged and math.isfinite(final):
         val_loss, val_metric = evaluate(model, val, data.kind)
-        monitor.checkpoint(cfg.steps, val_loss)  # the last evaluation step (`eval_steps`)
+        monitor.checkpoint(cert.iterations, val_loss)  # where the fit ended
         test_scores = evaluate(model, test, data.kind)
     result = monitor.result(val_metric, test_scores, time.perf_counter() - start)
     done = result.status == "done"
     gain = cert.gain if done else None
-    return Restart(seed, model, result, final if done else None, gain, done and cert.passed)
+    passed = done and cert.passed
+    return Restart(seed, model, result, final if done else None, gain, passed, cert.iterations)
 
 
 def fit(
@@ -163,6 +167,7 @@ def fit(
         examples=len(sets.train),
         train_loss=best.train_loss,
         converged=best.converged,
+        iterations=best.iterations,
         restarts=[
             {
                 "seed": r.seed,
@@ -170,6 +175,7 @@ def fit(
                 "test_loss": r.result.test_loss,
                 "gain": r.gain,
                 "converged": r.converged,
+                "iterations": r.iterations,
             }
             for r in runs
         ],

@@ -15,7 +15,8 @@ Each fits a model in place; `run(iterations, on_step)` calls `on_step(iteration,
 mean squared error before each iteration's update and stops when it returns False (a
 `monitor.TrialMonitor` reads the curve and the divergence rule there), and a second `run` continues
 the same fit. `converged` continues a fit as far again and says whether that still lowered the
-loss by more than a tolerance: a certificate, not a reading of the curve.
+loss by more than a tolerance: a certificate, not a reading of the curve. Given a limit, it keeps
+doubling a fit that has not converged, so an easy fit stops early and a hard one gets the limit.
 """
 
 from __future__ import annotations
@@ -170,7 +171,8 @@ class LBFGS:
         value = nn.functional.mse_loss(self.model(self.x), self.y)
         grads = torch.autograd.grad(value, params, allow_unused=True)
         norm = math.sqrt(sum(float((g * g).sum()) for g in grads if g is not None))
-        return norm / math.sqrt(float(value)) if float(value) > 0 else 0.0
+        loss = value.detach().item()
+        return norm / math.sqrt(loss) if loss > 0 else 0.0
 
     def loss(self) -> float:
         with torch.no_grad():
@@ -220,10 +222,22 @@ def moved(first: float, second: float) -> bool:
 
 @dataclass(frozen=True)
 class Certificate:
-    passed: bool  # the second stretch lowered the loss by less than the tolerance
-    gain: float  # (first - second) / second: what the second stretch gained, a share
-    first: float  # the loss after the first stretch
-    second: float  # the loss after both
+    passed: bool  # the last doubling lowered the loss by less than the tolerance
+    gain: float  # (first - second) / second: what the last doubling gained, a share
+    first: float  # the loss before the last doubling
+    second: float  # the loss after it, where the fit ended
+    iterations: int = 0  # the iterations run in all
+
+
+def first_check(steps: int, least: int = 64) -> int:
+    """Where a fit of at most `steps` iterations reads its first certificate: `steps` halved
+    while the half stays a whole number of at least `least` iterations, so every later check
+    is an exact doubling that ends, at the latest, at `steps` (1,024 gives 64, 128, ..., 512;
+    1,000 gives 125, 250, 500; 64 gives 32)."""
+    first = max(1, steps // 2)
+    while first % 2 == 0 and first // 2 >= least:
+        first //= 2
+    return first
 
 
 def converged(
@@ -232,25 +246,30 @@ def converged(
     more: int | None = None,
     tol: float = 0.03,
     on_step: OnStep = lambda i, loss: True,
+    until: int | None = None,
 ) -> Certificate:
     """Run `fitter` for `iterations`, then continue the same fit for `more` (as many again by
-    default): converged when that lowered the loss by less than `tol` of the final loss. A fit
-    stopped by `on_step` (its iterations numbered across both stretches) or gone non-finite is
-    not converged; the model ends where the fit ended."""
+    default): converged when that lowered the loss by less than `tol` of the final loss. With
+    `until`, a fit that has not converged doubles its iterations again, and is certified again,
+    for as long as the doubled count stays within `until`: a fit stops at the first doubling
+    that gains less than `tol`. A fit stopped by `on_step` (its iterations numbered across every
+    stretch) or gone non-finite is not converged; the model ends where the fit ended."""
     more = iterations if more is None else more
-    stopped = False
+    stopped, done = False, 0
 
-    def first_on_step(i: int, loss: float) -> bool:
+    def numbered(i: int, loss: float) -> bool:
         nonlocal stopped
-        stopped = stopped or not on_step(i, loss)
+        stopped = stopped or not on_step(done + i, loss)
         return not stopped
 
-    def second_on_step(i: int, loss: float) -> bool:
-        return first_on_step(iterations + i, loss)
-
-    first = fitter.run(iterations, first_on_step)
-    second = first if stopped else fitter.run(more, second_on_step)
-    gain = (first - second) / second if second > 0 else 0.0
-    still = moved(first, second) or fitter.stationarity() <= STATIONARY
-    ok = not stopped and math.isfinite(second) and still and gain < tol
-    return Certificate(bool(ok), gain, first, second)
+    first = fitter.run(iterations, numbered)
+    done = iterations
+    while True:
+        second = first if stopped else fitter.run(more, numbered)
+        done += 0 if stopped else more
+        gain = (first - second) / second if second > 0 else 0.0
+        still = moved(first, second) or fitter.stationarity() <= STATIONARY
+        ok = not stopped and math.isfinite(second) and still and gain < tol
+        if ok or stopped or not math.isfinite(second) or until is None or 2 * done > until:
+            return Certificate(bool(ok), gain, first, second, done)
+        first, more = second, done

@@ -33,16 +33,26 @@ class TrainResult:
     plateau_improvement: float | None = None
     half_val_loss: float | None = None  # wsd: the annealed loss of the run of half the steps
     # a second-order fit's (`engine.converge`): the optimizer, the fixed training set's size, the
-    # final training MSE, its certificate, every restart's losses and how far they spread
+    # final training MSE, its certificate and the iterations it took, every restart's losses and
+    # how far they spread
     optimizer: str | None = None
     examples: int | None = None
     train_loss: float | None = None
     converged: bool | None = None
+    iterations: int | None = None
     restarts: list[dict[str, Any]] | None = None
     restart_spread: float | None = None
 
 
-FIT_FIELDS = ("optimizer", "examples", "train_loss", "converged", "restarts", "restart_spread")
+FIT_FIELDS = (
+    "optimizer",
+    "examples",
+    "train_loss",
+    "converged",
+    "iterations",
+    "restarts",
+    "restart_spread",
+)
 
 
 PLATEAU_WINDOW = 0.25  # the share of training, at the end, over which a plateau is read

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from blocklab.tasks import Task
 
 EXPERIMENT = "degree-sweep"
-DEMO_BUDGET_TOLERANCE = 0.1
+DEMO_BUDGET_TOLERANCE = 0.2
 
 
 @dataclass(frozen=True)
@@ -61,9 +61,10 @@ class DegreeSweepConfig:
         ),
     )
     budgets: tuple[int, ...] = field(
-        default=(100, 200, 400, 800), metadata=meta("parameter budgets of the blocks", ge=1)
+        default=(40, 80, 160, 320), metadata=meta("parameter budgets of the blocks", ge=1)
     )
-    seeds: int = field(default=2, metadata=meta("seeds per configuration (0, 1, ...)", ge=1))
+    # 3: the fewest the `replicates` design check accepts for a bootstrap interval
+    seeds: int = field(default=3, metadata=meta("seeds per configuration (0, 1, ...)", ge=1))
     teachers: int = field(
         default=1,
         metadata=meta(
@@ -76,9 +77,13 @@ class DegreeSweepConfig:
         default="width",
         metadata=meta("'width': fixed width, depth solved; 'depth'", choices=("width", "depth")),
     )
-    width: int = field(default=5, metadata=meta("layer width in width mode", ge=1))
-    # at width 5 the layers cost 50 (d=2), 75 (d=3) and 100 (d=4) parameters: within 2% no
-    # budget of 100-800 fits all of them, within 10% every one does at widths 4-6
+    width: int = field(default=3, metadata=meta("layer width in width mode", ge=1))
+    # at width 3 the layers cost 18 (d=2), 27 (d=3) and 36 (d=4) parameters: no budget of 40-320
+    # holds all of them within 10% at width 3 (d=3 at 40 would drop to width 2, three layers, and
+    # fit 10x worse than any other cell); within 20% d=3 at 40 is one layer of width 4 (48) and
+    # every other cell sits at width 3. The fits read the actual counts. Fits cost O(P^3)
+    # (N = data_ratio * P examples, a P x P solve): at 40-320 the demo runs in under five minutes
+    # on two cores, where 70-560 at width 4 took 10 min 48 s
     budget_tol: float = field(
         default=DEMO_BUDGET_TOLERANCE,
         metadata=meta(
@@ -133,14 +138,15 @@ class DegreeSweepConfig:
         ),
     )
     # Levenberg-Marquardt from a short Adam warm start: the question is what each degree can
-    # fit. Measured on the demo's sizes, the warm start (1,000 steps of 256 at 1e-2) lowers what
-    # 64 LM iterations reach 2-10x against LM from the initialization, and deep stacks fitted
-    # from the initialization stall above shallower ones. Under --optimizer adam give --steps
-    # (1,000 or more); wsd makes each Adam trial measure what twice its steps would have gained
-    # (`train.half_run`)
+    # fit. Measured on the demo's earlier sizes, the warm start (1,000 steps of 256 at 1e-2)
+    # lowered what 64 LM iterations reach 2-10x against LM from the initialization. At most
+    # 1,024 iterations: a fit stops at its first doubling that gains less than --converge-tol,
+    # which most of the demo's fits reach by 128 and some need 512 or more for (deep stacks
+    # cross plateaus). Under --optimizer adam give --steps (1,000 or more); wsd makes each Adam
+    # trial measure what twice its steps would have gained (`train.half_run`)
     train: TrainConfig = field(
         default_factory=lambda: TrainConfig(
-            optimizer="lm", steps=64, warm_start=1000, lr=1e-2, batch_size=256, schedule="wsd"
+            optimizer="lm", steps=1024, warm_start=1000, lr=1e-2, batch_size=256, schedule="wsd"
         )
     )
 
@@ -291,6 +297,9 @@ def run(
     if cfg.train.second_order:  # no learning rate to search
         planned = finals({key: cfg.train.lr for key in shapes})
         planned += [({"referee": True}, s) for s in referees(cfg, shapes)]
+        # the largest first: a fit's cost grows as N P^2 = O(P^3), so two workers that start on
+        # the dearest fits finish together instead of one waiting on a late large fit
+        planned.sort(key=lambda keyed: -keyed[1].budget)
         trials = _trials.run_planned(
             planned, store, EXPERIMENT, resources=resources, progress=progress, label="fits"
         )
@@ -304,23 +313,17 @@ def run(
     return DegreeSweepTrials(trials.rows, trials.failed, lr_choice)
 
 
-# L-BFGS iterations per Levenberg-Marquardt iteration in a referee: an L-BFGS iteration costs a
-# few gradients, an LM one a Jacobian and a P x P solve (measured on the demo's network: 12 ms
-# against 58 ms), and L-BFGS needs more of them to converge
-LBFGS_PER_LM = 4
-
-
 def referees(cfg: DegreeSweepConfig, shapes) -> list[TrialSpec]:
     """Per cell, the first trial (teacher 0, seed 0) fitted by the other second-order optimizer
-    from the same initialization (one restart, which is the trial's first) and training set."""
+    from the same initialization (one restart, which is the trial's first) and training set, with
+    the same iteration limit: each stops at its first doubling that gains less than the
+    tolerance. On the demo's deep narrow stacks an L-BFGS iteration, with its line search, costs
+    a third of an LM one or more (a 27-layer mlp at 320 parameters: 75 ms against 230 ms), and
+    at four times the limit single referees that never certified ran 2-5 minutes."""
     if not (cfg.referee and cfg.train.second_order):
         return []
     other = "lbfgs" if cfg.train.optimizer == "lm" else "lm"
-    if other == "lbfgs":
-        steps = cfg.train.steps * LBFGS_PER_LM
-    else:
-        steps = max(2, cfg.train.steps // LBFGS_PER_LM)
-    train = replace(cfg.train, optimizer=other, steps=steps, restarts=1)
+    train = replace(cfg.train, optimizer=other, restarts=1)
     cells = [_spec(cfg, arm, shape, cfg.train.lr, 0) for arm, shape in shapes.values()]
     return [replace(s, train=train) for s in cells]
 

@@ -29,10 +29,8 @@ def criterion(rule: str, tol: float) -> str:
 
 
 def _budget_span(c: design.BudgetSpan) -> str:
-    text = (
-        f"{c.budgets} budgets spanning {c.span:.3g}x (a scaling fit needs >= {design.MIN_BUDGETS} "
-        f"over >= {design.MIN_SPAN:g}x)"
-    )
+    need = f"a scaling fit needs >= {design.MIN_BUDGETS} over >= {design.MIN_SPAN:g}x"
+    text = f"{c.budgets} budgets spanning {c.span:.3g}x ({need})"
     return text if c.passed else f"{text}; give more or wider --budgets"
 
 
@@ -112,6 +110,15 @@ def _width(c: design.WidthMatch) -> str:
     )
 
 
+def _replicates(c: design.Replicates) -> str:
+    pairs = f"{design.MIN_REPLICATES} (teacher, seed) pairs"
+    if c.passed:
+        return f"every cell holds at least {pairs} ({c.least})"
+    listed = ", ".join(f"{a} at {b} ({n})" for a, b, n in c.cells[:4]) + _more(c.cells)
+    why = "too few for a bootstrap interval or a paired test"
+    return f"fewer than {pairs} finished, {why}: {listed}; raise --seeds or --teachers"
+
+
 DETAIL = {
     design.BudgetSpan: _budget_span,
     design.Plateau: _plateau,
@@ -120,6 +127,7 @@ DETAIL = {
     design.Monotone: _monotone,
     design.LrEdge: _lr_edge,
     design.WidthMatch: _width,
+    design.Replicates: _replicates,
 }
 
 

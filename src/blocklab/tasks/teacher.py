@@ -85,12 +85,11 @@ class Teacher(Task):
 
     @dataclass(frozen=True)
     class Options:
-        # 4 inputs fit the demo's width-5 networks (whose widths the budget solver moves to 4-6)
-        # without a bottleneck at the embedding. A width-8 two-layer teacher spans the demo's
-        # budgets: measured fits fall from about 0.03-0.09 normalized MSE at 100 block parameters
-        # to 0.008-0.013 at 800; the earlier width-32 three-layer teacher left every budget near
-        # 0.1, too flat to fit a scaling curve
-        n_in: int = 4
+        # 3 inputs fit the demo's width-3 networks without a bottleneck at the embedding. A
+        # width-8 two-layer teacher keeps every budget of the demo away from both a perfect fit
+        # and the linear part alone: converged fits land at about 0.008-0.03 normalized MSE; the
+        # earlier width-32 three-layer teacher left every budget near 0.1
+        n_in: int = 3
         n_out: int = 1
         teacher: str = "tanh"
         width: int = 8
