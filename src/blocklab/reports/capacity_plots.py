@@ -127,8 +127,10 @@ def _fit_curve(r) -> tuple[np.ndarray, np.ndarray, str]:
 
 
 def _fit_panel(ax, picked, arms, color, title) -> None:
-    """One optimizer's fits, one line per arm, and where the certificate's second half starts."""
-    kinds, half = set(), None
+    """One optimizer's fits, one line per arm, each marked where its last doubling started: a
+    fit stops at the first doubling that gains less than the tolerance, so the certificate
+    compares the loss there with the loss at the curve's end."""
+    kinds, marked = set(), False
     for arm in arms:
         r = picked.get(arm)
         if r is None or r["status"] != "done" or not len(r.get("curve_step") or []):
@@ -136,11 +138,11 @@ def _fit_panel(ax, picked, arms, color, title) -> None:
         steps, y, kind = _fit_curve(r)
         kinds.add(kind)
         ax.plot(steps, y, color=color[arm], label=f"{arm}, B = {int(r['budget']):,}")
-        half = max(1, int(r["max_steps"]) // 2)
-    if half is not None:
-        ax.axvline(
-            half, color="0.4", linestyle=":", linewidth=1, label="certificate: the gain after this"
-        )
+        half = steps[-1] / 2
+        ax.plot([half], [np.interp(half, steps, y)], "o", color=color[arm], ms=4)
+        marked = True
+    if marked:
+        ax.plot([], [], "o", color="0.4", ms=4, label="certificate: the last doubling starts here")
         ax.legend(fontsize=8)
     ax.set_yscale("log")
     _plain_log(ax, "y")
@@ -151,7 +153,7 @@ def _fit_panel(ax, picked, arms, color, title) -> None:
     else:
         ylabel = "training loss (MSE)"
     ax.set(xlabel="iteration (iterations)", ylabel=ylabel)
-    ax.set_title(title if half is not None else f"{title}: no finished fit", fontsize=10)
+    ax.set_title(title if marked else f"{title}: no finished fit", fontsize=10)
 
 
 def fit_curves(rows, referee, path):
