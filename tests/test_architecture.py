@@ -37,7 +37,7 @@ LAYERS = [
     {"experiments"},
     {"analysis", "trackers"},
     {"reports"},
-    {"cli", "__main__"},
+    {"cli", "__main__", "api"},
 ]
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
 
@@ -203,8 +203,11 @@ def test_one_file_adds_an_experiment(toy, tmp_path, capsys):
         "report": str(tmp_path / "report.md"),
         "config": {"n": 4},
         "page": str(tmp_path / "index.html"),
+        # a report without a verdict or findings sums up in the first line it prints
+        "status": {"verdict": False, "line": "squares: [0, 1, 4, 9]"},
     }
-    assert (tmp_path / "report.md").read_text() == "# Squares\n\n[0, 1, 4, 9]\n"
+    said = "# Squares\n\n**squares: [0, 1, 4, 9]**\n\n[0, 1, 4, 9]\n"
+    assert (tmp_path / "report.md").read_text() == said
     assert "[0, 1, 4, 9]" in (tmp_path / "index.html").read_text()  # its page, with no trials
 
     for form, n in (("--medium", 6), ("--full", 10)):

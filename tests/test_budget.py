@@ -86,6 +86,22 @@ def test_budget_too_small_for_one_layer():
         budget.solve(parse_arm("3"), 10, mode="depth", depth=8)
 
 
+def test_a_budget_no_shape_meets_names_the_flags_that_change_it():
+    from blocklab.experiments.degree_sweep import DegreeSweepConfig, plan
+
+    # d=e at width 3 costs 24 a layer: 25 is 4% off, outside 2%
+    with pytest.raises(UserError, match=r"costs within 2% of budget 25 \(closest: depth 1, width "
+                       r"3, 24 parameters\)$") as caught:  # fmt: skip
+        budget.solve(parse_arm("e"), 25, width=3, tol=0.02)
+    assert "--" not in str(caught.value)  # no flags where the caller names none
+    cfg = DegreeSweepConfig(degrees=("e",), baselines=(), budgets=(25,), budget_tol=0.02)
+    with pytest.raises(UserError, match="costs within 2% of budget 25 .*; widen --budget-tol or "
+                       "choose other --budgets or another --width$"):  # fmt: skip
+        plan(cfg)
+    with pytest.raises(UserError, match=r"too small .*; widen --budget-tol .* another --width$"):
+        plan(DegreeSweepConfig(degrees=("e",), baselines=(), budgets=(10,)))
+
+
 @pytest.mark.parametrize("n_budget", [0, -5])
 def test_nonpositive_budget(n_budget):
     with pytest.raises(UserError):

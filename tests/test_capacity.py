@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from blocklab.analysis import capacity
+from blocklab.analysis import capacity, design
 from blocklab.analysis.stats import compare
 from blocklab.cli import main
 from blocklab.experiments import degree_sweep
@@ -123,6 +123,13 @@ def test_width_check_names_the_moved_arm_and_ignores_depth_mode():
     assert check.moved == (("d=3", 1000, 6),) and "d=3 at 1000 (width 6)" in detail(check)
     assert _check(_analyze(rows, width=None), "width_matched").passed  # depth mode solves widths
     assert _check(_analyze(_rows(), width=7), "width_matched").passed  # one unit is allowed
+
+
+@pytest.mark.parametrize(("width", "slack"), [(3, 0), (4, 0), (5, 1), (8, 1), (32, 1)])
+def test_one_unit_of_width_is_allowed_only_where_it_is_at_most_a_fifth(width, slack):
+    assert design.width_slack(width) == slack
+    rows = [{"arm": "d=3", "budget": 45, "width": width + 1}]
+    assert design.width_check(rows, width).passed is (slack == 1)
 
 
 def test_monotone_check_names_the_rise():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from html import escape
 from pathlib import Path
 
 import pytest
@@ -130,6 +131,11 @@ def test_json_keys_are_unchanged(name, tmp_path, capsys):
     assert missing(CONTRACT["json"][name], key_sets(payload)) == {}
     if "{out}" in COMMANDS[name]:  # every experiment's run writes its page beside report.md
         assert payload["page"] == str(tmp_path / "index.html")
+        status = payload["status"]  # one line, first in report.md and on the page
+        assert isinstance(status["verdict"], bool) and status["line"].strip()
+        assert (tmp_path / "report.md").read_text().splitlines()[2] == f"**{status['line']}**"
+        html = (tmp_path / "index.html").read_text()
+        assert html.index(escape(status["line"])) < html.index("<table")  # above the run's facts
         records = Store(tmp_path, read_only=True).records()
         curves = sum(len((r.get("curves") or {}).get("step") or []) > 1 for r in records)
         page = (tmp_path / "index.html").read_text()

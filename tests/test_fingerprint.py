@@ -132,6 +132,41 @@ def test_fresh_reruns_everything(tmp_path, plugin):
     assert all(again[i]["finished_at"] > first[i]["finished_at"] for i in first)
 
 
+def test_fresh_trains_each_trial_of_a_command_once(tmp_path, monkeypatch):
+    from blocklab.experiments import degree_sweep
+
+    # the search's seed-0 trial at the chosen rate is also a final: a fresh command shares it
+    cfg = degree_sweep.DegreeSweepConfig(
+        task="poly_target",
+        task_options={"n_in": 2, "rank": 1, "n_train": 64, "n_val": 32, "n_test": 32},
+        degrees=("2",),
+        baselines=(),
+        budgets=(24,),
+        width=2,
+        norm="none",
+        seeds=2,
+        lr_grid=(0.01, 0.03),
+        lr_extend=0,
+        train=TrainConfig(steps=4, batch_size=16, eval_points=2),
+    )
+    one = Resources(workers=1, ensemble=1)
+    degree_sweep.run(cfg, Store(tmp_path), resources=one, progress=False)
+    before = {r["id"]: r["finished_at"] for r in Store(tmp_path).records()}
+    trained: list[str] = []
+    real = sweep.run_group
+
+    def counted(specs, device="cpu"):
+        trained.extend(s.id for s in specs)
+        return real(specs, device)
+
+    monkeypatch.setattr(sweep, "run_group", counted)
+    degree_sweep.run(cfg, Store(tmp_path, reuse="none"), resources=one, progress=False)
+    assert sorted(trained) == sorted(set(trained)) == sorted(before)  # 2 rates + 1 more seed
+    assert len(before) == 3
+    after = {r["id"]: r["finished_at"] for r in Store(tmp_path).records()}
+    assert all(after[i] > before[i] for i in before)
+
+
 def test_a_trial_stored_without_a_fingerprint_is_other_code(tmp_path):
     store = Store(tmp_path)
     rec = {"id": "a", "experiment": "t", "status": "done", "seed": 0, "config": {}}

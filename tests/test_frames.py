@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 import sys
 
 import pandas as pd
@@ -115,3 +116,11 @@ def test_missing_store_is_one_line(tmp_path, capsys):
 def test_an_empty_store_gives_an_empty_frame(tmp_path):
     Store(tmp_path).close()
     assert blocklab.load_runs(tmp_path).empty and blocklab.load_curves(tmp_path).empty
+
+
+def test_dir_lists_the_lazy_loaders_without_loading_them():
+    assert {"load_runs", "load_curves", "__version__"} <= set(dir(blocklab))
+    assert all(hasattr(blocklab, name) for name in dir(blocklab))
+    code = "import blocklab, sys; dir(blocklab); print('pandas' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -134,3 +134,36 @@ def test_processes_opening_a_new_store_at_once_all_succeed(tmp_path):
         for proc in procs:
             proc.join(timeout=60)
         assert [proc.exitcode for proc in procs] == [0] * 8
+
+
+def _wal_files(path) -> list[str]:
+    return sorted(p.name for p in path.iterdir() if p.name.endswith(("-wal", "-shm")))
+
+
+def test_reading_leaves_no_wal_files_and_sees_a_writers_commits(tmp_path, capsys):
+    import blocklab
+    from blocklab.cli import main
+
+    writer = Store(tmp_path)
+    writer.put(record("a", config={"train": {"lr": 0.01}}))
+    writer.close()
+    assert _wal_files(tmp_path) == []
+    assert blocklab.load_runs(tmp_path)["id"].tolist() == ["a"]
+    assert blocklab.load_curves(tmp_path)["id"].tolist() == ["a", "a", "a"]
+    assert main(["runs", "list", "--out", str(tmp_path)]) == 0
+    with Store(tmp_path, read_only=True) as reader:
+        assert [r["id"] for r in reader.records()] == ["a"]
+    assert _wal_files(tmp_path) == []
+    # a writer beside a reader: the reader sees each commit, and the last to close removes the
+    # files (a reader that came after a writer holds them as they were: it never removes them)
+    with Store(tmp_path, read_only=True) as reader:
+        writer = Store(tmp_path)
+        writer.put(record("b", seed=1))
+        assert [r["id"] for r in reader.records()] == ["a", "b"]
+        writer.close()
+    assert _wal_files(tmp_path) == []
+    with Store(tmp_path) as writer, Store(tmp_path, read_only=True) as reader:
+        writer.put(record("c", seed=2))
+        assert [r["id"] for r in reader.records()] == ["a", "b", "c"]
+    assert _wal_files(tmp_path) == []
+    capsys.readouterr()

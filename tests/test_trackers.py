@@ -44,6 +44,14 @@ def events(path):
     return found
 
 
+def hparams(found):
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    data = plugin_data_pb2.HParamsPluginData()
+    data.ParseFromString(found.summary_metadata["_hparams_/session_start_info"].plugin_data.content)
+    return data.session_start_info.hparams
+
+
 def mlflow_runs(run_dir):
     from mlflow.tracking import MlflowClient
 
@@ -68,10 +76,14 @@ def run_dir(tmp_path_factory):
 @pytest.mark.slow
 def test_tensorboard_holds_each_trial_curves_config_and_metrics(run_dir):
     records = finished(run_dir)
-    logged = sorted(p.name for p in (run_dir / "tensorboard" / "trials").iterdir())
-    assert logged == sorted(records)
+    folders = {
+        (p / trackers.TRIAL_ID_FILE).read_text().strip(): p
+        for p in (run_dir / "tensorboard" / "trials").iterdir()
+    }
+    assert sorted(folders) == sorted(records)
     for trial_id, record in records.items():
-        found = events(run_dir / "tensorboard" / "trials" / trial_id)
+        assert folders[trial_id].name == trackers.run_name(record)  # d=2 B=3072 lr=0.01 seed=0
+        found = events(folders[trial_id])
         for key, points in expected_curves(record).items():
             split, _, metric = key.partition("_")
             got = [(e.step, e.value) for e in found.Scalars(f"{split}/{metric}")]
@@ -83,6 +95,7 @@ def test_tensorboard_holds_each_trial_curves_config_and_metrics(run_dir):
         text = config.tensor_proto.string_val[0].decode()
         assert json.loads(text) == record["config"]
         assert "_hparams_/session_start_info" in found.summary_metadata
+        assert hparams(found)["trial_id"].string_value == trial_id
 
 
 @pytest.mark.slow
@@ -106,6 +119,7 @@ def test_mlflow_holds_each_trial_once_nested_under_the_sweep(run_dir):
     for run in runs["trial"]:
         record = records[run.data.tags["blocklab.trial_id"]]
         assert run.data.tags["mlflow.parentRunId"] == sweep.info.run_id
+        assert run.info.run_name == trackers.run_name(record)
         assert float(run.data.params["train.lr"]) == record["config"]["train"]["lr"]
         assert run.data.params["seed"] == str(record["seed"])
         metric = record["metrics"]["test_metric"]
@@ -195,3 +209,50 @@ def test_the_summary_is_the_mean_over_seeds_per_configuration():
     header, rows = trackers.seed_summary(records)
     assert header == ["train.lr", "mean", "std", "seeds"]
     assert rows == [["0.1", "2", f"{2**0.5:.4g}", "2"], ["0.3", "5", "-", "1"]]
+
+
+def test_a_run_is_named_from_its_record():
+    def rec(config, seed=1):
+        return {"id": "4dd996ecad066430", "experiment": "degree-sweep", "seed": seed,
+                "config": config}  # fmt: skip
+
+    adam = {"arm": {"label": "d=3"}, "budget": 292, "train": {"lr": 0.03}, "data_seed": 0}
+    assert trackers.run_name(rec(adam)) == "d=3 B=292 lr=0.03 seed=1"
+    fit = {**adam, "train": {"optimizer": "lm", "lr": 0.003}, "data_seed": 2}
+    assert trackers.run_name(rec(fit)) == "d=3 B=292 lm data=2 seed=1"
+    point = {"block": "d=2", "depth": 3, "width": 4, "positions": 2}
+    assert trackers.run_name(rec(point, seed=0)) == "d=2 L=3 w=4 seed=0"
+    tasks = {"tasks": ["mqar", "icr"]}
+    named = trackers.run_name(rec({**adam, "task": "icr"}), tasks)
+    assert named == "icr d=3 B=292 lr=0.03 seed=1"
+    assert trackers.run_name(rec({})) == "degree-sweep seed=1"
+
+
+def test_two_trials_one_name_get_their_short_ids_and_keep_them(tmp_path):
+    def rec(trial_id, task):
+        config = {"task": task, "arm": {"label": "a/b"}, "budget": 8, "train": {"lr": 0.1}}
+        return {"id": trial_id, "experiment": "x", "status": "done", "seed": 0,
+                "finished_at": 1.0, "config": config, "metrics": {"test_metric": 0.5},
+                "curves": {"step": [0], "train_loss": [1.0]}}  # fmt: skip
+
+    first, second = rec("1111111111111111", "icr"), rec("2222222222222222", "mqar")
+    for name in ("tensorboard", "mlflow"):
+        tracker = trackers.open_tracker(name, tmp_path, "degree_sweep", "blocklab x", {})
+        tracker.trial(first)
+        tracker.trial(second)
+        assert tracker.names == {
+            "a_b B=8 lr=0.1 seed=0": first["id"],  # a name is a folder's name too
+            "a_b B=8 lr=0.1 seed=0 (22222222)": second["id"],
+        }
+        tracker.abort()
+        again = trackers.open_tracker(name, tmp_path, "degree_sweep", "blocklab x", {})
+        assert again.logged == {first["id"], second["id"]}
+        # a later command's names are the same: no name changes hands between commands
+        assert set(again.names.values()) == again.logged
+        third = rec("3333333333333333", "needle")
+        assert again.unique_name(third) == "a_b B=8 lr=0.1 seed=0 (33333333)"
+        again.abort()
+    folders = sorted(p.name for p in (tmp_path / "tensorboard" / "trials").iterdir())
+    assert folders == ["a_b B=8 lr=0.1 seed=0", "a_b B=8 lr=0.1 seed=0 (22222222)"]
+    _, runs = mlflow_runs(tmp_path)
+    assert sorted(r.info.run_name for r in runs["trial"]) == folders

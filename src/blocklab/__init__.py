@@ -3,10 +3,19 @@
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):
-    # the DataFrame loaders import pandas, which `import blocklab` and the command line do not
-    if name in ("load_runs", "load_curves"):
-        from blocklab import frames
+# served from their modules on first use: the DataFrame loaders import pandas, which
+# `import blocklab` and the command line do not
+_LAZY = {"load_runs": "blocklab.frames", "load_curves": "blocklab.frames"}
 
-        return getattr(frames, name)
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'blocklab' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # what tab completion and help() offer: the lazy names too, though none is loaded yet
+    return sorted({*globals(), *_LAZY})

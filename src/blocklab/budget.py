@@ -60,10 +60,13 @@ def solve(
     ff: str = "none",
     seq_len: int | None = None,
     tol: float = TOLERANCE,
+    hint: str = "",
 ) -> Shape:
     """mode 'width': depth from B / (per-layer cost at `width`), then width adjusted.
     mode 'depth': the depth is fixed and the width solved. The budget covers whole layers:
-    blocks and, with `ff`, their feed-forward sublayers."""
+    blocks and, with `ff`, their feed-forward sublayers. A budget no shape meets is refused with
+    one line ending in `hint`: the caller's settings that would change the answer."""
+    tail = f"; {hint}" if hint else ""
 
     def cost(depth: int, width: int) -> int:
         return block_params(arm, depth, width, bias, ff, seq_len)
@@ -74,7 +77,7 @@ def solve(
         if depth < 1:
             raise UserError(f"depth must be >= 1, got {depth}")
         if cost(depth, 1) > budget * (1 + tol):
-            raise UserError(f"budget {budget} is too small for {depth} layers of {arm.label}")
+            raise UserError(f"budget {budget} is too small for {depth} layers of {arm.label}{tail}")
         w, count = _best_width(cost, depth, budget, near=1)
         candidates = [(depth, w, count)]
     elif mode == "width":
@@ -84,7 +87,7 @@ def solve(
         if one_layer > budget * (1 + tol):
             raise UserError(
                 f"budget {budget} is too small for one layer of {arm.label} at width {width} "
-                f"(one layer costs {one_layer})"
+                f"(one layer costs {one_layer}){tail}"
             )
         p = 1
         while cost(p + 1, width) <= budget:
@@ -108,6 +111,6 @@ def solve(
     if abs(count / budget - 1) > tol:
         raise UserError(
             f"no shape of {arm.label} costs within {tol:.0%} of budget {budget} "
-            f"(closest: depth {q}, width {w}, {count} parameters)"
+            f"(closest: depth {q}, width {w}, {count} parameters){tail}"
         )
     return Shape(depth=q, width=w, block_params=count, budget=budget)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import sys
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -64,6 +66,28 @@ def number(kind: type, **rules: Any):
 _NAMES = {int: "an integer", float: "a number"}
 
 
+def invalid_choice(value: Any, choices: Any) -> str:
+    """One line naming the choices, and the one likely meant where one is close."""
+    names = [str(c) for c in choices]
+    close = difflib.get_close_matches(str(value), names, n=1)
+    hint = f": did you mean {close[0]!r}?" if close else ""
+    return f"invalid choice {str(value)!r}{hint} (choose from {', '.join(names)})"
+
+
+def _each_of(choices: tuple[str, ...]):
+    """An argparse `type` for a list flag's words: each comma-separated name one of `choices`
+    (argparse's own `choices` would refuse '--tasks match2,match3', which the flags accept)."""
+
+    def parse(text: str) -> str:
+        for name in options.split_list(text):
+            if name not in choices:
+                raise argparse.ArgumentTypeError(invalid_choice(name, choices))
+        return text
+
+    parse.__name__ = "choice"
+    return parse
+
+
 IMPORT_KEY = "import"
 
 
@@ -85,11 +109,19 @@ def _flag(name: str) -> str:
 
 
 def add_flags(
-    parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = (), defaults: Any = None
+    parser: Any,
+    cls: type,
+    skip: tuple[str, ...] = (),
+    defaults: Any = None,
+    groups: Mapping[str, Any] | None = None,
 ) -> None:
     """One flag per field (nested dataclass fields flattened); defaults are None = 'not given'.
     The help shows the values of `defaults` (an instance), else the fields' own defaults, so a
-    nested config shows what its parent sets, not its class defaults."""
+    nested config shows what its parent sets, not its class defaults. `parser` is a parser or an
+    argument group; `groups` maps a nested field's name (`train`) to where its flags go instead,
+    so `--help` shows them under their own heading. A field with `choices` shows and checks
+    them as it is parsed."""
+    groups = groups or {}
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
@@ -102,18 +134,24 @@ def add_flags(
         else:
             default = f.default_factory()
         if dataclasses.is_dataclass(tp):
-            add_flags(parser, tp, skip, default)
+            add_flags(groups.get(f.name, parser), tp, skip, default, groups)
             continue
         shown = " ".join(map(str, default)) if isinstance(default, tuple) else default
         if shown == "":  # an empty list is none, an empty text is ''
             shown = "none" if isinstance(default, tuple) else "''"
         help_text = f"{f.metadata.get('help', f.name)} (default: {shown})".replace("%", "%%")
         kw: dict[str, Any] = {"default": None, "help": help_text}
+        choices = f.metadata.get("choices")
         if tp is bool:
             kw["action"] = argparse.BooleanOptionalAction
         elif typing.get_origin(tp) is tuple:
             kw["nargs"] = "*"  # `--baselines` alone means none
             kw["metavar"] = f.name.upper().rstrip("S") or "X"
+            if choices:
+                kw["type"] = _each_of(tuple(choices))
+                kw["metavar"] = "{" + ",".join(choices) + "}"
+        elif choices:
+            kw["choices"] = tuple(choices)
         parser.add_argument(_flag(f.name), dest=f.name, **kw)
 
 

@@ -88,7 +88,8 @@ def frame(records: list[dict[str, Any]]):
 
 def load_runs(path: str | Path, experiment: str | None = None):
     """The trials of a run directory (or store file), one row each: a pandas DataFrame."""
-    return frame(_store(path).records(experiment=experiment))
+    with _store(path) as store:  # closed at once: the last reader out removes the WAL files
+        return frame(store.records(experiment=experiment))
 
 
 def curve_points(record: dict[str, Any]) -> dict[str, list[tuple[Any, Any]]]:
@@ -122,7 +123,8 @@ def load_curves(path: str | Path, experiment: str | None = None):
     columns id, step, split (train, val), metric (loss, metric) and value."""
     import pandas as pd
 
-    rows = [row for r in _store(path).records(experiment=experiment) for row in curve_rows(r)]
+    with _store(path) as store:
+        rows = [row for r in store.records(experiment=experiment) for row in curve_rows(r)]
     return pd.DataFrame(rows, columns=["id", "step", "split", "metric", "value"])
 
 

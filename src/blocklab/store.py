@@ -3,9 +3,9 @@
 A trial's id is the hash of its resolved config and seed, so a rerun finds what is finished and
 skips it. Each trial is committed on its own as it finishes: an interrupted sweep loses nothing
 finished. A store opened for writing is checked first (`PRAGMA quick_check`), so a damaged file
-is refused before anything is written to it; one opened to read is opened read-only and changes
-nothing. Whatever goes wrong with the file (damaged, locked, full, read-only) is a `StoreError`:
-one line naming the file and what to do.
+is refused before anything is written to it; one opened to read stores nothing and leaves no
+files behind (`_read_modes`). Whatever goes wrong with the file (damaged, locked, full,
+read-only) is a `StoreError`: one line naming the file and what to do.
 """
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import sqlite3
 import sys
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,7 @@ from blocklab.errors import StoreError, UserError
 FINISHED = ("done", "diverged")  # a failed trial (an exception) is retried on the next run
 DB_NAME = "blocklab.sqlite"
 # which finished trials a rerun reuses: those made by the code here now (current), any (stale),
-# or none (a fresh run, replacing what is stored)
+# or none (a fresh run, replacing what was stored before the store was opened)
 REUSE = ("current", "stale", "none")
 DB_SUFFIXES = (".sqlite", ".sqlite3", ".db")  # a path named so is the database file itself
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -119,22 +121,43 @@ def _open(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def _read_modes(path: Path) -> list[str]:
+    """How a reader opens `path`, in order of preference (see `_open_read_only`)."""
+    wal = path.with_name(path.name + "-wal")
+    # Under WAL a reader needs the -wal and -shm files beside the store, and SQLite creates them
+    # if they are missing; only the last connection to close removes them, and only one that may
+    # write (a mode=ro connection never may, so it leaves them behind). With no -wal nobody has
+    # the store open and nothing waits in a log, so a connection that may write but is held to
+    # queries (query_only) reads it as any reader does, stores nothing, and removes the files it
+    # made; a writer that opens meanwhile shares them under SQLite's own locking, and whichever
+    # of the two closes last removes them (the reader, closing last, first copies the writer's
+    # commits from the log into the file, as the writer would have). immutable=1 would make no
+    # files either, but it takes no locks: a writer starting mid-read could change pages under
+    # the reader. With a -wal present a writer may be at work, so the reader opens mode=ro and
+    # leaves those files, which were there before it, to their owner.
+    writable = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+    modes = ["mode=rw"] if writable and not wal.exists() else []
+    # where SQLite cannot make those files (a read-only directory) nobody can be writing the
+    # store either, so the file is read as it stands
+    return [*modes, "mode=ro", "mode=ro&immutable=1"]
+
+
 def _open_read_only(path: Path) -> sqlite3.Connection:
     if not path.is_file():
         raise StoreError(f"no store at {path}")
-    uri = path.resolve().as_uri() + "?mode=ro"
-    # where SQLite cannot make the WAL index beside the file (a read-only directory) nobody can
-    # be writing the store either, so the file is read as it stands
-    for tail in ("", "&immutable=1"):
+    uri = path.resolve().as_uri() + "?"
+    modes = _read_modes(path)
+    for mode in modes:
         conn = None
         try:
-            conn = sqlite3.connect(uri + tail, uri=True, timeout=BUSY_SECONDS, isolation_level=None)
+            conn = sqlite3.connect(uri + mode, uri=True, timeout=BUSY_SECONDS, isolation_level=None)
+            conn.execute("PRAGMA query_only=ON")
             tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
             break
         except sqlite3.Error as exc:
             if conn is not None:
                 conn.close()
-            if tail or "unable to open" not in str(exc):
+            if mode == modes[-1] or "unable to open" not in str(exc):
                 raise StoreError(explain(exc, path)) from None
     if ("trials",) not in tables:
         conn.close()
@@ -205,10 +228,23 @@ class Store:
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
         self.path = locate(path)
         self.read_only = read_only
+        # a fresh run (reuse "none") replaces what was stored before it opened the store, and
+        # keeps what it (or a sweep beside it) finished since: one command runs several sweeps
+        # that share trials, and each trial trains once
+        self.opened = time.time()
         self.conn = _open_read_only(self.path) if read_only else _open(self.path)
+        # closed when the store is dropped, not when the cyclic collector reaches the connection
+        # (it holds a cycle of its own): the last connection out removes the -wal and -shm files
+        self._close = weakref.finalize(self, self.conn.close)
 
     def close(self) -> None:
-        self.conn.close()
+        self._close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @contextlib.contextmanager
     def errors(self):
@@ -224,23 +260,26 @@ class Store:
     def reusable(self, fingerprints: dict[str, str | None]) -> tuple[set[str], set[str]]:
         """For trial id -> the fingerprint of the code that would make it now: the ids whose
         finished trial this store's `reuse` lets a rerun keep, and the finished ones made by other
-        code (a trial stored without a fingerprint counts as other code)."""
+        code (a trial stored without a fingerprint counts as other code). Under "none" only the
+        trials finished after this store was opened are kept, those made by this code."""
         ids = list(fingerprints)
-        stored = {}
+        stored, since = {}, set()
         for i in range(0, len(ids), 500):
             chunk = ids[i : i + 500]
             with self.errors():
-                stored.update(
-                    self.conn.execute(
-                        "SELECT id, json_extract(provenance, '$.code.fingerprint') FROM trials "
-                        f"WHERE status IN ({_FINISHED_SQL}) AND id IN "
-                        f"({','.join('?' * len(chunk))})",
-                        tuple(chunk),
-                    ).fetchall()
-                )
+                rows = self.conn.execute(
+                    "SELECT id, json_extract(provenance, '$.code.fingerprint'), finished_at "
+                    f"FROM trials WHERE status IN ({_FINISHED_SQL}) AND id IN "
+                    f"({','.join('?' * len(chunk))})",
+                    tuple(chunk),
+                ).fetchall()
+            stored.update((trial, fp) for trial, fp, _ in rows)
+            # strictly after: a trial stamped in the very tick the store opened may be older,
+            # and training it again costs time where reusing it would break --fresh
+            since.update(trial for trial, _, at in rows if at > self.opened)
         stale = {i for i, fp in stored.items() if fp is None or fp != fingerprints[i]}
         if self.reuse == "none":
-            return set(), stale
+            return since - stale, stale
         if self.reuse == "stale":
             return set(stored), stale
         return set(stored) - stale, stale

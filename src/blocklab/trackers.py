@@ -1,14 +1,16 @@
 """Experiment trackers: a run's trials and summary, logged where a group already looks.
 
 `--tracker tensorboard` writes TensorBoard event files under `RUN_DIR/tensorboard/` (the
-`tensorboard` extra): one run per trial (`trials/<id>`: its curves as scalars against the step,
-its config as hyperparameters and text, its final metrics), and one per command (`summary/<time>`:
+`tensorboard` extra): one run per trial (`trials/<name>`, named by `run_name`: its curves as
+scalars against the step, its config and id as hyperparameters, its config as text, its final
+metrics), and one per command (`summary/<time>`:
 report.md as text, the figures as images, the mean over seeds per configuration). `--tracker
 mlflow` writes an MLflow store, `RUN_DIR/mlflow.db` (SQLite) with artifacts in
 `RUN_DIR/mlartifacts/` (the `mlflow` extra): an MLflow experiment named after blocklab's, a
 parent run per command (the config as parameters, the command as a tag, report.md, index.html,
-the figures and the summary as artifacts) and a nested run per trial (config as parameters,
-curves as metric histories, final metrics, the trial id as the tag `blocklab.trial_id`).
+the figures and the summary as artifacts) and a nested run per trial, named by `run_name` (config
+as parameters, curves as metric histories, final metrics, the trial id as the tag
+`blocklab.trial_id`).
 
 Both work offline on local files. A trial is logged once it is stored (live, as the sweep
 runs) and only once: a rerun logs the finished trials the tracker has not seen (those stored by
@@ -38,6 +40,7 @@ MLFLOW_DB = "mlflow.db"
 MLFLOW_ARTIFACTS = "mlartifacts"
 TENSORBOARD_DIR = "tensorboard"
 MAX_PARAM = 500  # characters of a parameter's value kept (MLflow allows more; a list is long)
+TRIAL_ID_FILE = "blocklab.trial_id"  # beside a TensorBoard trial's events: whose they are
 
 
 def require(name: str) -> None:
@@ -65,6 +68,36 @@ def params(record: dict[str, Any], *, text: bool = True) -> dict[str, Any]:
     out["seed"] = record["seed"]
     keep = (int, float, bool) if not text else ()
     return {k: v if isinstance(v, keep) else str(v)[:MAX_PARAM] for k, v in out.items()}
+
+
+def run_name(record: dict[str, Any], config: dict[str, Any] | None = None) -> str:
+    """A trial's name in a tracker's list of runs, read from its record: `d=3 B=292 lr=0.03
+    seed=1` (arm, budget, learning rate or second-order optimizer, data seed when set, seed);
+    a measured point shows its block's shape instead of a budget, and the task leads where the
+    command's `config` covers several. Not unique by itself (`Tracker.unique_name`); a name is
+    a TensorBoard folder too, so characters no file name may hold become "_"."""
+    c = record.get("config") or {}
+    arm, train = c.get("arm"), c.get("train")
+    label = arm.get("label") if isinstance(arm, dict) else None
+    train = train if isinstance(train, dict) else {}
+    parts = []
+    if len((config or {}).get("tasks") or ()) > 1 and c.get("task"):
+        parts.append(str(c["task"]))
+    parts.append(str(label or c.get("block") or record.get("experiment") or "trial"))
+    if c.get("budget"):
+        parts.append(f"B={c['budget']}")
+    else:  # a measured point or a flattened baseline: no budget of layers to name
+        parts += [f"{key}={c[field]}" for field, key in (("depth", "L"), ("width", "w"))
+                  if c.get(field) is not None]  # fmt: skip
+    lr = train.get("lr")
+    if train.get("optimizer") not in (None, "adam"):  # a fit reads no rate
+        parts.append(str(train["optimizer"]))
+    elif lr is not None:
+        parts.append(f"lr={lr:g}" if isinstance(lr, int | float) else f"lr={lr}")
+    if c.get("data_seed"):
+        parts.append(f"data={c['data_seed']}")
+    parts.append(f"seed={record.get('seed')}")
+    return re.sub(r'[<>:"/\\|?*\x00-\x1f]', "_", " ".join(parts))
 
 
 def final_metrics(record: dict[str, Any]) -> dict[str, float]:
@@ -110,11 +143,22 @@ class Tracker(ABC):
         self.run_dir, self.experiment, self.command = run_dir, experiment, command
         self.config = config
         self.started = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        self.logged: set[str] = self.logged_ids()
+        before = self.logged_runs()
+        self.logged: set[str] = set(before)
+        self.names: dict[str, str] = {name: trial for trial, name in before.items()}
 
     @abstractmethod
-    def logged_ids(self) -> set[str]:
-        """The ids of the trials this tracker logged before (in earlier commands)."""
+    def logged_runs(self) -> dict[str, str]:
+        """The trials this tracker logged before (in earlier commands): id -> run name."""
+
+    def unique_name(self, record: dict[str, Any]) -> str:
+        """The trial's `run_name`, or where another trial has that name already (they differ in
+        what the name leaves out: a task's options, a shape) the name and the trial's short id."""
+        name = run_name(record, self.config)
+        if self.names.setdefault(name, record["id"]) != record["id"]:
+            name = f"{name} ({record['id'][:8]})"
+            self.names[name] = record["id"]
+        return name
 
     @abstractmethod
     def log_trial(self, record: dict[str, Any]) -> None:
@@ -151,16 +195,36 @@ class TensorBoard(Tracker):
     def abort(self) -> None:
         pass  # each trial's event file is closed as it is written: nothing is left open
 
-    def logged_ids(self) -> set[str]:
+    def logged_runs(self) -> dict[str, str]:
         trials = self.run_dir / TENSORBOARD_DIR / "trials"
-        return {p.name for p in trials.glob("*") if any(p.glob("events.out.tfevents.*"))}
+        runs = {}
+        for folder in sorted(trials.glob("*")):
+            if any(folder.glob("events.out.tfevents.*")):
+                # a folder without an id file is named by the id itself
+                owner = folder / TRIAL_ID_FILE
+                runs[owner.read_text().strip() if owner.is_file() else folder.name] = folder.name
+        return runs
+
+    def folder(self, record: dict[str, Any]) -> Path:
+        """The trial's own folder under trials/, named for TensorBoard's list of runs: a folder
+        another trial holds (one another command beside this one logged) is left to it, and this
+        trial's short id is added."""
+        trials = self.run_dir / TENSORBOARD_DIR / "trials"
+        name = self.unique_name(record)
+        for candidate in (name, f"{name} ({record['id'][:8]})"):
+            where = trials / candidate
+            where.mkdir(parents=True, exist_ok=True)
+            owner = where / TRIAL_ID_FILE
+            if not owner.is_file():
+                owner.write_text(record["id"] + "\n")
+            if owner.read_text().strip() == record["id"]:
+                return where
+        return trials / record["id"]
 
     def log_trial(self, record: dict[str, Any]) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        with SummaryWriter(
-            log_dir=str(self.run_dir / TENSORBOARD_DIR / "trials" / record["id"])
-        ) as w:
+        with SummaryWriter(log_dir=str(self.folder(record))) as w:
             found = curves(record)
             for key, points in found.items():
                 split, _, metric = key.partition("_")
@@ -170,7 +234,8 @@ class TensorBoard(Tracker):
             w.add_text("config", "    " + config.replace("\n", "\n    "))
             last = max((p[-1][0] for p in found.values() if p), default=0)
             metrics = {f"final/{k}": v for k, v in final_metrics(record).items()}
-            w.add_hparams(params(record, text=False), metrics, run_name=".", global_step=last)
+            hparams = {**params(record, text=False), "trial_id": record["id"]}
+            w.add_hparams(hparams, metrics, run_name=".", global_step=last)
 
     def log_summary(self, records: list[dict[str, Any]], report: Path, summary: dict) -> None:
         import matplotlib.image
@@ -212,8 +277,8 @@ class MLflow(Tracker):
         )
         self.parent = parent.info.run_id
 
-    def logged_ids(self) -> set[str]:
-        ids, token = set(), None
+    def logged_runs(self) -> dict[str, str]:
+        runs, token = {}, None
         while True:
             page = self.client.search_runs(
                 [self.experiment_id],
@@ -221,10 +286,11 @@ class MLflow(Tracker):
                 max_results=1000,
                 page_token=token,
             )
-            ids |= {r.data.tags.get("blocklab.trial_id") for r in page}
+            runs |= {r.data.tags.get("blocklab.trial_id"): r.info.run_name for r in page}
             token = page.token
             if not token:
-                return ids - {None}
+                runs.pop(None, None)
+                return runs
 
     def log_trial(self, record: dict[str, Any]) -> None:
         from mlflow.entities import Metric, Param
@@ -238,7 +304,8 @@ class MLflow(Tracker):
         }
         if fingerprint:
             tags["blocklab.fingerprint"] = fingerprint
-        run = self.client.create_run(self.experiment_id, run_name=record["id"], tags=tags)
+        name = self.unique_name(record)
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
         stamp = int(record["finished_at"] * 1000)
         history = [
             Metric(key, value, stamp, step)

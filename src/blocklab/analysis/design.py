@@ -21,7 +21,8 @@ checks, in order:
   approximation error, not as a small training set memorized;
 - `lr_not_at_edge` (Adam): no chosen learning rate lies at an edge of the rates tried (the sweep
   extends the grid past an edge before it gives up);
-- `width_matched`: in width mode, no arm's width moved more than WIDTH_SLACK from the nominal one;
+- `width_matched`: in width mode, no arm's width moved more than `width_slack` from the nominal
+  one;
 - `replicates`: every cell holds at least MIN_REPLICATES finished (teacher, seed) pairs. The
   efficiency intervals are percentile bootstraps over those pairs, and the paired tests and the
   monotone check read t intervals over them: with 2 pairs a bootstrap has 3 distinct resamples,
@@ -44,9 +45,19 @@ PLATEAU_SHARE = 0.9
 CONVERGED_SHARE = 0.9
 GENERALIZATION_RATIO = 1.2
 MIN_BUDGETS, MIN_SPAN = 4, 8.0
-# in width mode the solver may move a width to meet the budget within 2%; past one unit the arm
-# is a different architecture (measured: d=3 at width 6 fits a teacher 1.7-2.3x worse than at 8-9)
-WIDTH_SLACK = 1
+# in width mode the solver may move a width to meet the budget; past one unit the arm is a
+# different architecture (measured: d=3 at width 6 fits a teacher 1.7-2.3x worse than at 8-9),
+# and so is one unit that is more than WIDTH_SHARE of the width (measured at width 3: d=3 at
+# width 4 fit 3x better than every width-3 cell at any budget, and alone decided a verdict)
+WIDTH_SLACK, WIDTH_SHARE = 1, 0.2
+
+
+def width_slack(width: int) -> int:
+    """How far a width may move from the nominal `width`: WIDTH_SLACK units, none where that
+    is more than WIDTH_SHARE of it."""
+    return WIDTH_SLACK if WIDTH_SHARE * width >= WIDTH_SLACK else 0
+
+
 # 3 pairs: 10 distinct bootstrap resamples, t intervals 4.3 standard errors wide (with 2: 3
 # resamples, 12.7 standard errors)
 MIN_REPLICATES = 3
@@ -198,7 +209,7 @@ def width_check(rows, width: int | None) -> WidthMatch:
             for r in rows
             if width is not None
             and r.get("width") is not None
-            and abs(int(r["width"]) - width) > WIDTH_SLACK
+            and abs(int(r["width"]) - width) > width_slack(width)
         },
         key=lambda t: (t[1], t[0]),
     )

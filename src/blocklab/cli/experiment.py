@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from blocklab import config as cfgmod
-from blocklab import plugins, trackers
+from blocklab import plugins
+from blocklab import trackers as tracker_mod
 from blocklab.engine.executors import ENSEMBLE, EXECUTORS, Resources, default_workers
 from blocklab.errors import UserError
 from blocklab.experiments import Command, Experiment
@@ -27,38 +28,61 @@ from blocklab.trackers import TRACKERS
 FORMS = ("medium", "full")
 
 
+# the quick form's wall time as the README's results measured it on 2 CPU cores, by command
+MEASURED = {
+    "demo": "4 min 26 s",
+    "degree-sweep": "4 min 26 s",
+    "sanford qsa": "2 min 16 s",
+    "sanford match": "29 min, sharing the cores with another run",
+    "needle": "1 min 8 s",
+    "mad": "59 min, sharing the cores with tests for about half of it",
+    "depth-width": "about 22 min (44 core-minutes)",
+    "seprank depth-width": "1 min 29 s",
+    "seprank degree": "31 s",
+    "collapse": "41 s",
+}
+
+
 def add_parser(sub, experiment: type[Experiment], command: Command) -> None:
-    """`command`'s last word as a subcommand of `sub`, running `experiment`."""
-    p = sub.add_parser(command.words.split()[-1], help=command.help)
-    p.add_argument("--config", help="TOML file with config keys (flags override it)")
+    """`command`'s last word as a subcommand of `sub`, running `experiment`; its flags under
+    headings: the experiment's design, its training, where it runs, what it writes."""
+    description = f"{command.help}."
+    if command.words in MEASURED:
+        description += f" The quick form (the defaults) took {MEASURED[command.words]} on 2 CPU "
+        description += "cores."
+    p = sub.add_parser(command.words.split()[-1], help=command.help, description=description)
+    design = p.add_argument_group("design", "the defaults < a --config file < these flags")
+    training = p.add_argument_group("training")
+    execution = p.add_argument_group("execution")
+    output = p.add_argument_group("output")
+    design.add_argument("--config", help="TOML file with config keys (flags override it)")
+    forms = [f for f in FORMS if hasattr(experiment.Config, f)]
+    if forms:
+        group = design.add_mutually_exclusive_group()
+        for form in forms:
+            group.add_argument(
+                f"--{form}", action="store_true", help=f"the {form} form (quick by default)"
+            )
     if experiment.task_options:
-        p.add_argument(
+        design.add_argument(
             "--task-option",
             action="append",
             metavar="KEY=VALUE",
             help="task option, repeatable (e.g. --task-option n_in=8)",
         )
-    out = command.out
-    p.add_argument("--out", default=out, help=f"output directory: store, report, plots ({out})")
-    if experiment.pool:
-        _pool_flags(p)
-    p.add_argument("--json", action="store_true", help="print results as JSON on stdout")
-    p.add_argument(
-        "--tracker",
-        action="append",
-        choices=sorted(TRACKERS),
-        help="also log the trials and the summary to TensorBoard or MLflow files in the run "
-        "directory (needs the extra of that name; repeatable)",
+    cfgmod.add_flags(
+        design, experiment.Config, skip=experiment.no_flags, groups={"train": training}
     )
-    p.add_argument("--quiet", action="store_true", help="no progress output")
-    reuse = p.add_mutually_exclusive_group()
+    if experiment.pool:
+        _pool_flags(execution)
+    reuse = execution.add_mutually_exclusive_group()
     reuse.add_argument(
         "--fresh",
         dest="reuse",
         action="store_const",
         const="none",
         default="current",
-        help="rerun every trial, replacing what the store holds",
+        help="rerun every trial stored before this command started, replacing it",
     )
     reuse.add_argument(
         "--reuse-stale",
@@ -67,19 +91,24 @@ def add_parser(sub, experiment: type[Experiment], command: Command) -> None:
         const="stale",
         help="keep stored trials made by other code (by default they are rerun)",
     )
-    forms = [f for f in FORMS if hasattr(experiment.Config, f)]
-    if forms:
-        group = p.add_mutually_exclusive_group()
-        for form in forms:
-            group.add_argument(
-                f"--{form}", action="store_true", help=f"the {form} form (quick by default)"
-            )
-    cfgmod.add_flags(p, experiment.Config, skip=experiment.no_flags)
+    out = command.out
+    output.add_argument(
+        "--out", default=out, help=f"output directory: store, report, plots ({out})"
+    )
+    output.add_argument("--json", action="store_true", help="print results as JSON on stdout")
+    output.add_argument(
+        "--tracker",
+        action="append",
+        choices=sorted(TRACKERS),
+        help="also log the trials and the summary to TensorBoard or MLflow files in the run "
+        "directory (needs the extra of that name; repeatable)",
+    )
+    output.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(handler=lambda args: run(experiment, args))
 
 
-def _pool_flags(p: argparse.ArgumentParser) -> None:
-    """Where trained trials run (`executors.Resources`)."""
+def _pool_flags(p) -> None:
+    """Where trained trials run (`executors.Resources`); `p` is a parser or an argument group."""
     count = cfgmod.number(int, ge=1)
     p.add_argument("--workers", type=count, default=default_workers(), help="processes")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
@@ -104,49 +133,83 @@ def _pool_flags(p: argparse.ArgumentParser) -> None:
 
 
 def run(experiment: type[Experiment], args: argparse.Namespace) -> int:
-    from blocklab.formatting import config_json, plain
-
     # the config's plugins load before it is resolved: its names may be theirs
     imports = plugins.load([*(args.imports or ()), *cfgmod.imports(args.config)])
     cfg = resolve(experiment, args)
-    resources = _resources(args, imports) if experiment.pool else None
-    names = list(dict.fromkeys(args.tracker or ()))
-    for name in names:
-        trackers.require(name)  # before anything runs or is written
-    out, store = _open_run(args)
-    try:
-        report, page = _run_and_report(experiment, cfg, args, out, store, resources, names)
-    finally:
-        store.close()  # the last connection to close folds the WAL back into the store file
+    report, payload = execute(
+        experiment,
+        cfg,
+        args.out,
+        reuse=args.reuse,
+        resources=_resources(args, imports) if experiment.pool else None,
+        trackers=args.tracker or (),
+        command=shlex.join(["blocklab", *getattr(args, "argv", [])]),
+        progress=not args.quiet,
+        device=getattr(args, "device", "cpu"),
+    )
     if args.json:
-        payload = {**report.json, "report": str(report.path), "config": config_json(cfg)}
-        print(json.dumps(plain({**payload, "page": str(page)}), indent=2))
+        print(json.dumps(payload, indent=2))
     else:
-        print("\n".join([*report.text, f"\nreport: {report.path}", f"page: {page}"]))
+        paths = [f"\nreport: {payload['report']}", f"page: {payload['page']}"]
+        print("\n".join([*report.text, *paths, "", report.status.line]))
     return 0
 
 
-def _run_and_report(experiment, cfg, args, out: Path, store: Store, resources, names):
+def execute(
+    experiment: type[Experiment],
+    cfg: Any,
+    out: str | Path,
+    *,
+    reuse: str = "current",
+    resources: Resources | None = None,
+    trackers: tuple[str, ...] | list[str] = (),
+    command: str = "",
+    progress: bool = True,
+    device: str = "cpu",
+) -> tuple[Any, dict[str, Any]]:
+    """The one run path, for the command line and `blocklab.api.run`: open the run directory,
+    run the trials, write the report and the page; return the report and the JSON `--json`
+    prints (the report's, with `report`, `config`, `page` and `status`)."""
+    from blocklab.formatting import config_json, plain
+
+    names = list(dict.fromkeys(trackers))
+    for name in names:
+        tracker_mod.require(name)  # before anything runs or is written
+    out, store = _open_run(out, reuse, device)
+    try:
+        report, page = _run_and_report(
+            experiment, cfg, command, progress, out, store, resources, names
+        )
+    finally:
+        store.close()  # the last connection to close folds the WAL back into the store file
+    payload = {**report.json, "report": str(report.path), "config": config_json(cfg)}
+    return report, plain({**payload, "page": str(page), "status": report.status.as_json()})
+
+
+def _run_and_report(
+    experiment, cfg, command: str, progress: bool, out: Path, store, resources, names
+):
     """Run the trials (each logged to the trackers as it is stored), write the report and the
     page, hand the trackers the summary; return the report and the page's path."""
     from blocklab.formatting import config_json
-    from blocklab.reports import html
+    from blocklab.reports import html, markdown
 
-    command = shlex.join(["blocklab", *getattr(args, "argv", [])])
     _write_run_file(out, experiment.name, command, config_json(cfg))
     opened = [
-        trackers.open_tracker(name, out, experiment.name, command, config_json(cfg))
+        tracker_mod.open_tracker(name, out, experiment.name, command, config_json(cfg))
         for name in names
     ]
     store.listeners += [t.trial for t in opened]  # each trial logged as it is stored
     try:
-        trials = experiment.run(cfg, store, resources=resources, progress=not args.quiet)
+        trials = experiment.run(cfg, store, resources=resources, progress=progress)
         # the report module analyzes the trials (summaries, tests, fits, findings) and writes
         report = importlib.import_module(experiment.report).write(out, cfg, trials)
     except BaseException:
         for tracker in opened:
             tracker.abort()
         raise
+    _write_run_file(out, experiment.name, command, config_json(cfg), report.status)
+    markdown.put_status(report.path, report.status)
     records = store.records()
     page = html.write(out, records)
     for tracker in opened:
@@ -154,11 +217,16 @@ def _run_and_report(experiment, cfg, args, out: Path, store: Store, resources, n
     return report, page
 
 
-def _write_run_file(out: Path, experiment: str, command: str, config: dict[str, Any]) -> None:
-    """What the run's page shows of how it was made: the experiment, the command, the config."""
+def _write_run_file(
+    out: Path, experiment: str, command: str, config: dict[str, Any], status=None
+) -> None:
+    """What the run's page shows of how it was made: the experiment, the command, the config,
+    and once the report is written its status line."""
     from blocklab.reports.html import RUN_FILE
 
     record = {"experiment": experiment, "command": command, "config": config}
+    if status is not None:
+        record["status"] = status.as_json()
     (out / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n")
 
 
@@ -174,13 +242,13 @@ def resolve(experiment: type[Experiment], args: argparse.Namespace) -> Any:
     return cfgmod.resolve(cls, defaults, args.config, flags, what=words)
 
 
-def _open_run(args: argparse.Namespace) -> tuple[Path, Store]:
+def _open_run(out: str | Path, reuse: str, device: str) -> tuple[Path, Store]:
     """Check the run flags and the output directory, then open the store in it: a check that
     fails leaves nothing behind. --out always names a directory, whatever its name."""
     from blocklab.engine.sweep import device_name
 
-    device_name(getattr(args, "device", "cpu"))  # a bad or missing device fails here
-    out = Path(args.out)
+    device_name(device)  # a bad or missing device fails here
+    out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(
             f"--out {out} is a file: --out names a run directory (store, report, plots)"
@@ -192,7 +260,7 @@ def _open_run(args: argparse.Namespace) -> tuple[Path, Store]:
             pass
     except OSError as exc:
         raise UserError(f"output directory {out} is not writable: {exc.strerror}") from None
-    return out, Store(out / DB_NAME, reuse=args.reuse)
+    return out, Store(out / DB_NAME, reuse=reuse)
 
 
 def _resources(args: argparse.Namespace, imports: tuple[str, ...] = ()) -> Resources:

@@ -4,11 +4,15 @@ takes `--import MODULE_OR_PATH` (repeatable): plugins loaded before the command 
 from __future__ import annotations
 
 import argparse
+import difflib
 import functools
+import os
+import select
 import signal
 import sys
 from typing import Any
 
+from blocklab import config as cfgmod
 from blocklab import plugins
 from blocklab.cli import advise, bench, check, experiment, report, runs, seprank, theory
 from blocklab.errors import Interrupted, UserError, WorkerDied
@@ -31,9 +35,61 @@ EXPLICIT = {
 }
 
 
+PROG = "blocklab"
+
+
 class Parser(argparse.ArgumentParser):
+    """Flags spelled out in full (a prefix such as --seed is not silently read as --seeds), and
+    every mistake one line with a suggestion where one is close."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):  # argparse prints usage too; one line is the contract
-        raise UserError(f"{self.prog}: {message}")
+        # main() leads with "blocklab: error:", so only a subcommand's own name adds anything
+        raise UserError(message if self.prog == PROG else f"{self.prog}: {message}")
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        # a subcommand hands its leftovers up to the parser above it; the innermost parser that
+        # met them knows which flags were meant, so parse_args reports them from there
+        if extras and not hasattr(namespace, "_unrecognized_by"):
+            namespace._unrecognized_by = self
+        return namespace, extras
+
+    def parse_args(self, args=None, namespace=None):
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            where = getattr(namespace, "_unrecognized_by", self)
+            where.error(where.unrecognized(extras))
+        return namespace
+
+    def unrecognized(self, extras: list[str]) -> str:
+        """'unrecognized argument --seed (did you mean --seeds?)': the flags among `extras`, each
+        with its closest known spelling; a flag's value is left out, being no mistake itself."""
+        flags = [e.split("=", 1)[0] for e in extras if e.startswith("-") and not _number(e)]
+        if not flags:
+            return f"unrecognized argument{'s' * (len(extras) > 1)} {' '.join(extras)}"
+        known = [s for action in self._actions for s in action.option_strings]
+        named = []
+        for flag in dict.fromkeys(flags):
+            close = difflib.get_close_matches(flag, known, n=1)
+            named.append(f"{flag} (did you mean {close[0]}?)" if close else flag)
+        return f"unrecognized argument{'s' * (len(named) > 1)} {', '.join(named)}"
+
+    def _check_value(self, action, value):
+        # argparse's own message lists the choices but never says which one was likely meant
+        if action.choices is not None and value not in action.choices:
+            raise argparse.ArgumentError(action, cfgmod.invalid_choice(value, action.choices))
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def version() -> str:
@@ -61,7 +117,7 @@ class _Version(argparse.Action):
 
 
 def build_parser() -> Parser:
-    parser = Parser(prog="blocklab", description=__doc__)
+    parser = Parser(prog=PROG, description=__doc__)
     parser.add_argument("--version", action=_Version, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     commands = dict(EXPLICIT)
@@ -107,6 +163,37 @@ def _sigterm(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        try:
+            return _main(argv)
+        finally:
+            # what is still buffered is written here, where a closed pipe can be caught, and not
+            # at exit, where Python would print the error itself
+            sys.stdout.flush()
+    except BrokenPipeError:
+        if not _reader_gone():  # another pipe broke (a worker's, say): that is a real failure
+            raise
+        # the reader stopped early (`blocklab runs list | head -2`): the rest goes nowhere, and
+        # the exit status is the one a process killed by SIGPIPE gives
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13
+
+
+def _reader_gone() -> bool:
+    """Whether stdout is a pipe that nobody reads any more: poll reports an error on its end.
+    Where there is no poll, stdout is by far the likeliest pipe to have broken."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a capture): not what broke
+        return False
+    if not hasattr(select, "poll"):
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(event & select.POLLERR for _, event in poller.poll(0))
+
+
+def _main(argv: list[str] | None) -> int:
     # a kill or a closed terminal stops like Ctrl-C: finished trials are kept, workers stopped
     signal.signal(signal.SIGTERM, _sigterm)
     if hasattr(signal, "SIGHUP"):

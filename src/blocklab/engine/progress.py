@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 from blocklab.specs import TrialSpec
@@ -14,6 +15,7 @@ class Progress:
     def __init__(self, total: int, label: str, enabled: bool = True):
         self.total, self.count, self.label, self.bar = total, 0, label, None
         self.enabled = enabled and total > 0
+        self.start = time.monotonic()
         if self.enabled and sys.stderr.isatty():
             from tqdm import tqdm
 
@@ -31,12 +33,24 @@ class Progress:
             self.bar.update(1)
         else:
             print(
-                f"[{self.label} {self.count}/{self.total}] {spec.describe()}: {what} "
-                f"({m.get('seconds', 0):.1f}s)",
+                f"[{self.label} {self.count}/{self.total}, {self.clock()}] {spec.describe()}: "
+                f"{what} ({m.get('seconds', 0):.1f}s)",
                 file=sys.stderr,
                 flush=True,
             )
 
+    def clock(self) -> str:
+        """'2m10s elapsed, ETA 3m05s': the time since the start, and the rest at the mean pace so
+        far (a log has no bar to read it from)."""
+        elapsed = time.monotonic() - self.start
+        left = elapsed / self.count * (self.total - self.count) if self.count else 0.0
+        return f"{_minutes(elapsed)} elapsed, ETA {_minutes(left)}"
+
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def _minutes(seconds: float) -> str:
+    m, s = divmod(round(seconds), 60)
+    return f"{m}m{s:02d}s" if m else f"{s}s"

@@ -174,7 +174,7 @@ def _width(arm, depth: int, seq_len: int, budget: int) -> int:
     from blocklab.budget import solve
 
     shape = solve(arm, budget, mode="depth", depth=depth, ff=SHAPE.ff, seq_len=seq_len,
-                  tol=BUDGET_TOL)  # fmt: skip
+                  tol=BUDGET_TOL, hint="choose another --budget or --depth")  # fmt: skip
     return shape.width
 
 

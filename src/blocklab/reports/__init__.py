@@ -18,14 +18,54 @@ import matplotlib
 matplotlib.use("Agg")
 
 
+@dataclass(frozen=True)
+class Status:
+    """The one line a run sums up in, shown first on its page, last in the terminal, in the
+    runs index and as `status` in its JSON. `verdict`: whether the run states a verdict; a run
+    that refuses one says why, and an experiment that reports findings rather than a verdict
+    sums them up."""
+
+    verdict: bool
+    line: str
+
+    @classmethod
+    def of_verdict(cls, verdict: str | None, refusal: str) -> Status:
+        """A verdict's first sentence, or why there is none."""
+        if verdict:
+            return cls(True, f"VERDICT: {verdict.split('. ')[0].rstrip('.')}")
+        return cls(False, f"NO VERDICT: {refusal}")
+
+    @classmethod
+    def of_findings(cls, findings: list[dict[str, Any]], shown: int = 3) -> Status:
+        """Findings (what was predicted beside what was measured), each by its verdict."""
+        said = [
+            f"{' '.join(str(f[k]) for k in ('part', 'setting') if k in f) or 'finding'}: "
+            f"{f.get('verdict', f.get('measured', '-'))}"
+            for f in findings
+        ]
+        more = f"; and {len(said) - shown} more" if len(said) > shown else ""
+        return cls(False, f"FINDINGS: {'; '.join(said[:shown]) or 'none'}{more}")
+
+    def as_json(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "line": self.line}
+
+
 @dataclass
 class Report:
-    """A written report: its path, the run's JSON (the command line adds `report` and `config`)
-    and the lines it prints without --json."""
+    """A written report: its path, the run's JSON (the command line adds `report`, `config` and
+    `status`), the lines it prints without --json, and its status line."""
 
     path: Path
     json: dict[str, Any]
     text: list[str]
+    status: Status | None = None
+
+    def __post_init__(self):
+        # a report of findings sums them up; any other, by the first line it prints
+        if self.status is None and self.json.get("findings"):
+            self.status = Status.of_findings(self.json["findings"])
+        elif self.status is None:
+            self.status = Status(False, next((t for t in self.text if t.strip()), "-").strip())
 
 
 @dataclass

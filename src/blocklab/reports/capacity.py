@@ -100,13 +100,13 @@ def _lr_edge(c: design.LrEdge) -> str:
 def _width(c: design.WidthMatch) -> str:
     if c.width is None:
         return "depth mode: the width is solved per arm and budget"
+    slack = design.width_slack(c.width)
     if not c.moved:
-        return f"every arm within {design.WIDTH_SLACK} of the nominal width {c.width}"
+        return f"every arm within {slack} of the nominal width {c.width}"
     listed = ", ".join(f"{a} at {b} (width {w})" for a, b, w in c.moved[:4])
     return (
-        f"the budget solver moved widths more than {design.WIDTH_SLACK} from {c.width} to meet a "
-        f"budget within 2%: {listed}{_more(c.moved)}; choose --budgets or --width where every "
-        "arm keeps the width"
+        f"the budget solver moved widths more than {slack} from {c.width} to meet a budget: "
+        f"{listed}{_more(c.moved)}; choose --budgets or --width where every arm keeps the width"
     )
 
 

@@ -25,7 +25,7 @@ from blocklab.analysis.stats import (
 )
 from blocklab.engine.provenance import provenance
 from blocklab.formatting import config_json, markdown_table, plain, short
-from blocklab.reports import Report, plots, referee
+from blocklab.reports import Report, Status, plots, referee
 from blocklab.reports.capacity import (
     capacity_json,
     capacity_section,
@@ -341,4 +341,7 @@ def write(out_dir, cfg, trials) -> Report:
         )
         lines += [f"- {line}" for line in efficiency_lines(cap)]
     lines.append(f"\nverdict: {verdict}")
-    return Report(path, payload, lines + failures(result))
+    failed = ", ".join(c.name for c in cap.checks if not c.passed)
+    refusal = f"design checks failed: {failed}" if failed else verdict
+    status = Status.of_verdict(payload.get("verdict"), refusal)
+    return Report(path, payload, lines + failures(result), status)

@@ -43,6 +43,9 @@ code { font-size: 12px; }
 .wide { overflow-x: auto; }
 .facts td:first-child { font-weight: 600; white-space: nowrap; }
 .legend span { display: inline-block; margin-right: 1.2em; }
+.status { font-size: 16px; font-weight: 600; padding: 0.5em 0.8em; border-left: 6px solid; }
+.status.verdict { border-color: #2a7; background: #eef8f1; }
+.status.no-verdict { border-color: #c33; background: #fbeeee; }
 """
 # sort a table by the clicked column: numbers as numbers, the rest as text; a second click reverses
 SCRIPT = """
@@ -268,6 +271,9 @@ def write(run_dir: str | Path, records: list[dict[str, Any]] | None = None) -> P
         ["code fingerprints", _fingerprints(facts["fingerprints"])],
     ]
     parts = [f"<h1>{escape(run_dir.name)}: {escape(facts['experiment'])}</h1>"]
+    if status := read_run_file(run_dir).get("status"):
+        kind = "verdict" if status["verdict"] else "no-verdict"
+        parts.append(f'<p class="status {kind}">{escape(status["line"])}</p>')
     parts.append(_table(None, rows, cls="facts"))
     if facts["config"] is not None:
         config = escape(json.dumps(facts["config"], indent=2))
@@ -330,13 +336,6 @@ def _summary_line(run_dir: Path) -> tuple[str, str]:
     return title, next((ln for ln in after if ln.strip()), "-")
 
 
-def _clip(text: str, most: int = 160) -> str:
-    """A long line cut to `most` characters; the whole of it in the tooltip."""
-    if len(text) <= most:
-        return escape(text)
-    return f'<span title="{escape(text)}">{escape(text[:most])}&hellip;</span>'
-
-
 def write_index(parent: str | Path) -> list[Path]:
     """The page of every run directory under `parent`, and `parent/index.html` linking them;
     returns the pages written, the index last."""
@@ -347,14 +346,15 @@ def write_index(parent: str | Path) -> list[Path]:
         pages.append(write(run_dir, records))
         facts = run_facts(run_dir, records)
         title, verdict = _summary_line(run_dir)
+        verdict = (read_run_file(run_dir).get("status") or {}).get("line", verdict)
         link = f'<a href="{escape(run_dir.name)}/{PAGE}">{escape(run_dir.name)}</a>'
         rows.append(
             [link, escape(facts["experiment"]), escape(title), _cell(facts["trials"])]
             + [_cell(facts[k]) for k in ("done", "diverged", "failed")]
-            + [escape(facts["last_stored"]), _clip(verdict)]
+            + [escape(facts["last_stored"]), escape(verdict)]
         )
     header = ["run", "experiment", "report", "trials", "done", "diverged", "failed"]
-    header += ["last trial stored", "verdict"]
+    header += ["last trial stored", "status"]
     body = f"<h1>Runs in {escape(str(parent.resolve()))}</h1>" + _table(header, rows)
     pages.append(_save(parent / PAGE, _page(f"runs in {parent.name}", body)))
     return pages

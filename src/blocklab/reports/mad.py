@@ -4,6 +4,7 @@ each block beside its aggregate, and the published findings the run can test."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import numpy as np
 from blocklab.analysis import suite
 from blocklab.analysis.summary import summarize
 from blocklab.formatting import markdown_table, number, plain
-from blocklab.reports import Findings, Report, markdown
+from blocklab.reports import Findings, Report, Status, markdown
 from blocklab.reports.figures import save_figure
 from blocklab.reports.markdown import require_finished
 
@@ -247,7 +248,11 @@ def write(out_dir, cfg, trials) -> Report:
     lines += [f"{f['status']}: {f['claim']} ({f['source']}): {f['evidence']}"
               for f in result.findings]  # fmt: skip
     payload = {**extra, "summaries": result.summaries, "failed": result.failed}
-    return Report(path, plain(payload), lines + markdown.failures(result))
+    best = max(scores.items(), key=lambda kv: kv[1]["score"] or -1, default=None)
+    counts = Counter(f["status"] for f in result.findings)
+    line = f"FINDINGS: best score {best[0]} ({number(best[1]['score'], 3)}); " if best else ""
+    line += "published findings: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    return Report(path, plain(payload), lines + markdown.failures(result), Status(False, line))
 
 
 def _rung(options: dict[str, Any]) -> str:

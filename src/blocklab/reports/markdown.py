@@ -72,6 +72,15 @@ def results_table(summaries: list[dict[str, Any]], keys: dict[str, str]):
     return header, rows
 
 
+def put_status(report: Path, status) -> None:
+    """The run's status line (`reports.Status`) as report.md's first line under its title, in
+    bold, so the verdict or its refusal is the first thing read."""
+    lines = report.read_text().splitlines()
+    at = next((i + 1 for i, line in enumerate(lines) if line.startswith("# ")), 0)
+    lines[at:at] = ["", f"**{status.line}**"]
+    report.write_text("\n".join(lines) + "\n")
+
+
 def failures(result) -> list[str]:
     return [f"failed: {f['trial']}: {f['error'].splitlines()[0]}" for f in result.failed]
 

@@ -1,0 +1,118 @@
+"""blocklab from Python: `run` an experiment as its command does, from a notebook or a script.
+
+    from blocklab.api import run
+    result = run("degree-sweep", out="runs/x", seeds=2, steps=50)
+    print(result["status"]["line"])
+
+The config resolves as the command line's does (quick defaults, or `form="medium"`/`"full"`;
+then a TOML file; then the keywords, which are the flags' names with underscores), with the
+same checks: a bad value raises `blocklab.errors.UserError` with the message the command
+prints. The run writes the same store, `run.json`, report and page, and `run` returns the JSON
+the command prints with `--json`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from pathlib import Path
+from typing import Any
+
+from blocklab import config as cfgmod
+from blocklab import plugins
+from blocklab.cli import experiment as cli_experiment
+from blocklab.engine.executors import ENSEMBLE, Resources, default_workers
+from blocklab.errors import UserError
+from blocklab.experiments import EXPERIMENTS, Command, Experiment
+from blocklab.options import parse_pairs
+
+
+def run(
+    experiment: str,
+    out: str | Path | None = None,
+    *,
+    form: str | None = None,
+    config_file: str | Path | None = None,
+    fresh: bool = False,
+    workers: int | None = None,
+    device: str = "auto",
+    ensemble: int = ENSEMBLE,
+    trackers: tuple[str, ...] = (),
+    progress: bool = False,
+    imports: tuple[str, ...] = (),
+    **config: Any,
+) -> dict[str, Any]:
+    """Run `experiment` (its command's words: "degree-sweep", "demo", "sanford match") into
+    `out` (the command's default directory when None) with the config keys `config` (flat:
+    `steps=50` sets the training config's steps); return what `--json` prints, `status`
+    included. `fresh` reruns what the store held before; the rest are the command's run flags."""
+    loaded = plugins.load([*imports, *cfgmod.imports(str(config_file) if config_file else None)])
+    found, command = _find(experiment)
+    cfg = _config(found, command, form, config_file, config)
+    pool = found.pool
+    resources = Resources(workers or default_workers(), device, ensemble, "local", {}, loaded)
+    _, payload = cli_experiment.execute(
+        found,
+        cfg,
+        out if out is not None else command.out,
+        reuse="none" if fresh else "current",
+        resources=resources if pool else None,
+        trackers=trackers,
+        command=f"blocklab.api.run({experiment!r}, ...)",
+        progress=progress,
+        device=device if pool else "cpu",
+    )
+    return payload
+
+
+def _find(words: str) -> tuple[type[Experiment], Command]:
+    commands = {
+        c.words: (EXPERIMENTS.get(name), c)
+        for name in EXPERIMENTS.names()
+        for c in EXPERIMENTS.get(name).commands
+    }
+    if words not in commands:
+        close = difflib.get_close_matches(words, commands, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; one of: {', '.join(commands)}"
+        raise UserError(f"no experiment command {words!r}{hint}")
+    return commands[words]
+
+
+def _config(found, command: Command, form, config_file, given: dict[str, Any]) -> Any:
+    """Defaults (the quick form or `form`) < TOML < keywords, nested as the flags are."""
+    cls = found.Config
+    if form is not None and not hasattr(cls, form):
+        raise UserError(f"{command.words} has no {form!r} form")
+    defaults = getattr(cls, form)() if form else cls()
+    toml = str(config_file) if config_file else None
+    if found.task_options and "task_options" in given:  # read as `--task-option K=V` reads them
+        pairs = [f"{k}={v}" for k, v in given["task_options"].items()]
+        given = {**given, "task_options": parse_pairs(pairs, "task")}
+    return cfgmod.resolve(cls, defaults, toml, _nest(cls, given, found), what=command.words)
+
+
+def _nest(cls: type, given: dict[str, Any], found) -> dict[str, Any]:
+    """Flat keywords -> the config's nesting: a key of a nested config (a TrainConfig's
+    `steps`) goes under that field, as its flag does."""
+    hints = typing.get_type_hints(cls)
+    top = {f.name for f in dataclasses.fields(cls)} - set(found.no_flags)
+    nested = {
+        f.name: {g.name for g in dataclasses.fields(hints[f.name])}
+        for f in dataclasses.fields(cls)
+        if dataclasses.is_dataclass(hints[f.name])
+    }
+    out: dict[str, Any] = {}
+    for key, value in given.items():
+        value = list(value) if isinstance(value, tuple) else value
+        if key in top and key not in nested:
+            out[key] = value
+            continue
+        home = next((n for n, keys in nested.items() if key in keys), None)
+        if home is None:
+            known = sorted((top - set(nested)) | {k for keys in nested.values() for k in keys})
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise UserError(f"{key!r} is not a config key of {cls.__name__}{hint}")
+        out.setdefault(home, {})[key] = value
+    return out

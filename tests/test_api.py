@@ -1,0 +1,88 @@
+"""`blocklab.api.run`: an experiment from Python runs the command's path (the same config checks,
+store, run.json, report and page) and returns what `--json` prints, status line included; and
+the status line itself, one rule for every report."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from blocklab.api import run
+from blocklab.cli import main
+from blocklab.errors import UserError
+from blocklab.reports import Status
+
+# a tiny Adam sweep: two degrees, four budgets over 8x, the teacher's small splits
+TINY = dict(
+    optimizer="adam",
+    degrees=("2", "3"),
+    baselines=(),
+    budgets=(40, 80, 160, 320),
+    seeds=2,
+    steps=20,
+    lr_grid=(1e-2,),
+    lr_extend=0,
+    task_options={"n_train": 256, "n_val": 64, "n_test": 128},
+    workers=1,
+)
+FLAGS = ["--optimizer", "adam", "--degrees", "2", "3", "--baselines", "--budgets", "40", "80"]
+FLAGS += ["160", "320", "--seeds", "2", "--steps", "20", "--lr-grid", "1e-2", "--lr-extend", "0"]
+FLAGS += ["--task-option", "n_train=256", "--task-option", "n_val=64"]
+FLAGS += ["--task-option", "n_test=128", "--workers", "1", "--quiet"]
+
+
+@pytest.mark.slow
+def test_run_returns_what_the_command_prints_and_writes_the_same_run(tmp_path, capsys):
+    payload = run("degree-sweep", out=tmp_path / "api", **TINY)
+    assert main(["degree-sweep", "--out", str(tmp_path / "cli"), *FLAGS, "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert sorted(payload) == sorted(printed)
+    assert payload["config"] == printed["config"] and payload["arms"] == printed["arms"]
+    # two seeds are too few for a verdict: the status says so, first and everywhere
+    assert (
+        payload["status"]
+        == printed["status"]
+        == {
+            "verdict": False,
+            "line": payload["status"]["line"],
+        }
+    )
+    assert payload["status"]["line"].startswith("NO VERDICT: design checks failed: ")
+    assert "replicates" in payload["status"]["line"]
+    out = tmp_path / "api"
+    assert json.loads((out / "run.json").read_text())["status"] == payload["status"]
+    assert f"**{payload['status']['line']}**" in (out / "report.md").read_text().splitlines()[:3]
+    assert (out / "index.html").is_file() and payload["page"] == str(out / "index.html")
+    # the terminal prints the status line last
+    assert main(["degree-sweep", "--out", str(tmp_path / "cli"), *FLAGS]) == 0
+    assert capsys.readouterr().out.rstrip().splitlines()[-1] == payload["status"]["line"]
+
+
+def test_run_checks_the_config_as_the_command_line_does(tmp_path):
+    with pytest.raises(UserError, match="did you mean 'steps'"):
+        run("degree-sweep", out=tmp_path, step=5)
+    with pytest.raises(UserError, match="did you mean 'degree-sweep'"):
+        run("degree-swep", out=tmp_path)
+    with pytest.raises(UserError, match="budget"):
+        run("degree-sweep", out=tmp_path, budgets=(0,))
+    with pytest.raises(UserError, match="no 'huge' form"):
+        run("degree-sweep", out=tmp_path, form="huge")
+    assert not any(tmp_path.iterdir())  # nothing written before the config resolved
+
+
+def test_a_verdict_reads_as_its_first_sentence_and_a_refusal_as_its_reason():
+    said = Status.of_verdict("d=3 is the most parameter-efficient arm. Parameters ...", "x")
+    assert said == Status(True, "VERDICT: d=3 is the most parameter-efficient arm")
+    refused = Status.of_verdict(None, "design checks failed: plateau")
+    assert refused.as_json() == {
+        "verdict": False,
+        "line": "NO VERDICT: design checks failed: plateau",
+    }
+
+
+def test_findings_sum_up_in_one_line():
+    findings = [{"part": f"p{i}", "verdict": "agrees"} for i in range(5)]
+    line = Status.of_findings(findings).line
+    assert line == "FINDINGS: p0: agrees; p1: agrees; p2: agrees; and 2 more"
+    assert Status.of_findings([]).line == "FINDINGS: none"
