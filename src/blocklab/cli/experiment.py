@@ -30,8 +30,8 @@ FORMS = ("medium", "full")
 
 # the quick form's wall time as the README's results measured it on 2 CPU cores, by command
 MEASURED = {
-    "demo": "4 min 26 s",
-    "degree-sweep": "4 min 26 s",
+    "demo": "7 min 8 s",
+    "degree-sweep": "7 min 8 s",
     "sanford qsa": "2 min 16 s",
     "sanford match": "29 min, sharing the cores with another run",
     "needle": "1 min 8 s",
