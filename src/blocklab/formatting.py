@@ -42,6 +42,22 @@ def short(x) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x:.4g}"
 
 
+def with_spread(
+    mean: float, std: float, lo: float, hi: float, floor: float | None = 0.0, cap=None
+) -> str:
+    """'0.0272 ± 0.0082 [0.0068, 0.0477]': every number at the decimals that give the std two
+    significant digits (one rule for the cell), and the interval cut to the metric's range
+    [`floor`, `cap`]: a t interval over few seeds can reach below zero for a loss, which no
+    seed could."""
+    if not all(math.isfinite(v) for v in (mean, std, lo, hi)):
+        return f"{short(mean)} ± {short(std)} [{short(lo)}, {short(hi)}]"
+    decimals = max(0, 1 - math.floor(math.log10(std))) if std > 0 else 4
+    lo = lo if floor is None else max(lo, floor)
+    hi = hi if cap is None else min(hi, cap)
+    f = f"{{:.{decimals}f}}".format
+    return f"{f(mean)} ± {f(std)} [{f(lo)}, {f(hi)}]"
+
+
 def number(x: Any, digits: int = 3) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "-"

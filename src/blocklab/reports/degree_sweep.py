@@ -24,7 +24,7 @@ from blocklab.analysis.stats import (
     summarize,
 )
 from blocklab.engine.provenance import provenance
-from blocklab.formatting import config_json, markdown_table, plain, short
+from blocklab.formatting import config_json, markdown_table, plain, short, with_spread
 from blocklab.reports import Report, Status, plots, referee
 from blocklab.reports.capacity import (
     capacity_json,
@@ -63,8 +63,11 @@ NUMERIC = {
 def _metric_cell(s):
     if s.n == 0:
         return f"{s.metric}: no finished seed"
-    spread = f" ± {short(s.std)} [{short(s.lo)}, {short(s.hi)}]" if s.n > 1 else ""
-    return f"{s.metric} {short(s.mean)}{spread} (n={s.n})"
+    if s.n == 1:
+        return f"{s.metric} {short(s.mean)} (n=1)"
+    # every metric here is a loss (>= 0) or an accuracy (in [0, 1])
+    cap = 1.0 if s.metric == "accuracy" else None
+    return f"{s.metric} {with_spread(s.mean, s.std, s.lo, s.hi, 0.0, cap)} (n={s.n})"
 
 
 def _steps_cell(s):
