@@ -62,6 +62,8 @@ def test_run_returns_what_the_command_prints_and_writes_the_same_run(tmp_path, c
 def test_run_checks_the_config_as_the_command_line_does(tmp_path):
     with pytest.raises(UserError, match="did you mean 'steps'"):
         run("degree-sweep", out=tmp_path, step=5)
+    with pytest.raises(UserError, match="restarts is not used"):  # a nested table given whole
+        run("degree-sweep", out=tmp_path, train={"optimizer": "adam", "restarts": 2})
     with pytest.raises(UserError, match="did you mean 'degree-sweep'"):
         run("degree-swep", out=tmp_path)
     with pytest.raises(UserError, match="budget"):

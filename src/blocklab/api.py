@@ -105,7 +105,7 @@ def _nest(cls: type, given: dict[str, Any], found) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in given.items():
         value = list(value) if isinstance(value, tuple) else value
-        if key in top and key not in nested:
+        if key in top:  # a field, or a nested config given whole as its TOML table would be
             out[key] = value
             continue
         home = next((n for n, keys in nested.items() if key in keys), None)

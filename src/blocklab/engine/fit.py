@@ -226,7 +226,7 @@ class Certificate:
     gain: float  # (first - second) / second: what the last doubling gained, a share
     first: float  # the loss before the last doubling
     second: float  # the loss after it, where the fit ended
-    iterations: int = 0  # the iterations run in all
+    iterations: int  # the iterations run in all
 
 
 def first_check(steps: int, least: int = 64) -> int:

@@ -173,6 +173,7 @@ def converged_batched(
                 gain,
                 a,
                 b,
+                iterations + more,
             )
         )
     return certificates
