@@ -66,3 +66,25 @@ def _figures_state_their_units(monkeypatch):
         return savefig(self, fname, *args, **kwargs)
 
     monkeypatch.setattr(Figure, "savefig", checked)
+
+
+@pytest.fixture
+def tiny_searched_sweep():
+    """A degree sweep of 2 rates and 2 seeds at one small budget, in about a second: its seed-0
+    trial at the chosen rate is also a search trial (3 trainings in all)."""
+    from blocklab.experiments import degree_sweep
+    from blocklab.specs import TrainConfig
+
+    return degree_sweep.DegreeSweepConfig(
+        task="poly_target",
+        task_options={"n_in": 2, "rank": 1, "n_train": 64, "n_val": 32, "n_test": 32},
+        degrees=("2",),
+        baselines=(),
+        budgets=(24,),
+        width=2,
+        norm="none",
+        seeds=2,
+        lr_grid=(0.01, 0.03),
+        lr_extend=0,
+        train=TrainConfig(steps=4, batch_size=16, eval_points=2),
+    )

@@ -200,13 +200,14 @@ def test_untestable_arm_is_named():
     assert "B untestable" in verdicts.text(v)
 
 
-def test_summaries_sorted_by_degree_with_mlp_last_and_steps_counted():
+def test_summaries_sorted_by_degree_with_mlp_last_and_steps_counted(tmp_path):
     rows = arms({"mlp": [1.0, 1.1], "d=4": [1.0, 1.2], "d=2": [1.3, 1.1]})
     rows[0]["steps_to_threshold"] = None
     s = summarize(rows)
     assert [x.arm for x in s] == ["d=2", "d=4", "mlp"]
     assert (s[2].n_reached, s[2].steps_mean) == (1, 100)
-    assert "reached 1/2" in table(s)
+    path = write_report(tmp_path, rows, title="t", config={}, provenance={}, alpha=0.05)
+    assert "reached 1/2" in path.read_text()
 
 
 def test_ranking_follows_h_and_spearman():
@@ -334,10 +335,15 @@ def test_mean_curve_interpolates_and_does_not_extend_short_runs():
     assert (lo[2], hi[2]) == (0.2, 0.2)
 
 
-def test_table_reports_embedding_and_readout_beside_the_budget():
-    summaries = summarize(arms({"d=2": [0.5, 0.4], "d=3": [0.6, 0.5]}))
-    text = table(summaries)
-    assert "embed+readout" in text.splitlines()[0] and " 577 " in text
+def test_the_terminal_table_fits_100_columns_and_the_report_keeps_every_column(tmp_path):
+    rows = arms({"d=2": [0.5, 0.4, 0.45], "mix[3,2,3]": [0.6, 0.5, 0.55], "mlp": [1.5, 0.1, 3]})
+    text = table(summarize(rows))
+    assert max(map(len, text.splitlines())) <= 100
+    assert text.splitlines()[0].startswith("teacher: test mse")  # named once, above the table
+    assert "embed+readout" not in text
+    assert "1.5 ± 1.5 [0.0, " in text  # no interval below zero
+    path = write_report(tmp_path, rows, title="t", config={}, provenance={}, alpha=0.05)
+    assert "embed+readout" in path.read_text() and "| 577 |" in path.read_text()
 
 
 @pytest.mark.parametrize(

@@ -273,7 +273,7 @@ def test_an_undertrained_run_prints_no_verdict(tmp_path, capsys):
     assert set(payload["arms"]) == {"d=3"}
     assert main(["degree-sweep", "--out", out, *UNDERTRAINED]) == 0  # resumed from the store
     text = capsys.readouterr().out
-    assert "design check failed: plateau" in text and "no verdict" in text
+    assert "- FAILED: plateau" in text and "NO VERDICT: design checks failed: plateau" in text
     report = (tmp_path / "short" / "report.md").read_text()
     assert "no verdict" in report and "FAILED: plateau" in report
 

@@ -132,23 +132,11 @@ def test_fresh_reruns_everything(tmp_path, plugin):
     assert all(again[i]["finished_at"] > first[i]["finished_at"] for i in first)
 
 
-def test_fresh_trains_each_trial_of_a_command_once(tmp_path, monkeypatch):
+def test_fresh_trains_each_trial_of_a_command_once(tmp_path, monkeypatch, tiny_searched_sweep):
     from blocklab.experiments import degree_sweep
 
     # the search's seed-0 trial at the chosen rate is also a final: a fresh command shares it
-    cfg = degree_sweep.DegreeSweepConfig(
-        task="poly_target",
-        task_options={"n_in": 2, "rank": 1, "n_train": 64, "n_val": 32, "n_test": 32},
-        degrees=("2",),
-        baselines=(),
-        budgets=(24,),
-        width=2,
-        norm="none",
-        seeds=2,
-        lr_grid=(0.01, 0.03),
-        lr_extend=0,
-        train=TrainConfig(steps=4, batch_size=16, eval_points=2),
-    )
+    cfg = tiny_searched_sweep
     one = Resources(workers=1, ensemble=1)
     degree_sweep.run(cfg, Store(tmp_path), resources=one, progress=False)
     before = {r["id"]: r["finished_at"] for r in Store(tmp_path).records()}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import sys
 from typing import Any
 
@@ -72,3 +73,30 @@ def spread(s: dict[str, Any]) -> str:
     if s["n"] > 1:
         text += f" ± {s['std']:.3f} [{s['lo']:.3f}, {s['hi']:.3f}]"
     return text + (f" ({s['diverged']} diverged)" if s.get("diverged") else "")
+
+
+TERMINAL_COLUMNS = 100
+
+
+def wrapped(text: str, width: int = TERMINAL_COLUMNS) -> str:
+    """`text` with each line longer than `width` wrapped at spaces, continued under its first
+    word (a bullet's text under the text, not the dash); a word longer than the line stays
+    whole."""
+    import textwrap
+
+    out = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            out.append(line)
+            continue
+        lead = re.match(r"\s*(- )?", line).group(0)
+        out.append(
+            textwrap.fill(
+                line,
+                width,
+                subsequent_indent=" " * len(lead),
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+        )
+    return "\n".join(out)

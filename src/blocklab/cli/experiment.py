@@ -18,8 +18,10 @@ from blocklab import config as cfgmod
 from blocklab import plugins
 from blocklab import trackers as tracker_mod
 from blocklab.engine.executors import ENSEMBLE, EXECUTORS, Resources, default_workers
+from blocklab.engine.progress import Progress
 from blocklab.errors import UserError
 from blocklab.experiments import Command, Experiment
+from blocklab.formatting import wrapped
 from blocklab.options import parse_pairs
 from blocklab.store import DB_NAME, Store
 from blocklab.trackers import TRACKERS
@@ -151,7 +153,7 @@ def run(experiment: type[Experiment], args: argparse.Namespace) -> int:
         print(json.dumps(payload, indent=2))
     else:
         paths = [f"\nreport: {payload['report']}", f"page: {payload['page']}"]
-        print("\n".join([*report.text, *paths, "", report.status.line]))
+        print(wrapped("\n".join([*report.text, *paths, "", report.status.line])))
     return 0
 
 
@@ -200,11 +202,14 @@ def _run_and_report(
         for name in names
     ]
     store.listeners += [t.trial for t in opened]  # each trial logged as it is stored
+    bar = Progress(enabled=progress)  # one display for every sweep the command runs
     try:
-        trials = experiment.run(cfg, store, resources=resources, progress=progress)
+        trials = experiment.run(cfg, store, resources=resources, progress=bar)
+        bar.close()
         # the report module analyzes the trials (summaries, tests, fits, findings) and writes
         report = importlib.import_module(experiment.report).write(out, cfg, trials)
     except BaseException:
+        bar.close()
         for tracker in opened:
             tracker.abort()
         raise

@@ -1,4 +1,9 @@
-"""A sweep's progress on stderr: a bar on a terminal, a line per trial in a log."""
+"""A command's progress on stderr: one bar on a terminal, one line per finished trial in a log.
+
+One display serves the whole command: each sweep the command runs (a learning-rate search, its
+extensions, the seeds) adds its trials to the same total, and a phase the command knows it will
+run but has not planned yet (the seeds after a search) is counted in the total as expected, so the
+ETA covers the whole run from the first trial."""
 
 from __future__ import annotations
 
@@ -10,16 +15,44 @@ from blocklab.specs import TrialSpec
 
 
 class Progress:
-    """A tqdm bar on a terminal, one plain line per trial otherwise."""
+    """A tqdm bar on a terminal, one plain line per finished trial otherwise; off when not
+    `enabled` (and then false, so `if progress:` reads as before)."""
 
-    def __init__(self, total: int, label: str, enabled: bool = True):
-        self.total, self.count, self.label, self.bar = total, 0, label, None
-        self.enabled = enabled and total > 0
+    def __init__(self, enabled: bool = True):
+        self.enabled, self.bar = enabled, None
+        self.planned = self.expected = self.count = 0
+        self.label = ""
         self.start = time.monotonic()
-        if self.enabled and sys.stderr.isatty():
+
+    def __bool__(self) -> bool:
+        return self.enabled
+
+    @property
+    def total(self) -> int:
+        return self.planned + self.expected
+
+    def phase(self, label: str, todo: int) -> None:
+        """A sweep begins with `todo` trials to train."""
+        self.label, self.planned = label, self.planned + todo
+        self._show()
+
+    def expect(self, n: int) -> None:
+        """`n` trials a later phase will plan (negative: the phase is planned now, and
+        `phase` counts its own)."""
+        self.expected = max(self.expected + n, 0)
+        self._show()
+
+    def _show(self) -> None:
+        if not self.enabled or not self.total or not self.label:  # no sweep has begun
+            return
+        if self.bar is None and sys.stderr.isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, desc=label, unit="trial", file=sys.stderr)
+            self.bar = tqdm(total=self.total, unit="trial", file=sys.stderr)
+        if self.bar is not None:
+            self.bar.total = self.total
+            self.bar.set_description_str(self.label, refresh=False)
+            self.bar.refresh()
 
     def update(self, spec: TrialSpec, record: dict[str, Any]) -> None:
         self.count += 1
@@ -40,15 +73,24 @@ class Progress:
             )
 
     def clock(self) -> str:
-        """'2m10s elapsed, ETA 3m05s': the time since the start, and the rest at the mean pace so
-        far (a log has no bar to read it from)."""
+        """'2m10s elapsed, ETA 3m05s': the time since the command began, and the rest of the
+        total at the mean pace so far (a log has no bar to read it from)."""
         elapsed = time.monotonic() - self.start
-        left = elapsed / self.count * (self.total - self.count) if self.count else 0.0
+        left = elapsed / self.count * max(self.total - self.count, 0) if self.count else 0.0
         return f"{_minutes(elapsed)} elapsed, ETA {_minutes(left)}"
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+            self.bar = None
+
+
+def display(progress: bool | Progress) -> tuple[Progress, bool]:
+    """The display a sweep reports to: the command's, or its own when given a flag (then the
+    sweep closes it: the second value)."""
+    if isinstance(progress, Progress):
+        return progress, False
+    return Progress(enabled=progress), True
 
 
 def _minutes(seconds: float) -> str:

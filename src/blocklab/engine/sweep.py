@@ -29,7 +29,7 @@ from blocklab.engine.claims import POLL, Claims
 from blocklab.engine.ensemble import train_ensemble
 from blocklab.engine.executors import Resources, WorkerLost, make_executor
 from blocklab.engine.monitor import as_record
-from blocklab.engine.progress import Progress
+from blocklab.engine.progress import Progress, display
 from blocklab.engine.provenance import provenance
 from blocklab.engine.train import precision, train
 from blocklab.errors import Interrupted, UserError, WorkerDied
@@ -105,12 +105,8 @@ def _prepare(spec: TrialSpec, device: str, cache: dict | None = None) -> _Prepar
     cache = {} if cache is None else cache
     if data_seed not in cache:  # members of one ensemble reading the same data share it
         data = task_data(spec.task, json.dumps(spec.task_options, sort_keys=True), data_seed)
-        cache[data_seed] = dataclasses.replace(
-            data,
-            train=_to(data.train, device),
-            val=_to(data.val, device),
-            test=_to(data.test, device),
-        )
+        moved = {split: _to(getattr(data, split), device) for split in ("train", "val", "test")}
+        cache[data_seed] = dataclasses.replace(data, **moved)
     data = cache[data_seed]
     model = init_model(spec, data, device, spec.seed)  # the initialization follows the trial seed
     threshold = spec.train.threshold if spec.train.threshold is not None else task.threshold
@@ -309,7 +305,7 @@ def run(
     *,
     resources: Resources | None = None,
     label: str = "trials",
-    progress: bool = True,
+    progress: bool | Progress = True,
     on_record: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Run every spec not finished in the store; return {id: stored record} for all specs.
@@ -332,7 +328,8 @@ def run(
     # each trial left in the unit an undisturbed one trains it in, and stores the same numbers
     units = plan_units(specs, res.ensemble, workers)
     units = [u for u in units if any(s.id not in done for s in u)]
-    bar = Progress(len(specs) - len(done), label, enabled=progress)
+    bar, own = display(progress)
+    bar.phase(label, len(specs) - len(done))
     finished = 0
     runner = (
         make_executor(res.executor, workers, res.executor_options, res.plugins) if units else None
@@ -369,7 +366,8 @@ def run(
     except WorkerLost:
         raise WorkerDied(finished) from None
     finally:
-        bar.close()
+        if own:
+            bar.close()
     return {r["id"]: r for r in store.records(ids=[s.id for s in specs])}
 
 

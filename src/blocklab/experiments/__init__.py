@@ -3,10 +3,11 @@
 An experiment module declares its config (a frozen dataclass whose defaults are the quick form,
 with classmethods `medium()` and `full()` where there are larger forms), a `run(cfg, store, *,
 resources=None, progress=True)` that plans its trials, runs and stores them and returns what they
-measured, and a manifest: a subclass of `Experiment`, decorated with `@EXPERIMENTS.register`,
-naming the config, the run, the report module and the command words. The command line builds a
-subcommand from each manifest, every config field a flag. Private modules (`_trials`,
-`_seprank`) hold what several experiments share.
+measured (`progress` is a flag, or the command's one display, `engine.progress.Progress`, that
+every sweep of the run adds its trials to), and a manifest: a subclass of `Experiment`,
+decorated with `@EXPERIMENTS.register`, naming the config, the run, the report module and the
+command words. The command line builds a subcommand from each manifest, every config field a
+flag. Private modules (`_trials`, `_seprank`) hold what several experiments share.
 
 An experiment gathers; it does not conclude. `run` returns `Trials`: one flat row per finished
 trial, the trials that raised, and (in a subclass) facts the run measured or computed that are

@@ -16,6 +16,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from blocklab.engine.progress import Progress, display
 from blocklab.experiments import Trials
 from blocklab.options import meta
 from blocklab.specs import TrainConfig, TrialSpec
@@ -109,7 +110,7 @@ def run_planned(
     experiment: str,
     *,
     resources: Resources | None,
-    progress: bool,
+    progress: bool | Progress,
     label: str | None = None,
 ) -> Trials:
     """Run (keys, spec) pairs: the finished rows (`row`), each tagged with its keys, and the
@@ -146,20 +147,30 @@ def run_searched(
     experiment: str,
     *,
     resources: Resources | None,
-    progress: bool,
+    progress: bool | Progress,
     higher: bool,
 ) -> tuple[Trials, dict[str, dict[str, Any]]]:
     """Search, then run: per key of `at` the best rate of the config's `lr_grid` on validation,
     extended up to its `lr_extend` times (`search_lr`), then the (keys, spec) pairs `finals`
     plans from {key: rate} (`run_planned`). Returns the trials and each key's choice under
     "part/part/..." (the name reports and JSON give it)."""
-    choice = search_lr(
-        at, cfg.lr_grid, cfg.lr_extend, store, experiment, resources, progress, higher
-    )
-    planned = finals({key: c["lr"] for key, c in choice.items()})
-    trials = run_planned(
-        planned, store, experiment, resources=resources, progress=progress, label="seeds"
-    )
+    # the seeds' count does not hang on the rates chosen: the display's ETA covers them from the
+    # first search trial on
+    bar, own = display(progress)
+    expected = len(finals({key: cfg.lr_grid[0] for key in at}))
+    bar.expect(expected)
+    try:
+        choice = search_lr(
+            at, cfg.lr_grid, cfg.lr_extend, store, experiment, resources, bar, higher
+        )
+        planned = finals({key: c["lr"] for key, c in choice.items()})
+        bar.expect(-expected)
+        trials = run_planned(
+            planned, store, experiment, resources=resources, progress=bar, label="seeds"
+        )
+    finally:
+        if own:
+            bar.close()
     return trials, {"/".join(map(str, key)): c for key, c in choice.items()}
 
 
@@ -265,7 +276,7 @@ def search_lr(
     store: Store,
     experiment: str,
     resources: Resources | None,
-    progress: bool,
+    progress: bool | Progress,
     higher: bool,
 ) -> dict[Hashable, dict[str, Any]]:
     """Per key, the rate of `grid` whose trial `at[key](lr)` scores best on validation (ties: the

@@ -50,24 +50,17 @@ COLUMNS = (
     "diverged",
     "steps to threshold",
 )
-NUMERIC = {
-    "budget",
-    "depth",
-    "width",
-    "block params",
-    "embed+readout",
-    "diverged",
-}  # right-aligned in the terminal
 
 
-def _metric_cell(s):
+def _metric_cell(s, named=True):
+    name = f"{s.metric} " if named else ""
     if s.n == 0:
         return f"{s.metric}: no finished seed"
     if s.n == 1:
-        return f"{s.metric} {short(s.mean)} (n=1)"
+        return f"{name}{short(s.mean)} (n=1)"
     # every metric here is a loss (>= 0) or an accuracy (in [0, 1])
     cap = 1.0 if s.metric == "accuracy" else None
-    return f"{s.metric} {with_spread(s.mean, s.std, s.lo, s.hi, 0.0, cap)} (n={s.n})"
+    return f"{name}{with_spread(s.mean, s.std, s.lo, s.hi, 0.0, cap)} (n={s.n})"
 
 
 def _steps_cell(s):
@@ -95,18 +88,34 @@ def _cells(s):
     )
 
 
-def table(summaries):
-    """Fixed-width text table, one line per (task, budget, arm)."""
-    body = [_cells(s) for s in summaries]
-    widths = [max(len(r[i]) for r in [COLUMNS, *body]) for i in range(len(COLUMNS))]
+def table(summaries) -> str:
+    """The terminal's table, one line per (budget, arm), in 100 columns: the run's task and
+    metric named once above it, and report.md's other columns (embedding and readout, steps to
+    threshold) left to the report and the page."""
+    tasks = list(dict.fromkeys(s.task for s in summaries))
+    metrics = list(dict.fromkeys(s.metric for s in summaries))
+    several = len(tasks) > 1 or len(metrics) > 1  # then each row names its own
+    metric = "metric" if several else metrics[0]
+    head = ("task",) * several + ("budget", "arm", "depth", "width", "params", f"test {metric}")
+    head += ("diverged",)
+    body = [
+        (s.task,) * several
+        + (str(s.budget), s.arm, str(s.depth), str(s.width), str(s.block_params))
+        + (_metric_cell(s, named=several), f"{s.n_diverged}/{s.n_seeds}")
+        for s in summaries
+    ]
+    numeric = {"budget", "depth", "width", "params", "diverged"}
+    widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
 
     def line(cells):
         return "  ".join(
-            c.rjust(w) if name in NUMERIC else c.ljust(w)
-            for name, c, w in zip(COLUMNS, cells, widths, strict=True)
+            c.rjust(w) if name in numeric else c.ljust(w)
+            for name, c, w in zip(head, cells, widths, strict=True)
         ).rstrip()
 
-    return "\n".join([line(COLUMNS), "  ".join("-" * w for w in widths), *map(line, body)])
+    title = f"{', '.join(tasks)}: test {', '.join(metrics)}, mean ± std [95% interval] over seeds"
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([title, "", line(head), rule, *map(line, body)])
 
 
 def _order(arms, values):
@@ -343,7 +352,8 @@ def write(out_dir, cfg, trials) -> Report:
             + ":"
         )
         lines += [f"- {line}" for line in efficiency_lines(cap)]
-    lines.append(f"\nverdict: {verdict}")
+    if cap.passed:  # a refused verdict is the status line the command prints last
+        lines.append(f"\nverdict: {verdict}")
     failed = ", ".join(c.name for c in cap.checks if not c.passed)
     refusal = f"design checks failed: {failed}" if failed else verdict
     status = Status.of_verdict(payload.get("verdict"), refusal)
