@@ -112,7 +112,12 @@ def add_parser(sub, experiment: type[Experiment], command: Command) -> None:
 def _pool_flags(p) -> None:
     """Where trained trials run (`executors.Resources`); `p` is a parser or an argument group."""
     count = cfgmod.number(int, ge=1)
-    p.add_argument("--workers", type=count, default=default_workers(), help="processes")
+    p.add_argument(
+        "--workers",
+        type=count,
+        default=default_workers(),  # os.cpu_count(): the help states it, never the number
+        help="processes (default: one per CPU core, at most 8)",
+    )
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     p.add_argument(
         "--ensemble",

@@ -344,16 +344,19 @@ def write(out_dir, cfg, trials) -> Report:
     lines = [table(result.summaries), "\ndesign checks:", *checks]
     if converged := converged_line(cap):
         lines.append(converged)
+    v = cap.verdict
     if cap.fit.efficiency:
         caveat = "" if cap.passed else " -- measured, but not a verdict: a design check failed"
+        at = "" if v.refused else f" for the loss d=3 reaches at {v.ref_params:.0f} parameters"
         lines.append(
-            "\nparameters needed relative to d=3 (95% bootstrap interval; predicted h(3)/h(d))"
-            + caveat
-            + ":"
+            f"\nparameters needed{at} relative to d=3 (95% bootstrap interval; predicted "
+            f"h(3)/h(d)){caveat}:"
         )
         lines += [f"- {line}" for line in efficiency_lines(cap)]
-    if cap.passed:  # a refused verdict is the status line the command prints last
-        lines.append(f"\nverdict: {verdict}")
+    # the verdict's summary is the status line the command prints last; its paired tests here
+    if v.refused is None and v.paired:
+        lines.append("\npaired tests per budget (Holm-corrected):")
+        lines += [f"- {claim(p)}" for p in v.paired]
     failed = ", ".join(c.name for c in cap.checks if not c.passed)
     refusal = f"design checks failed: {failed}" if failed else verdict
     status = Status.of_verdict(payload.get("verdict"), refusal)
