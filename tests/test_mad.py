@@ -129,6 +129,21 @@ def test_published_findings_follow_the_numbers():
     assert found[degrade] == "not tested here"
 
 
+def test_a_test_that_cannot_run_on_one_seed_tests_nothing():
+    """One seed per level leaves the one-sided Welch tests without a spread: their claims are
+    not tested here, with the reason, never "disagrees"."""
+    cfg = mad.MadConfig(tasks=("icr", "mqar"), seeds=1)
+    att, lin = "softmax_attention", "linear_attention"
+    table = {(lin, "mqar", 0): [0.9], (lin, "mqar", 1): [0.4], (att, "mqar", 1): [1.0]}
+    found = {f["claim"]: f for f in mad_report.published(cfg, _trials(table, {att: 3, lin: 3}))}
+    for claim in (
+        "linear attention degrades on MQAR as key-value pairs grow at fixed width",
+        "attention beats linear attention on MQAR at equal size",
+    ):
+        assert found[claim]["status"] == "not tested here", claim
+        assert "2 seeds or more" in found[claim]["evidence"]
+
+
 def test_a_bottleneck_reads_every_position_from_the_last():
     arm = parse_arm("softmax_attention(causal=true)")
     net = Net(arm, 1, 8, 16, 16, seq_len=6, vocab=16, bottleneck=True)

@@ -26,8 +26,9 @@ from blocklab.options import parse_pairs
 from blocklab.store import DB_NAME, Store
 from blocklab.trackers import TRACKERS
 
-# the larger forms an experiment's config may offer beside its quick defaults, as classmethods
-FORMS = ("medium", "full")
+# the forms an experiment's config may offer beside its quick defaults, as classmethods: the
+# larger ones, and other designs of the same experiment (mad's MQAR width sweep)
+FORMS = ("medium", "full", "sweep_width")
 
 
 # the quick form's wall time as the README's results measured it on 2 CPU cores, by command
@@ -37,7 +38,7 @@ MEASURED = {
     "sanford qsa": "2 min 16 s",
     "sanford match": "29 min, sharing the cores with another run",
     "needle": "1 min 8 s",
-    "mad": "59 min, sharing the cores with tests for about half of it",
+    "mad": "59 min before hyena and h3 joined it, sharing the cores with tests for half of it",
     "depth-width": "about 22 min (44 core-minutes)",
     "seprank depth-width": "1 min 29 s",
     "seprank degree": "31 s",
@@ -63,7 +64,10 @@ def add_parser(sub, experiment: type[Experiment], command: Command) -> None:
         group = design.add_mutually_exclusive_group()
         for form in forms:
             group.add_argument(
-                f"--{form}", action="store_true", help=f"the {form} form (quick by default)"
+                f"--{form.replace('_', '-')}",
+                dest=form,
+                action="store_true",
+                help=_form_help(getattr(experiment.Config, form)),
             )
     if experiment.task_options:
         design.add_argument(
@@ -160,6 +164,13 @@ def run(experiment: type[Experiment], args: argparse.Namespace) -> int:
         paths = [f"\nreport: {payload['report']}", f"page: {payload['page']}"]
         print(wrapped("\n".join([*report.text, *paths, "", report.status.line])))
     return 0
+
+
+def _form_help(method) -> str:
+    """A form's flag help: the first sentence of its classmethod's docstring."""
+    doc = " ".join((method.__doc__ or "").split()).split(". ")[0].rstrip(".")
+    name = method.__name__.replace("_", " ")
+    return f"the {name} form{': ' + doc if doc else ''} (quick by default)"
 
 
 def execute(

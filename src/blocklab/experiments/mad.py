@@ -19,12 +19,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from blocklab.errors import UserError
-from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
+from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials, _width_sweep
 from blocklab.options import meta, validate
 from blocklab.specs import TrainConfig
 from blocklab.store import Store
 
 EXPERIMENT = "mad"
+MODES = ("suite", "width-sweep")
 
 TASKS = ("icr", "fuzzy_icr", "noisy_icr", "selective_copy", "compression", "memorization", "mqar")
 
@@ -79,6 +80,23 @@ class MadConfig:
     lr_grid: tuple[float, ...] = _trials.lr_grid_field((1e-3, 3e-3, 1e-2), "(block, task)")
     lr_extend: int = _trials.lr_extend_field(0)
     train: TrainConfig = field(default_factory=lambda: _train(600))
+    mode: str = field(
+        default="suite",
+        metadata=meta(
+            "suite: every block on every task at the budget; width-sweep: MQAR accuracy against "
+            "width per setting of pairs and sequence length (zoology's figure)",
+            choices=MODES,
+        ),
+    )
+    widths: tuple[int, ...] = field(
+        default=(16, 32, 64), metadata=meta("model widths of the width sweep", ge=1)
+    )
+    sweep_pairs: tuple[int, ...] = field(
+        default=(4, 8), metadata=meta("MQAR key-value pairs of the width sweep", ge=1)
+    )
+    sweep_seq_lens: tuple[int, ...] = field(
+        default=(32,), metadata=meta("MQAR sequence lengths of the width sweep", ge=4)
+    )
 
     def __post_init__(self):
         validate(self)
@@ -88,7 +106,21 @@ class MadConfig:
             causal_arm(text)
 
     def unused(self) -> dict[str, str]:
-        return _trials.lr_unused(self.lr_grid, self.lr_extend)
+        out = _trials.lr_unused(self.lr_grid, self.lr_extend)
+        if self.mode == "width-sweep":
+            why = "the width sweep trains MQAR at its widths, not the suite at a budget"
+            out |= {"tasks": why, "levels": why, "budget": why}
+        else:
+            why = "read by the width sweep only (--sweep-width)"
+            out |= {"widths": why, "sweep_pairs": why, "sweep_seq_lens": why}
+        return out
+
+    @classmethod
+    def sweep_width(cls) -> MadConfig:
+        """Zoology's MQAR width sweep: accuracy against width 16-64 at 4 and 8 key-value pairs
+        of 32 tokens, 2000 steps, the rate grid extended once; the gated convolutions, attention,
+        linear attention and a polynomial mixer."""
+        return cls(mode="width-sweep", lr_extend=1, train=_train(2000))
 
     @classmethod
     def full(cls) -> MadConfig:
@@ -149,8 +181,17 @@ def _builds_causal(cls, kwargs: dict[str, Any]) -> bool:
     return True
 
 
+# the width sweep's blocks by default, those registered: attention, linear attention, the gated
+# convolutions and a polynomial mixer, the lines of zoology's figure
+SWEEP_BLOCKS = ("softmax_attention", "linear_attention", "hyena", "h3", "quadratic_mixing")
+
+
 def blocks(cfg: MadConfig) -> list[str]:
-    return list(cfg.blocks) or default_blocks()
+    if cfg.blocks:
+        return list(cfg.blocks)
+    if cfg.mode == "width-sweep":
+        return [name for name in SWEEP_BLOCKS if name in default_blocks()]
+    return default_blocks()
 
 
 SHAPE = _trials.NetShape(depth=2, norm="layer", residual=True, ff="relu4x")
@@ -215,6 +256,13 @@ class MadTrials(Trials):
 
 
 def run(cfg: MadConfig, store: Store, *, resources=None, progress=True) -> MadTrials:
+    if cfg.mode == "width-sweep":
+        trials, lr_choice = _width_sweep.run(
+            cfg, blocks(cfg), store, resources=resources, progress=progress,
+            causal_arm=causal_arm, shape=SHAPE,
+        )  # fmt: skip
+        degrees = {text: nominal_degree(causal_arm(text), 8) for text in blocks(cfg)}
+        return MadTrials(trials.rows, trials.failed, lr_choice, degrees)
     shapes = plan(cfg)
     firsts = {key: shapes[key] for key in shapes if key[2] == 0}
     at = {key[:2]: functools.partial(_spec, cfg, key, *firsts[key], seed=0) for key in firsts}

@@ -29,6 +29,10 @@ QUESTION = (
 MAD = "Poli et al. 2024 (mad-lab)"
 ZOOLOGY = "Arora et al. 2023 (zoology)"
 ATTENTION, LINEAR = "softmax_attention", "linear_attention"
+GATED_CLAIM = (
+    "gated convolutions (H3, Hyena) need a width growing with the key-value pairs to solve MQAR, "
+    "attention does not"
+)
 
 
 def analyze(cfg, trials) -> Findings:
@@ -77,7 +81,7 @@ def published(cfg, trials) -> list[dict[str, Any]]:
             f"{lin} MQAR accuracy {_mean(easy)} at level {levels[0]} vs {_mean(hard)} at level "
             f"{levels[-1]}, one-sided Welch p = {number(p, 3)}"
         )
-        out.append(_claim(claim, ZOOLOGY, p is not None and p < cfg.alpha, evidence))
+        out.append(_tested(claim, ZOOLOGY, p, cfg.alpha, evidence))
 
     claim = "attention beats linear attention on MQAR at equal size"
     if att is None or lin is None or not levels:
@@ -90,16 +94,9 @@ def published(cfg, trials) -> list[dict[str, Any]]:
             f"hardest level {hard}: {att} {_mean(a)} vs {lin} {_mean(b)}, one-sided Welch "
             f"p = {number(p, 3)}"
         )
-        out.append(_claim(claim, ZOOLOGY, p is not None and p < cfg.alpha, evidence))
+        out.append(_tested(claim, ZOOLOGY, p, cfg.alpha, evidence))
 
-    out.append(
-        _untested(
-            "gated convolutions (H3, Hyena) need a width growing with the key-value pairs to "
-            "solve MQAR, attention does not",
-            ZOOLOGY,
-            "no gated convolution block is registered",
-        )
-    )
+    out.append(_untested(GATED_CLAIM, ZOOLOGY, "the width sweep did not run (--sweep-width)"))
     out.append(
         _untested(
             "the MAD score predicts which architectures reach lower compute-optimal perplexity",
@@ -121,6 +118,14 @@ def _mean(values: list[float]) -> str:
 def _claim(claim: str, source: str, agrees: bool, evidence: str) -> dict[str, Any]:
     status = "agrees" if agrees else "disagrees"
     return {"claim": claim, "source": source, "status": status, "evidence": evidence}
+
+
+def _tested(claim: str, source: str, p: float | None, alpha: float, evidence: str):
+    """A claim read from a one-sided test: "agrees" at p < alpha, else "disagrees"; a test that
+    could not run (p None: fewer than 2 seeds on a side) tests nothing, and says so."""
+    if p is None:
+        return _untested(claim, source, f"the test needs 2 seeds or more on each side: {evidence}")
+    return _claim(claim, source, p < alpha, evidence)
 
 
 def _untested(claim: str, source: str, why: str) -> dict[str, Any]:
@@ -184,6 +189,10 @@ def curves(results: list[dict[str, Any]], ladders: dict[str, list[str]], path: P
 def write(out_dir, cfg, trials) -> Report:
     from blocklab.experiments.mad import ladder
 
+    if cfg.mode == "width-sweep":
+        from blocklab.reports import mad_width
+
+        return mad_width.write(out_dir, cfg, trials)
     require_finished(trials)
     result = analyze(cfg, trials)
     out = Path(out_dir)
