@@ -108,5 +108,7 @@ def test_the_width_sweep_end_to_end(tmp_path, capsys):
     gated = next(f for f in out["published"] if f["claim"].startswith("gated convolutions"))
     assert gated["status"] in ("agrees", "disagrees")
     assert {"scores", "results", "paired", "correlation", "lr_choice"} <= set(out)
+    assert set(out["plateau"]) == {"softmax_attention", "h3"}  # the blocks as written
+    assert all(p["trials"] == 8 for p in out["plateau"].values())  # 2 widths x 2 settings x 2
     assert out["status"]["line"].startswith("FINDINGS: zoology's gated-convolution claim")
     assert (tmp_path / "mad_width_sweep.png").exists()

@@ -12,6 +12,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from blocklab.analysis.design import plateaued
 from blocklab.analysis.stats import interval
 
 GATED = ("hyena", "h3")  # zoology's gated convolutions, by registered block name
@@ -33,6 +36,22 @@ def cells(rows: list[dict[str, Any]], level: float = 0.95) -> list[dict[str, Any
         cell = {"block": block, "width": width, "pairs": pairs, "seq_len": seq_len, "n": n}
         # an accuracy lies in [0, 1]; a t interval over few seeds can pass either bound
         out.append({**cell, "mean": mean, "ci_low": _clip(lo), "ci_high": _clip(hi)})
+    return out
+
+
+def plateau(rows: list[dict[str, Any]], tol: float) -> dict[str, dict[str, Any]]:
+    """Per block: its finished trials, how many plateaued (twice the steps gained less than
+    `tol`, `design.plateaued`) and the median gain of twice the steps. A block that solves
+    nothing while its trials are far from a plateau is undertrained, not shown unable."""
+    out = {}
+    for block in sorted({r["block"] for r in rows}):
+        done = [r for r in rows if r["block"] == block and r["status"] == "done"]
+        gains = [r["plateau_improvement"] for r in done if r.get("plateau_improvement") is not None]
+        out[block] = {
+            "trials": len(done),
+            "plateaued": sum(plateaued(r, tol) for r in done),
+            "median_gain": float(np.median(gains)) if gains else None,
+        }
     return out
 
 

@@ -79,6 +79,7 @@ class MadConfig:
     )
     lr_grid: tuple[float, ...] = _trials.lr_grid_field((1e-3, 3e-3, 1e-2), "(block, task)")
     lr_extend: int = _trials.lr_extend_field(0)
+    plateau_tol: float = _trials.plateau_tol_field("validation loss (twice the steps, under wsd)")
     train: TrainConfig = field(default_factory=lambda: _train(600))
     mode: str = field(
         default="suite",

@@ -52,7 +52,7 @@ def figure(table: list[dict[str, Any]], solved: float, path: Path) -> str:
         ax.set_xlabel("model width (features)")
         ax.set_ylabel("MQAR test accuracy (fraction correct)")
         ax.set_ylim(-0.02, 1.02)
-    axes.flat[0].legend(fontsize=7)
+    axes.flat[-1].legend(fontsize=7, loc="center right")
     return save_figure(fig, path)
 
 
@@ -108,9 +108,19 @@ def write(out_dir, cfg, trials) -> Report:
         [[f["source"], f["claim"], f["status"], f["evidence"]] for f in found],
     )
     edges = sum(bool(c["at_edge"]) for c in trials.lr_choice.values())
+    plateau = ws.plateau(trials.rows, cfg.plateau_tol)
     notes = [
         f"Learning rates: one per (block, width), chosen on validation at the easiest setting; "
         f"{edges} of {len(trials.lr_choice)} choices lie at an edge of the rates tried.",
+        f"Training (plateaued: twice the steps gained less than {cfg.plateau_tol:g} of the "
+        "validation loss): "
+        + "; ".join(
+            f"{b} {p['plateaued']} of {p['trials']} trials plateaued, median gain "
+            f"{_pct(p['median_gain'])}"
+            for b, p in plateau.items()
+        )
+        + ". A block that solves nothing while far from a plateau is undertrained, not shown "
+        "unable: train longer (--steps).",
         "Smallest solving width: the least width of the sweep whose mean test accuracy over "
         f"seeds reaches {cfg.solved:g}. Intervals: Student-t over seeds, clipped to [0, 1].",
         *markdown.failures(trials),
@@ -126,6 +136,7 @@ def write(out_dir, cfg, trials) -> Report:
         "correlation": {"rho": None, "p": None, "against": "degree"},
         "correlation_h": {"rho": None, "p": None, "against": "h(degree)"},
         "lr_choice": trials.lr_choice, "width_sweep": table, "min_solving_width": minimal,
+        "plateau": plateau,
         "summaries": summarize(trials.rows, ("block", "width", "pairs", "seq_len")),
         "failed": trials.failed,
     }  # fmt: skip
@@ -135,7 +146,7 @@ def write(out_dir, cfg, trials) -> Report:
         for m in minimal
     ]
     lines.append(f"{gated['status']}: {gated['claim']} ({gated['source']}): {gated['evidence']}")
-    lines.append(notes[0])
+    lines += notes[:2]
     status = Status(False, f"FINDINGS: zoology's gated-convolution claim: {gated['status']}")
     return Report(path, plain(payload), lines + markdown.failures(trials), status)
 
@@ -144,6 +155,13 @@ def _md_table(table) -> str:
     from blocklab.formatting import markdown_table
 
     return "Smallest solving width:\n\n  " + "\n  ".join(markdown_table(*table))
+
+
+def _pct(x: float | None) -> str:
+    if x is None:
+        return "-"
+    # a solved task's loss, near 0, still halves with twice the steps: say so in a factor
+    return f"{x:.0%}" if x < 10 else f"{x:.3g}x (a solved task's loss near 0 still falls)"
 
 
 def _cell(c: dict[str, Any]) -> str:
