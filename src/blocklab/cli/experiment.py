@@ -38,7 +38,7 @@ MEASURED = {
     "sanford qsa": "2 min 16 s",
     "sanford match": "29 min, sharing the cores with another run",
     "needle": "1 min 8 s",
-    "mad": "59 min before hyena and h3 joined it, sharing the cores with tests for half of it",
+    "mad": "22 min 32 s",
     "depth-width": "about 22 min (44 core-minutes)",
     "seprank depth-width": "1 min 29 s",
     "seprank degree": "31 s",
