@@ -108,6 +108,9 @@ def test_the_width_sweep_end_to_end(tmp_path, capsys):
     gated = next(f for f in out["published"] if f["claim"].startswith("gated convolutions"))
     assert gated["status"] in ("agrees", "disagrees")
     assert {"scores", "results", "paired", "correlation", "lr_choice"} <= set(out)
+    # the suite's summary keys, the setting as its level (easiest first), and the sweep's
+    assert {"block", "task", "level", "width", "pairs", "seq_len"} <= set(out["summaries"][0])
+    assert {(s["pairs"], s["level"]) for s in out["summaries"]} == {(2, 0), (4, 1)}
     assert set(out["plateau"]) == {"softmax_attention", "h3"}  # the blocks as written
     assert all(p["trials"] == 8 for p in out["plateau"].values())  # 2 widths x 2 settings x 2
     assert out["status"]["line"].startswith("FINDINGS: zoology's gated-convolution claim")

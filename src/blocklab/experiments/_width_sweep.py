@@ -60,10 +60,12 @@ def run(cfg, blocks, store: Store, *, resources, progress, causal_arm, shape):
         if tuple(setting) == easiest
     }
 
+    level = {setting: i for i, setting in enumerate(settings(cfg))}  # easiest first, as a ladder
+
     def finals(rates):  # every setting of a (block, width) trains at the rate of its easiest
         return [
             (
-                {"block": key[0], "pairs": key[2], "seq_len": key[3]},
+                {"block": key[0], "pairs": key[2], "seq_len": key[3], "level": level[key[2:]]},
                 _spec(cfg, *shapes[key], rates[key[:2]], seed),
             )
             for key in shapes

@@ -27,6 +27,9 @@ QUESTION = (
     "learning rate chosen per (block, width) on validation, over seeds."
 )
 UNTESTED_BY_SWEEP = "the width sweep ran instead of the suite"
+# summaries over seeds by the suite's keys (block, task, level: the setting, easiest first) and
+# the sweep's
+SUMMARY_KEYS = ("block", "task", "level", "width", "pairs", "seq_len")
 
 
 def figure(table: list[dict[str, Any]], solved: float, path: Path) -> str:
@@ -137,7 +140,7 @@ def write(out_dir, cfg, trials) -> Report:
         "correlation_h": {"rho": None, "p": None, "against": "h(degree)"},
         "lr_choice": trials.lr_choice, "width_sweep": table, "min_solving_width": minimal,
         "plateau": plateau,
-        "summaries": summarize(trials.rows, ("block", "width", "pairs", "seq_len")),
+        "summaries": summarize(trials.rows, SUMMARY_KEYS),
         "failed": trials.failed,
     }  # fmt: skip
     lines = [
