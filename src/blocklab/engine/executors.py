@@ -55,7 +55,8 @@ ENSEMBLE = 16  # most members per ensemble: past this, batching gains little and
 
 # the options each executor takes, with their types: they arrive as strings from the command line
 OPTIONS: dict[str, dict[str, type]] = {
-    "local": {},
+    # threads: torch threads per worker process (1 by default: see the module docstring)
+    "local": {"threads": int},
     "ray": {"address": str, "num_cpus": float, "num_gpus": float, "max_retries": int},
     "slurm": {
         **dict.fromkeys(("folder", "cluster", "partition", "account", "qos", "constraint"), str),
@@ -104,16 +105,17 @@ class LocalExecutor(Executor):
         items = iter(items)
         # a look at the first two: one item alone runs here, without starting a pool
         first = list(itertools.islice(items, 2 if self.workers > 1 else 0))
+        threads = self.options.get("threads", 1)
         if self.workers <= 1 or len(first) <= 1:
             import torch
 
-            threads = torch.get_num_threads()
+            before = torch.get_num_threads()
             for i, item in enumerate(itertools.chain(first, items)):
-                torch.set_num_threads(1)  # as in a pool worker: results do not depend on workers
+                torch.set_num_threads(threads)  # as in a pool worker: results do not depend on workers
                 try:
                     result = fn(item, device)
                 finally:
-                    torch.set_num_threads(threads)
+                    torch.set_num_threads(before)
                 yield i, result
             return
         with hangup_held():  # the pool starts multiprocessing's resource tracker
@@ -121,7 +123,7 @@ class LocalExecutor(Executor):
                 max_workers=self.workers,
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=init_worker,
-                initargs=(os.getpid(), self.plugins),
+                initargs=(os.getpid(), self.plugins, threads),
             )
         queue = enumerate(itertools.chain(first, items))
         pending: dict = {}
@@ -319,6 +321,8 @@ def make_executor(
         except (TypeError, ValueError):
             kind = {str: "text", int: "an integer", float: "a number"}[known[key]]
             raise UserError(f"executor option {key}={value!r} must be {kind}") from None
+    if typed.get("threads", 1) < 1:
+        raise UserError(f"executor option threads={typed['threads']} must be >= 1")
     classes = {"local": LocalExecutor, "ray": RayExecutor, "slurm": SlurmExecutor}
     return classes[name](workers, typed, plugins)
 

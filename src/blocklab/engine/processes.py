@@ -18,7 +18,7 @@ PARENT_POLL = 1.0  # seconds between a pool worker's looks at whether its parent
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def init_worker(parent: int, plugins: tuple[str, ...] = ()) -> None:
+def init_worker(parent: int, plugins: tuple[str, ...] = (), threads: int = 1) -> None:
     import torch
 
     # the parent handles Ctrl-C and a closed terminal, and stops the pool
@@ -26,7 +26,7 @@ def init_worker(parent: int, plugins: tuple[str, ...] = ()) -> None:
     if hasattr(signal, "SIGHUP"):
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
     _die_with(parent)
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     plugin_loader.load(plugins)
 
 
