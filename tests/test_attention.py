@@ -102,6 +102,15 @@ def test_tensor_attention_is_attention_over_pair_tokens(heads, causal):
     assert_same(block, ref, inputs())
 
 
+@pytest.mark.parametrize("t", [3, 8, 19, 40])
+@HEADS_CAUSAL
+def test_tensor_attention_fast_path_matches_its_reference(heads, causal, t):
+    """The batched, query-chunked forward against the one-einsum formula, at lengths inside one
+    chunk, at its edge and over several uneven chunks."""
+    block = build("tensor_attention", heads=heads, causal=causal)
+    assert_same(block, block.forward_reference, inputs(t=t))
+
+
 @pytest.mark.parametrize("heads", [1, 2])
 def test_linear_attention_causal_matches_recurrence(heads):
     block = build("linear_attention", heads=heads, causal=True)
