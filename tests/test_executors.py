@@ -250,3 +250,12 @@ def _submitit_stops(slurm_options):
     while processes_mentioning(controller) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not processes_mentioning(controller)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_local_threads_option_sets_each_workers_torch_threads(workers):
+    executor = make_executor("local", workers, {"threads": "2"})
+    seen = {r["threads"] for _, r in executor.imap_unordered(fns.compute, ITEMS, "cpu")}
+    assert seen == {2}
+    with pytest.raises(UserError, match="threads=0 must be >= 1"):
+        make_executor("local", 1, {"threads": "0"})

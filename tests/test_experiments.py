@@ -8,7 +8,9 @@ import sqlite3
 
 import pytest
 import torch
+from scipy import stats
 
+from blocklab.analysis.power import seeds_for, t_test_power
 from blocklab.cli import main
 from blocklab.experiments import _trials, needle, sanford_match, sanford_qsa
 from blocklab.models import parse_arm
@@ -206,6 +208,14 @@ def test_sanford_match_end_to_end(tmp_path, capsys):
     assert "modulus M = 9" in report and "does not solve" in report
     assert "constructed: tensor attention solves Match3 at m = 5" in report
     assert "standard attention has no construction for Match3" in report
+    # a paired test per task, N and width, each task its own Holm family
+    tests = payload["tests"]
+    assert {(t["task"], t["seq_len"]) for t in tests} == {
+        (t, n) for t in ("match2", "match3") for n in (5, 6)
+    }
+    assert all(t["n"] == 2 and t["p_holm"] >= t["p"] for t in tests)
+    assert payload["power"]["n"] == 2 and payload["power"]["comparisons"] == 2
+    assert payload["status"]["line"].startswith("FINDINGS: Match2, 2 widths: ")
     # one rate fixes the search, so a --lr would say nothing: it is refused, in one line
     code, _, err = _run(capsys, *args, "--lr", "1e-3")
     assert code == 2 and "lr_grid" in err and err.count("\n") == 1
@@ -283,3 +293,38 @@ def test_degree_sweep_accepts_attention_arms():
     with pytest.raises(Exception, match="sequence"):
         plan(DegreeSweepConfig(task="teacher", baselines=("softmax_attention",)))
     assert parse_arm("poly_attention(n=2)").degree == 5
+
+
+def test_match_tests_are_paired_and_holm_corrected_within_each_task():
+    from blocklab.experiments.sanford_match import MatchConfig
+    from blocklab.reports import sanford_match as report
+
+    cfg = MatchConfig(widths=(6, 12), seeds=4)
+    tensor = {6: [0.80, 0.82, 0.79, 0.85], 12: [0.70, 0.71, 0.69, 0.72]}
+    standard = {6: [0.70, 0.71, 0.69, 0.74], 12: [0.70, 0.70, 0.70, 0.71]}
+    summaries = [
+        {"task": task, "seq_len": 6, "width": w, "model": model, "mean": sum(v[w]) / 4}
+        | {"values": dict(enumerate(v[w] if task == "match3" else [1.0] * 4))}
+        for task in ("match2", "match3")
+        for model, v in (("tensor", tensor), ("standard", standard))
+        for w in (6, 12)
+    ]
+    tests = {(t["task"], t["width"]): t for t in report.tests(cfg, summaries)}
+    p6, p12 = (stats.ttest_rel(tensor[w], standard[w]).pvalue for w in (6, 12))
+    assert tests[("match3", 6)]["p"] == pytest.approx(p6)
+    # Holm over Match3's two widths only: Match2's equal accuracies (p = 1) do not dilute them
+    assert tests[("match3", 6)]["p_holm"] == pytest.approx(min(1, 2 * min(p6, p12)))
+    assert p6 < p12 and tests[("match3", 12)]["p_holm"] == pytest.approx(max(2 * p6, p12))
+    assert tests[("match2", 6)]["p"] == 1.0
+    assert report.separation(cfg, list(tests.values())) == [
+        "Match2, 2 widths: none differs (Holm p < 0.05, 4 seeds)",
+        "Match3, 2 widths: tensor ahead at 6 (Holm p < 0.05, 4 seeds)",
+    ]
+    power = report.power_json(cfg, list(tests.values()))
+    expected = t_test_power(0.08, 0.043, 4, 0.05 / 2 / 2, paired=True).power
+    assert power["power"] == pytest.approx(expected) and power["comparisons"] == 2
+    assert power["measured_sd"] > 0 and power["power_at_measured_sd"] is not None
+    # the default seeds are the fewest with power >= 0.9 at the quick form's four widths
+    quick = MatchConfig()
+    level = quick.alpha / len(quick.widths) / 2
+    assert quick.seeds == seeds_for(quick.planned_effect, quick.planned_sd, level, 0.9, paired=True)

@@ -118,22 +118,50 @@ def test_the_medium_form_holds_the_quick_forms_trials():
     quick, medium = depth_width.DepthWidthConfig(), depth_width.DepthWidthConfig.medium()
     ids = {cfg: {s.id for _, s in depth_width.plan(cfg)} for cfg in (quick, medium)}
     assert ids[quick] < ids[medium]
-    assert len(medium.depths) >= 4 > len(quick.depths) and max(medium.budgets) > max(quick.budgets)
+    assert len(medium.depths) >= 4 > len(quick.depths) and min(medium.budgets) < min(quick.budgets)
 
 
 def test_fit_needs_two_depths():
     def search(depth, width):
         t = dw.Transition(depth, depth + 1, width, 2.0, 12 * depth * width**2)
-        return dw.TransitionSearch(depth, depth + 1, t, dw.FOUND, ())
+        worse = dw.Comparison(t.n_params, width, 3.0, 0.01, 2.9, 0.01, 0.004, True)
+        return dw.TransitionSearch(depth, depth + 1, t, dw.FOUND, (worse,))
 
     none = dw.TransitionSearch(3, 4, None, dw.NEVER_WORSE, ())
     fit, why = report.fit_found([search(1, 20.0), none])
     assert fit is None and "1 transition" in why
     fit, why = report.fit_found([search(1, 20.0), search(2, 30.0), none])
     assert why is None and fit.n_points == 2 and fit.b == pytest.approx(math.log(1.5))
+    paper_width, paper_error = dw.transition_width(1)
     assert report.transitions_json([search(1, 20.0), none]) == [
-        {"depth_shallow": 1, "depth_deep": 2, "width": 20.0, "width_error": 2.0, "params": 4800.0}
+        {
+            "depth_shallow": 1,
+            "depth_deep": 2,
+            "width": 20.0,
+            "width_error": 2.0,
+            "params": 4800.0,
+            "p": 0.004,
+            "paper_width": paper_width,
+            "paper_width_error": paper_error,
+        }
     ]
+    # eq. 11 at L = 1: e^(5.039 + 0.0555) = 163, the error from the paper's covariance
+    assert paper_width == pytest.approx(163.1, abs=0.1)
+    assert paper_error == pytest.approx(163.1 * (9.4e-4 + 1.7e-6 - 7.48e-5) ** 0.5, rel=1e-3)
+
+
+def test_the_quick_form_is_powered_for_its_planned_comparison():
+    """4 seeds per point find the planned 0.09 nats at level 0.01 with power >= 0.99; 2 would
+    not, and a run's power is reported at its own pooled seed std too."""
+    cfg = depth_width.DepthWidthConfig()
+    summaries = [{"n": 4, "std": 0.03}, {"n": 4, "std": 0.02}, {"n": 1, "std": float("nan")}]
+    power = report.power_json(cfg, summaries)
+    assert {"effect", "sd", "n", "power"} <= set(power)
+    assert (power["effect"], power["sd"], power["n"]) == (0.09, 0.017, 4) and power["power"] > 0.99
+    assert power["measured_sd"] == pytest.approx((0.0013 / 2) ** 0.5)
+    assert power["power_at_measured_sd"] < power["power"]  # its pooled std is above the planned
+    two = report.power_json(dataclasses.replace(cfg, seeds=2), summaries)
+    assert two["power"] < 0.6
 
 
 @pytest.mark.slow
@@ -152,7 +180,9 @@ def test_depth_width_command_end_to_end(tmp_path, capsys):
     found = [f for f in payload["findings"] if f["measured"].startswith("transition at")]
     assert len(payload["transitions"]) == len(found)
     for t in payload["transitions"]:
-        assert set(t) == {"depth_shallow", "depth_deep", "width", "width_error", "params"}
+        assert {"depth_shallow", "depth_deep", "width", "width_error", "params", "p"} <= set(t)
+        assert t["p"] < 0.01  # the level the command defaults to
+    assert payload["power"]["n"] == 2 and 0 < payload["power"]["power"] < 1
     assert "Depth-to-width" in (out / "report.md").read_text()
     for fig in ("depth_width_loss.png", "depth_width_fit.png", "depth_width_projection.png"):
         assert (out / fig).stat().st_size > 0
@@ -252,7 +282,8 @@ def test_report_draws_a_found_fit(tmp_path, monkeypatch):
             )
     for depth, width in ((1, 20.0), (2, 30.0)):
         t = dw.Transition(depth, depth + 1, width, 2.0, 12 * depth * width**2)
-        searches.append(dw.TransitionSearch(depth, depth + 1, t, dw.FOUND, ()))
+        worse = dw.Comparison(t.n_params, width, 4.1, 0.01, 4.0, 0.01, 0.002, True)
+        searches.append(dw.TransitionSearch(depth, depth + 1, t, dw.FOUND, (worse,)))
     fit, error = report.fit_found(searches)
     cfg = depth_width.DepthWidthConfig(depths=(1, 2, 3), budgets=(3000, 30000))
     best = report.best_depths(summaries)
@@ -267,9 +298,12 @@ def test_report_draws_a_found_fit(tmp_path, monkeypatch):
         report.findings(cfg, searches, fit, best),
         [],
         {"source": "test"},
+        report.power_json(cfg, summaries),
     )
     # the analysis of these hand-made summaries, as the report receives it
     monkeypatch.setattr(report, "analyze", lambda cfg, trials: result)
     text = report.write(tmp_path, cfg, trials).path.read_text()
     assert f"b = {fit.b:.4f}" in text and "transition at dx = 20 +- 2" in text
+    assert "p = 0.002 at N = 4.8e+03" in text and "dx = 163 +- 5" in text  # beside eq. 11
+    assert "with probability 0.9993" in text  # the planned power, in the notes
     assert (tmp_path / "depth_width_fit.png").stat().st_size > 0

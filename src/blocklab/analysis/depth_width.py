@@ -160,6 +160,14 @@ def n_transition(depth, fit=PAPER_FIT):
     return (float(N), float(dN)) if N.ndim == 0 else (N, dN)
 
 
+def transition_width(depth, fit=PAPER_FIT):
+    """(dx, delta dx) of eq. 11 at depth L: dx = e^(a + b L), the error propagated from cov."""
+    L = _number("depth", depth, positive=True)
+    (var_a, cov_ab), (_, var_b) = fit.cov
+    dx = math.exp(fit.a + fit.b * L)
+    return dx, dx * math.sqrt(max(var_a + L**2 * var_b + 2 * L * cov_ab, 0.0))
+
+
 def optimal_depth(n_params, fit=PAPER_FIT):
     """The real L* with N_transition(L*) = n_params: W0(2 b N e^(-2a) / 12) / (2b)."""
     n = _number("n_params", n_params, positive=True)

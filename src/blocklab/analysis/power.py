@@ -45,6 +45,17 @@ def t_test_power(effect, sd, n, alpha, *, paired=False) -> Power:
     return Power(float(effect), float(sd), int(n), float(alpha), paired, power)
 
 
+def planned_power(effect, sd, n, alpha, *, paired=False) -> dict:
+    """A design's power as JSON-ready data; with fewer than 2 seeds a t-test cannot run, and
+    the power is None with the reason."""
+    if n < 2:
+        return {"effect": effect, "sd": sd, "n": n, "alpha": alpha, "paired": paired} | {
+            "power": None,
+            "why": "a t-test needs 2 seeds or more",
+        }
+    return t_test_power(effect, sd, n, alpha, paired=paired).to_dict()
+
+
 def seeds_for(effect, sd, alpha, target=0.9, *, paired=False, most=64) -> int | None:
     """The fewest seeds (n >= 2) whose power reaches `target`; None when `most` do not."""
     for n in range(2, most + 1):

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from blocklab.analysis import depth_width as dw
+from blocklab.analysis.power import planned_power, t_test_power
 from blocklab.analysis.summary import summarize
 from blocklab.errors import UserError
 from blocklab.experiments.depth_width import FIT_FILE, width_for
@@ -41,6 +42,7 @@ class Result:
     findings: list[dict[str, Any]]
     failed: list[dict[str, Any]]
     corpus: dict[str, Any]  # the text task's facts (files, tokens, vocabulary)
+    power: dict[str, Any]  # the weakest planned comparison's power (`power_json`)
 
 
 def analyze(cfg, trials) -> Result:
@@ -66,22 +68,52 @@ def analyze(cfg, trials) -> Result:
         found,
         trials.failed,
         trials.corpus,
+        power_json(cfg, summaries),
     )
 
 
+def power_json(cfg, summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """`--json`'s `power`: the chance that the design's weakest planned comparison, two adjacent
+    depths at the largest budget, finds the planned effect at `alpha` with `seeds` per point; and
+    the same at the seed std this run measured (pooled over its points: their mean variance)."""
+    planned = planned_power(cfg.planned_effect, cfg.planned_sd, cfg.seeds, cfg.alpha)
+    out = planned | {"comparison": f"adjacent depths at N = {max(cfg.budgets):.3g}"}
+    variances = [s["std"] ** 2 for s in summaries if s["n"] >= 2 and math.isfinite(s["std"])]
+    sd = math.sqrt(sum(variances) / len(variances)) if variances else math.nan
+    at = (
+        t_test_power(cfg.planned_effect, sd, cfg.seeds, cfg.alpha).power
+        if variances and sd > 0 and cfg.seeds >= 2
+        else None
+    )
+    return out | {"measured_sd": sd if variances else None, "power_at_measured_sd": at}
+
+
+def first_significant(search) -> Any:
+    """The comparison a found transition rests on: the first where the shallower net is worse."""
+    return next((c for c in search.comparisons if c.significant), None)
+
+
 def transitions_json(searches) -> list[dict]:
-    """`--json`'s `transitions`: one entry per adjacent pair whose transition was found."""
-    return [
-        {
-            "depth_shallow": t.depth_shallow,
-            "depth_deep": t.depth_deep,
-            "width": t.width,
-            "width_error": t.error,
-            "params": t.n_params,
-        }
-        for t in (s.transition for s in searches)
-        if t is not None
-    ]
+    """`--json`'s `transitions`: one entry per adjacent pair whose transition was found, with the
+    p-value it rests on and the paper's width for it (eq. 11 at the shallower depth)."""
+    out = []
+    for s in searches:
+        if (t := s.transition) is None:
+            continue
+        width, error = dw.transition_width(t.depth_shallow)
+        out.append(
+            {
+                "depth_shallow": t.depth_shallow,
+                "depth_deep": t.depth_deep,
+                "width": t.width,
+                "width_error": t.error,
+                "params": t.n_params,
+                "p": first_significant(s).p_value,
+                "paper_width": width,
+                "paper_width_error": error,
+            }
+        )
+    return out
 
 
 def write(out_dir, cfg, trials) -> Report:
@@ -121,6 +153,7 @@ def write(out_dir, cfg, trials) -> Report:
             "transitions": transitions_json(result.searches),
             "fit": fit,
             "fit_error": result.fit_error,
+            "power": result.power,
         },
         title="Depth-to-width transitions (seed 001, section 5.2)",
         question=QUESTION,
@@ -196,19 +229,21 @@ def findings(cfg, searches, fit, best) -> list[dict[str, Any]]:
     for s in searches:
         t = s.transition
         measured = (
-            f"transition at dx = {t.width:g} +- {t.error:g} (N ~ {t.n_params:.3g})"
+            f"transition at dx = {t.width:g} +- {t.error:g} (N ~ {t.n_params:.3g}; "
+            f"p = {first_significant(s).p_value:.2g} at N = {first_significant(s).n_params:.3g})"
             if t is not None
             else f"no transition: {NO_TRANSITION[s.reason]}"
         )
         # the paper's fit, extrapolated when L is outside its depths 6-30
         n, dn = dw.n_transition(s.depth_shallow)
+        width, error = dw.transition_width(s.depth_shallow)
         inside = lo <= n + dn and n - dn <= hi
         out.append(
             {
                 "part": "transition",
                 "setting": f"L = {s.depth_shallow} vs {s.depth_deep}",
                 "predicted": f"deeper no better below a size, better above; eq. 10-11 put it at "
-                f"N = {n:.2g} +- {dn:.1g}, "
+                f"dx = {width:.0f} +- {error:.0f}, N = {n:.2g} +- {dn:.1g}, "
                 + ("inside" if inside else "outside")
                 + f" the measured sizes {lo:.2g}-{hi:.2g}",
                 "measured": measured,
@@ -276,6 +311,21 @@ def _notes(result) -> list[str]:
             notes.append(f"L = {s.depth_shallow} vs {s.depth_deep}: " + "; ".join(lines))
     if result.fit_error:
         notes.append(f"No fit: {result.fit_error}.")
+    pw = result.power
+    if pw["power"] is None:
+        return [*notes, f"Power: none: {pw['why']}."]
+    measured = (
+        f" This run's seed std, pooled over its points, was {pw['measured_sd']:.3g}: at it the "
+        f"power is {pw['power_at_measured_sd']:.3g}."
+        if pw["power_at_measured_sd"] is not None
+        else ""
+    )
+    notes.append(
+        f"Power: the weakest planned comparison ({pw['comparison']}) detects a loss difference of "
+        f"{pw['effect']:g} with a seed std of {pw['sd']:g}, {pw['n']} seeds per point and a "
+        f"one-sided t-test at level {pw['alpha']:g}, with probability {pw['power']:.4g} "
+        f"(noncentral t, df = 2n - 2).{measured}"
+    )
     return notes
 
 
