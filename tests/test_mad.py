@@ -198,6 +198,8 @@ def test_mad_end_to_end(tmp_path, capsys):
     assert (tmp_path / "mad_accuracy_vs_level.png").exists()
     report = (tmp_path / "report.md").read_text()
     assert "Aggregate score per block" in report and "Paired tests" in report
+    edges = [k for k, c in payload["lr_choice"].items() if c["at_edge"]]
+    assert f"Learning rates: {len(edges)} of 4 (block, task) choices at an edge" in report
 
 
 @pytest.mark.parametrize(

@@ -222,6 +222,7 @@ def write(out_dir, cfg, trials) -> Report:
         f"feature maps as the identity). Published findings: 'agrees' needs the stated test "
         f"at level {cfg.alpha:g}."
     )
+    notes.append(_edges(cfg, trials.lr_choice))
     notes += markdown.failures(result)
     extra = {
         "results": [{k: r[k] for k in ("block", "task", "level", "mean", "ci_low", "ci_high", "n")}
@@ -284,6 +285,18 @@ def _width(trials, r) -> int | str:
 def _lr(trials, r) -> str:
     c = trials.lr_choice.get(f"{r['block']}/{r['task']}")
     return "-" if c is None else f"{c['lr']:.3g}" + (" (edge)" if c["at_edge"] else "")
+
+
+def _edges(cfg, lr_choice: dict[str, dict[str, Any]]) -> str:
+    """How many (block, task) rate choices stayed at an edge of what was tried: a choice there
+    may be short of the block's best rate."""
+    edge = sorted(key for key, c in lr_choice.items() if c["at_edge"])
+    named = f": {', '.join(edge)}" if edge else ""
+    return (
+        f"Learning rates: {len(edge)} of {len(lr_choice)} (block, task) choices at an edge of the "
+        f"rates tried (the grid {list(cfg.lr_grid)}, extended up to {cfg.lr_extend} time(s) past "
+        f"an edge){named}."
+    )
 
 
 def _spread(r: dict[str, Any]) -> str:
