@@ -107,6 +107,8 @@ def test_plan_covers_depths_budgets_and_seeds():
     shapes = {(s.depth, s.width) for _, s in planned}
     assert shapes == {(d, depth_width.width_for(b, d, 2)) for d in (1, 2) for b in (800, 3000)}
     assert len(planned) == len(shapes) * 2
+    sizes = [s.budget for _, s in planned]
+    assert sizes == sorted(sizes, reverse=True)  # the largest first, for two workers' sake
     for keys, s in planned:
         assert s.budget == keys["budget"] == 12 * s.depth * s.width**2
         assert s.ff == "relu4x" and s.norm == "layer" and s.residual
