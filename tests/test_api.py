@@ -1,4 +1,4 @@
-"""`blocklab.api.run`: an experiment from Python runs the command's path (the same config checks,
+"""`blocklab.run` (served from `blocklab.api`): an experiment from Python runs the command's path (the same config checks,
 store, run.json, report and page) and returns what `--json` prints, status line included; and
 the status line itself, one rule for every report."""
 
@@ -57,6 +57,20 @@ def test_run_returns_what_the_command_prints_and_writes_the_same_run(tmp_path, c
     # the terminal prints the status line last
     assert main(["degree-sweep", "--out", str(tmp_path / "cli"), *FLAGS]) == 0
     assert capsys.readouterr().out.rstrip().splitlines()[-1] == payload["status"]["line"]
+
+
+def test_the_package_serves_run_without_importing_the_top_layer_first():
+    import subprocess
+    import sys
+
+    import blocklab
+    import blocklab.api
+
+    assert blocklab.run is blocklab.api.run and "run" in dir(blocklab)
+    # `import blocklab` alone loads no layer above its own: run arrives on first use
+    script = "import sys, blocklab; print('blocklab.api' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_run_checks_the_config_as_the_command_line_does(tmp_path):
