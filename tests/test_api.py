@@ -1,6 +1,6 @@
-"""`blocklab.run` (served from `blocklab.api`): an experiment from Python runs the command's path (the same config checks,
-store, run.json, report and page) and returns what `--json` prints, status line included; and
-the status line itself, one rule for every report."""
+"""`blocklab.run` (served from `blocklab.api`): an experiment from Python runs the command's path
+(the same config checks, store, run.json, report and page) and returns what `--json` prints,
+status line included; and the status line itself, one rule for every report."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from blocklab.analysis.power import seeds_for, t_test_power
+from blocklab.analysis.power import design_power, seeds_for, t_test_power
 from blocklab.errors import UserError
 
 
@@ -43,3 +43,12 @@ def test_seeds_for_is_the_fewest_that_reach_the_target():
 def test_power_refuses_what_it_cannot_compute(args):
     with pytest.raises(UserError):
         t_test_power(*args)
+
+
+def test_design_power_pools_the_measured_stds_and_refuses_one_seed():
+    power = design_power(0.09, 0.017, 4, 0.01, measured_sds=[0.03, 0.02, float("nan")])
+    assert power["measured_sd"] == pytest.approx((0.0013 / 2) ** 0.5)
+    assert power["power"] == t_test_power(0.09, 0.017, 4, 0.01).power
+    assert power["power_at_measured_sd"] == t_test_power(0.09, power["measured_sd"], 4, 0.01).power
+    one = design_power(0.09, 0.017, 1, 0.01, measured_sds=[])
+    assert one["power"] is None and one["power_at_measured_sd"] is None and "2 seeds" in one["why"]

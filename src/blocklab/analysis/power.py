@@ -45,15 +45,25 @@ def t_test_power(effect, sd, n, alpha, *, paired=False) -> Power:
     return Power(float(effect), float(sd), int(n), float(alpha), paired, power)
 
 
-def planned_power(effect, sd, n, alpha, *, paired=False) -> dict:
-    """A design's power as JSON-ready data; with fewer than 2 seeds a t-test cannot run, and
-    the power is None with the reason."""
+def design_power(effect, sd, n, alpha, *, paired=False, measured_sds=()) -> dict:
+    """A design's power as JSON-ready data (`Power`'s fields), and beside it the power at the sd
+    a run measured: `measured_sd`, the root mean square of `measured_sds` (finite ones), and
+    `power_at_measured_sd`. With fewer than 2 seeds a t-test cannot run: power None and `why`."""
+    stds = [float(x) for x in measured_sds if math.isfinite(x)]
+    pooled = math.sqrt(sum(x * x for x in stds) / len(stds)) if stds else None
     if n < 2:
-        return {"effect": effect, "sd": sd, "n": n, "alpha": alpha, "paired": paired} | {
-            "power": None,
-            "why": "a t-test needs 2 seeds or more",
-        }
-    return t_test_power(effect, sd, n, alpha, paired=paired).to_dict()
+        out = {"effect": effect, "sd": sd, "n": n, "alpha": alpha, "paired": paired}
+        return (
+            out
+            | {"power": None, "why": "a t-test needs 2 seeds or more"}
+            | {
+                "measured_sd": pooled,
+                "power_at_measured_sd": None,
+            }
+        )
+    at = t_test_power(effect, pooled, n, alpha, paired=paired).power if pooled else None
+    out = t_test_power(effect, sd, n, alpha, paired=paired).to_dict()
+    return out | {"measured_sd": pooled, "power_at_measured_sd": at}
 
 
 def seeds_for(effect, sd, alpha, target=0.9, *, paired=False, most=64) -> int | None:

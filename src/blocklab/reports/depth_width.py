@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from blocklab.analysis import depth_width as dw
-from blocklab.analysis.power import planned_power, t_test_power
+from blocklab.analysis.power import design_power
 from blocklab.analysis.summary import summarize
 from blocklab.errors import UserError
 from blocklab.experiments.depth_width import FIT_FILE, width_for
@@ -75,17 +75,13 @@ def analyze(cfg, trials) -> Result:
 def power_json(cfg, summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """`--json`'s `power`: the chance that the design's weakest planned comparison, two adjacent
     depths at the largest budget, finds the planned effect at `alpha` with `seeds` per point; and
-    the same at the seed std this run measured (pooled over its points: their mean variance)."""
-    planned = planned_power(cfg.planned_effect, cfg.planned_sd, cfg.seeds, cfg.alpha)
-    out = planned | {"comparison": f"adjacent depths at N = {max(cfg.budgets):.3g}"}
-    variances = [s["std"] ** 2 for s in summaries if s["n"] >= 2 and math.isfinite(s["std"])]
-    sd = math.sqrt(sum(variances) / len(variances)) if variances else math.nan
-    at = (
-        t_test_power(cfg.planned_effect, sd, cfg.seeds, cfg.alpha).power
-        if variances and sd > 0 and cfg.seeds >= 2
-        else None
+    the same at the seed std this run measured (pooled over its points: the root of their mean
+    variance)."""
+    stds = [s["std"] for s in summaries if s["n"] >= 2]
+    power = design_power(
+        cfg.planned_effect, cfg.planned_sd, cfg.seeds, cfg.alpha, measured_sds=stds
     )
-    return out | {"measured_sd": sd if variances else None, "power_at_measured_sd": at}
+    return power | {"comparison": f"adjacent depths at N = {max(cfg.budgets):.3g}"}
 
 
 def first_significant(search) -> Any:
@@ -312,21 +308,12 @@ def _notes(result) -> list[str]:
     if result.fit_error:
         notes.append(f"No fit: {result.fit_error}.")
     pw = result.power
-    if pw["power"] is None:
-        return [*notes, f"Power: none: {pw['why']}."]
-    measured = (
-        f" This run's seed std, pooled over its points, was {pw['measured_sd']:.3g}: at it the "
-        f"power is {pw['power_at_measured_sd']:.3g}."
-        if pw["power_at_measured_sd"] is not None
-        else ""
-    )
-    notes.append(
-        f"Power: the weakest planned comparison ({pw['comparison']}) detects a loss difference of "
+    design = (
+        f"the weakest planned comparison ({pw['comparison']}) detects a loss difference of "
         f"{pw['effect']:g} with a seed std of {pw['sd']:g}, {pw['n']} seeds per point and a "
-        f"one-sided t-test at level {pw['alpha']:g}, with probability {pw['power']:.4g} "
-        f"(noncentral t, df = 2n - 2).{measured}"
+        f"one-sided t-test at level {pw['alpha']:g}"
     )
-    return notes
+    return [*notes, markdown.power_note(pw, design, "seed std, pooled over its points,")]
 
 
 def _corpus(info: dict[str, Any]) -> str:

@@ -85,6 +85,21 @@ def failures(result) -> list[str]:
     return [f"failed: {f['trial']}: {f['error'].splitlines()[0]}" for f in result.failed]
 
 
+def power_note(power: dict[str, Any], design: str, spread: str) -> str:
+    """One note on a design's power (`analysis.power.design_power`): `design` says what the
+    planned test finds and `spread` names the std the run measured."""
+    if power["power"] is None:
+        return f"Power: none: {power['why']}."
+    df = "n - 1" if power["paired"] else "2n - 2"
+    line = f"Power: {design}, with probability {power['power']:.4g} (noncentral t, df = {df})."
+    if power["power_at_measured_sd"] is not None:
+        line += (
+            f" At the {spread} this run measured ({power['measured_sd']:.3g}) the power is "
+            f"{power['power_at_measured_sd']:.3g}."
+        )
+    return line
+
+
 def require_finished(result) -> None:
     """A run of trained trials with none finished has nothing to report: say where the failures
     are instead."""

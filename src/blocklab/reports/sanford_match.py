@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from blocklab.analysis.capacity import plateau_rule, plateaued
-from blocklab.analysis.power import planned_power, t_test_power
+from blocklab.analysis.power import design_power
 from blocklab.analysis.stats import holm, interval, paired_p
 from blocklab.analysis.summary import summarize
 from blocklab.formatting import markdown_table, number
@@ -145,16 +145,11 @@ def power_json(cfg, tested: list[dict[str, Any]]) -> dict[str, Any]:
     the config's seeds; and the same at the gap std this run measured (pooled over widths)."""
     k = max(1, len(cfg.widths) * len(cfg.seq_len))
     level = cfg.alpha / k / 2  # the two-sided test's one tail at Holm's strictest level
-    planned = planned_power(cfg.planned_effect, cfg.planned_sd, cfg.seeds, level, paired=True)
-    out = planned | {"comparisons": k, "task": "match3"}
-    sds = [t["gap_sd"] for t in tested if t["task"] == "match3" and math.isfinite(t["gap_sd"])]
-    sd = math.sqrt(sum(x * x for x in sds) / len(sds)) if sds else math.nan
-    at = (
-        t_test_power(cfg.planned_effect, sd, cfg.seeds, level, paired=True).power
-        if sds and sd > 0 and cfg.seeds >= 2
-        else None
+    sds = [t["gap_sd"] for t in tested if t["task"] == "match3"]
+    power = design_power(
+        cfg.planned_effect, cfg.planned_sd, cfg.seeds, level, paired=True, measured_sds=sds
     )
-    return out | {"measured_sd": sd if sds else None, "power_at_measured_sd": at}
+    return power | {"comparisons": k, "task": "match3"}
 
 
 def solving_widths(cfg, result: Findings) -> list[dict[str, Any]]:
@@ -389,21 +384,12 @@ def _test_notes(tested: list[dict[str, Any]], power: dict[str, Any]) -> list[str
         "Tensor against standard attention, paired t-test per width (two-sided), Holm-corrected "
         "within the task:\n\n  " + "\n  ".join(table)
     ]
-    if power["power"] is None:
-        return [*said, f"Power: none: {power['why']}."]
-    measured = (
-        f" At the gap std this run measured on Match3 ({power['measured_sd']:.3g}, pooled over "
-        f"widths) the power is {power['power_at_measured_sd']:.3g}."
-        if power["power_at_measured_sd"] is not None
-        else ""
-    )
-    return [
-        *said,
-        f"Power: with {power['n']} seeds, a paired test at Holm's strictest level (alpha / "
+    design = (
+        f"with {power['n']} seeds, a paired test at Holm's strictest level (alpha / "
         f"{power['comparisons']}, two-sided) finds a Match3 gap of {power['effect']:g} with a "
-        f"per-seed gap std of {power['sd']:g} with probability {power['power']:.3g} (noncentral "
-        f"t, df = n - 1).{measured}",
-    ]
+        f"per-seed gap std of {power['sd']:g}"
+    )
+    return [*said, markdown.power_note(power, design, "Match3 gap std, pooled over widths,")]
 
 
 def _balance(cfg) -> list[tuple[str, dict[str, Any]]]:
