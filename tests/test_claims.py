@@ -195,3 +195,21 @@ def test_two_identical_sweeps_at_once_train_each_trial_once(tmp_path):
     assert len(rows) == 16 and {r["status"] for r in rows} == {"done"}
     assert sorted(trained[0] + trained[1]) == sorted(r["id"] for r in rows)
     assert all(trained)  # both took part
+
+
+def test_a_stop_counts_what_the_whole_command_stored(tmp_path, monkeypatch):
+    """A command runs several sweeps on one store (a rate search, its extension, the seeds): a
+    stop in a later one reports every trial the command stored, not the later sweep's own."""
+    from blocklab.errors import Interrupted
+
+    store, (first, *rest) = Store(tmp_path), _specs(steps=4)
+    one = executors.Resources(workers=1, ensemble=1)
+    sweep.run([first], store, "t", resources=one, progress=False)
+
+    def stop(specs, device="cpu"):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep, "run_group", stop)
+    with pytest.raises(Interrupted, match="interrupted; 1 finished trials are kept") as caught:
+        sweep.run(rest, store, "t", resources=one, progress=False)
+    assert caught.value.finished == store.stored == 1

@@ -232,6 +232,7 @@ class Store:
         # keeps what it (or a sweep beside it) finished since: one command runs several sweeps
         # that share trials, and each trial trains once
         self.opened = time.time()
+        self.stored = 0  # trials this store put since it was opened: what a stop keeps
         self.conn = _open_read_only(self.path) if read_only else _open(self.path)
         # closed when the store is dropped, not when the cyclic collector reaches the connection
         # (it holds a cycle of its own): the last connection out removes the -wal and -shm files
@@ -315,6 +316,7 @@ class Store:
         )
         with self.errors():
             self.conn.execute(PUT, row)
+        self.stored += 1
         for listener in self.listeners:
             listener(record)
 

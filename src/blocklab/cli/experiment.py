@@ -36,7 +36,6 @@ MEASURED = {
     "demo": "7 min 8 s",
     "degree-sweep": "7 min 8 s",
     "sanford qsa": "2 min 16 s",
-    "sanford match": "29 min, sharing the cores with another run",
     "needle": "1 min 8 s",
     "mad": "22 min 32 s",
     "depth-width": "about 22 min (44 core-minutes)",

@@ -330,7 +330,6 @@ def run(
     units = [u for u in units if any(s.id not in done for s in u)]
     bar, own = display(progress)
     bar.phase(label, len(specs) - len(done))
-    finished = 0
     runner = (
         make_executor(res.executor, workers, res.executor_options, res.plugins) if units else None
     )
@@ -351,7 +350,6 @@ def run(
                                 finished_at=now,
                             )
                         claims.store(store.put, records)
-                        finished += len(records)
                         for spec, record in zip(taken[index], records, strict=True):
                             bar.update(spec, record)
                             if on_record:
@@ -361,10 +359,11 @@ def run(
                 units = waiting
                 if units and not taken:  # the rest is held by other sweeps: wait for them
                     time.sleep(POLL)
+    # the count is the command's, not this sweep's: a command runs several sweeps on one store
     except KeyboardInterrupt:
-        raise Interrupted(finished) from None
+        raise Interrupted(store.stored) from None
     except WorkerLost:
-        raise WorkerDied(finished) from None
+        raise WorkerDied(store.stored) from None
     finally:
         if own:
             bar.close()
