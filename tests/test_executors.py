@@ -102,7 +102,9 @@ def test_unknown_executor_and_options():
         make_executor("rey", 2)
     with pytest.raises(UserError, match="unknown option 'cpus' .*num_cpus"):
         make_executor("ray", 2, {"cpus": "2"})
-    with pytest.raises(UserError, match="known: none"):
+    with pytest.raises(
+        UserError, match="unknown option .address. for the local executor .known: threads."
+    ):
         make_executor("local", 2, {"address": "auto"})
     with pytest.raises(UserError, match="time='soon' must be an integer"):
         make_executor("slurm", 2, {"time": "soon"})

@@ -296,6 +296,7 @@ def test_degree_sweep_accepts_attention_arms():
 
 
 def test_match_tests_are_paired_and_holm_corrected_within_each_task():
+    from blocklab.analysis import match
     from blocklab.experiments.sanford_match import MatchConfig
     from blocklab.reports import sanford_match as report
 
@@ -309,7 +310,7 @@ def test_match_tests_are_paired_and_holm_corrected_within_each_task():
         for model, v in (("tensor", tensor), ("standard", standard))
         for w in (6, 12)
     ]
-    tests = {(t["task"], t["width"]): t for t in report.tests(cfg, summaries)}
+    tests = {(t["task"], t["width"]): t for t in match.tests(cfg, summaries)}
     p6, p12 = (stats.ttest_rel(tensor[w], standard[w]).pvalue for w in (6, 12))
     assert tests[("match3", 6)]["p"] == pytest.approx(p6)
     # Holm over Match3's two widths only: Match2's equal accuracies (p = 1) do not dilute them
@@ -320,7 +321,7 @@ def test_match_tests_are_paired_and_holm_corrected_within_each_task():
         "Match2, 2 widths: none differs (Holm p < 0.05, 4 seeds)",
         "Match3, 2 widths: tensor ahead at 6 (Holm p < 0.05, 4 seeds)",
     ]
-    power = report.power_json(cfg, list(tests.values()))
+    power = match.power_json(cfg, list(tests.values()))
     expected = t_test_power(0.08, 0.043, 4, 0.05 / 2 / 2, paired=True).power
     assert power["power"] == pytest.approx(expected) and power["comparisons"] == 2
     assert power["measured_sd"] > 0 and power["power_at_measured_sd"] is not None

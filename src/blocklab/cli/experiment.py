@@ -38,7 +38,7 @@ MEASURED = {
     "sanford qsa": "2 min 16 s",
     "needle": "1 min 8 s",
     "mad": "22 min 32 s",
-    "depth-width": "about 22 min (44 core-minutes)",
+    "depth-width": "25 min 35 s from a fresh clone (2,950 core-seconds)",
     "seprank depth-width": "1 min 29 s",
     "seprank degree": "31 s",
     "collapse": "41 s",
