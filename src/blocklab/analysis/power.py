@@ -52,15 +52,9 @@ def design_power(effect, sd, n, alpha, *, paired=False, measured_sds=()) -> dict
     stds = [float(x) for x in measured_sds if math.isfinite(x)]
     pooled = math.sqrt(sum(x * x for x in stds) / len(stds)) if stds else None
     if n < 2:
-        out = {"effect": effect, "sd": sd, "n": n, "alpha": alpha, "paired": paired}
-        return (
-            out
-            | {"power": None, "why": "a t-test needs 2 seeds or more"}
-            | {
-                "measured_sd": pooled,
-                "power_at_measured_sd": None,
-            }
-        )
+        planned = {"effect": effect, "sd": sd, "n": n, "alpha": alpha, "paired": paired}
+        why = {"power": None, "why": "a t-test needs 2 seeds or more"}
+        return planned | why | {"measured_sd": pooled, "power_at_measured_sd": None}
     at = t_test_power(effect, pooled, n, alpha, paired=paired).power if pooled else None
     out = t_test_power(effect, sd, n, alpha, paired=paired).to_dict()
     return out | {"measured_sd": pooled, "power_at_measured_sd": at}

@@ -111,9 +111,8 @@ class LocalExecutor(Executor):
 
             before = torch.get_num_threads()
             for i, item in enumerate(itertools.chain(first, items)):
-                torch.set_num_threads(
-                    threads
-                )  # as in a pool worker: results do not depend on workers
+                # as in a pool worker: results do not depend on workers
+                torch.set_num_threads(threads)
                 try:
                     result = fn(item, device)
                 finally:
