@@ -215,4 +215,4 @@ def test_bad_mad_input_is_one_line(args, capsys, tmp_path):
 
 def test_config_round_trip():
     cfg = mad.MadConfig.full()
-    assert cfg.levels == 4 and dataclasses.replace(cfg, levels=2).levels == 2
+    assert cfg.levels == 5 and dataclasses.replace(cfg, levels=2).levels == 2
