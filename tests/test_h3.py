@@ -173,8 +173,9 @@ def test_trains_in_a_two_layer_net_on_mqar():
     assert sum(losses[-10:]) / 10 < 0.5 * losses[0]
 
 
-def test_a_two_member_ensemble_equals_its_members():
-    """Not stackable: the engine runs it under torch.func.vmap."""
+@pytest.mark.parametrize("path", ["stacked", "vmap"])
+def test_a_two_member_ensemble_equals_its_members(path):
+    """Each member's kernels from its own SSM parameters, on either ensemble path."""
     arm, t = parse_arm("h3(head_dim=2,state=6)"), 6
     nets = []
     for seed in range(2):
@@ -187,8 +188,8 @@ def test_a_two_member_ensemble_equals_its_members():
         y.square().sum().backward()
         refs.append(y.detach())
         grads.append({k: p.grad.clone() for k, p in net.named_parameters()})
-    ens = Ensemble(nets)
-    assert ens.path == "vmap"
+    ens = Ensemble(nets, path)
+    assert ens.path == path
     out = ens(x)
     out.square().sum().backward()
     for e in range(2):

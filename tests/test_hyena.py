@@ -1,6 +1,6 @@
 """The hyena block: the FFT path against its lag-by-lag reference (forward and backward, float64),
 the paper's matrix form, causality, exact parameter counts, degrees, the implicit filters, bad
-options, and training in a 2-layer network, alone and in an ensemble (the vmap path)."""
+options, and training in a 2-layer network, alone and in an ensemble (both paths)."""
 
 import math
 
@@ -170,10 +170,11 @@ def test_the_token_suite_takes_it():
     assert "hyena" in mad.default_blocks()
     assert mad.causal_arm("hyena(order=3)").kwargs == {"order": 3, "causal": True}
     assert mad.nominal_degree(mad.causal_arm("hyena"), 8) == 3
-    assert not BLOCKS.get("hyena").stackable
+    assert BLOCKS.get("hyena").stackable
 
 
-def test_an_ensemble_runs_it_under_vmap():
+@pytest.mark.parametrize("path", ["auto", "stacked", "vmap"])
+def test_an_ensemble_of_members_each_with_its_own_filters(path):
     arm = parse_arm("hyena(causal=true)")
     nets = []
     for seed in (0, 1):
@@ -181,8 +182,8 @@ def test_an_ensemble_runs_it_under_vmap():
         nets.append(Net(arm, 2, 8, 5, 3, seq_len=6))
     x = torch.randn(2, 4, 6, 5)  # (E, B, T, F)
     want = torch.stack([net(xe) for net, xe in zip(nets, x, strict=True)])
-    ens = Ensemble(nets)
-    assert ens.path == "vmap"
+    ens = Ensemble(nets, path)
+    assert ens.path == ("stacked" if path == "auto" else path)
     assert torch.allclose(ens(x), want, atol=1e-5)
 
 
@@ -219,7 +220,7 @@ def test_trains_alike_in_an_ensemble_and_alone():
     together = sweep.run_group(specs, "cpu")
     for s, record in zip(specs, together, strict=True):
         assert record["status"] != "failed", record.get("error")
-        assert record["metrics"]["ensemble"] == {"members": 2, "path": "vmap"}
+        assert record["metrics"]["ensemble"] == {"members": 2, "path": "stacked"}
         alone = sweep.run_trial(s, "cpu")["metrics"]
         assert record["metrics"]["test_metric"] == pytest.approx(alone["test_metric"], abs=1e-6)
         assert record["metrics"]["test_loss"] == pytest.approx(alone["test_loss"], rel=1e-4)

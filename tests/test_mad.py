@@ -200,6 +200,32 @@ def test_mad_end_to_end(tmp_path, capsys):
     assert "Aggregate score per block" in report and "Paired tests" in report
     edges = [k for k, c in payload["lr_choice"].items() if c["at_edge"]]
     assert f"Learning rates: {len(edges)} of 4 (block, task) choices at an edge" in report
+    # the time: every final trial and every rate the search tried beside the chosen one
+    t = payload["trial_time"]
+    others = [sec for c in payload["lr_choice"].values() for r, sec in c["seconds"].items()
+              if r != f"{c['lr']:g}"]  # fmt: skip
+    assert t["trainings"] == 16 + len(others) and t["search"] == pytest.approx(sum(others))
+    assert sum(t["by_block"].values()) == pytest.approx(t["total"])
+    assert sum(t["by_task"].values()) == pytest.approx(t["total"]) and t["search"] < t["total"]
+    assert (
+        f"Trial time (the trainings' own seconds, summed over processes): {t['total']:.0f} s"
+        in report
+    )
+
+
+def test_trial_time_counts_the_search_once():
+    rows = [
+        {"block": "a", "task": "x", "seconds": 2.0},
+        {"block": "b", "task": "x", "seconds": 5.0},
+    ]
+    rows.append({"block": "a", "task": "y", "seconds": 1.0})
+    # the chosen rate's search trial is the seed-0 row: only the other rates add time
+    choice = {"a/x": {"lr": 0.01, "seconds": {"0.003": 3.0, "0.01": 2.0, "0.03": 4.0}}}
+    choice["b/x"] = {"lr": 0.003, "seconds": {"0.003": 5.0, "0.01": None}}
+    t = suite.trial_time(rows, choice)
+    assert t["total"] == 15.0 and t["search"] == 7.0 and t["trainings"] == 5
+    assert t["by_block"] == {"a": 10.0, "b": 5.0} and list(t["by_task"].items()) == [
+        ("x", 14.0), ("y", 1.0)]  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -154,3 +154,32 @@ def one_sided_lower(a: list[float], b: list[float]) -> float | None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return float(stats.ttest_ind(a, b, equal_var=False, alternative="less").pvalue)
+
+
+def trial_time(rows: list[dict[str, Any]], lr_choice: dict[str, dict[str, Any]]) -> dict:
+    """Where a suite's training time went: the seconds of its trials (the rows) and of the rate
+    search's other rates (the chosen rate's search trial is a row), in all and per block and
+    task. {"total", "search", "trainings", "by_block", "by_task"}; the shares sort largest
+    first."""
+    by_block: dict[str, float] = defaultdict(float)
+    by_task: dict[str, float] = defaultdict(float)
+    trainings, search = 0, 0.0
+    for r in rows:
+        by_block[r["block"]] += r["seconds"] or 0.0
+        by_task[r["task"]] += r["seconds"] or 0.0
+        trainings += 1
+    for key, c in lr_choice.items():
+        block, task = key.rsplit("/", 1)
+        for rate, sec in (c.get("seconds") or {}).items():
+            if rate != f"{c['lr']:g}" and sec is not None:
+                by_block[block] += sec
+                by_task[task] += sec
+                search += sec
+                trainings += 1
+
+    def ranked(d):
+        return dict(sorted(d.items(), key=lambda kv: -kv[1]))
+
+    total = sum(by_block.values())
+    return {"total": total, "search": search, "trainings": trainings,
+            "by_block": ranked(by_block), "by_task": ranked(by_task)}  # fmt: skip

@@ -52,7 +52,7 @@ from torch import nn
 from blocklab.blocks import BLOCKS
 from blocklab.blocks._attention import flag, linear, positive_int
 from blocklab.blocks._longconv import direct_conv, fft_conv
-from blocklab.blocks.base import Block
+from blocklab.blocks.base import Block, per_member
 from blocklab.errors import UserError
 
 DT_MIN, DT_MAX = 1e-3, 1e-1
@@ -75,7 +75,8 @@ def sizes(d_out: int, state: int, head_dim: int, causal: bool, bias: bool) -> tu
 @BLOCKS.register
 class H3(Block):
     mixes_tokens = True
-    stackable = False  # raw SSM parameters: ensembles run it under torch.func.vmap
+    # an ensemble stacks the raw SSM parameters: each member makes its own kernels
+    stackable = True
     degree = 3
     examples = [
         {},
@@ -108,7 +109,9 @@ class H3(Block):
         self.c_re = nn.Parameter(torch.randn(h, p) * math.sqrt(0.5) * scale)  # (H, P)
         self.c_im = nn.Parameter(torch.randn(h, p) * math.sqrt(0.5) * scale)  # (H, P)
         self.log_a = nn.Parameter(torch.full((h, p), math.log(0.5)))  # Re A = -1/2
-        self.a_im = nn.Parameter((math.pi * torch.arange(p, dtype=torch.float)).repeat(h, 1))
+        self.a_im = nn.Parameter(
+            (math.pi * torch.arange(p).to(torch.get_default_dtype())).repeat(h, 1)
+        )
         lo, hi = math.log(DT_MIN), math.log(DT_MAX)
         self.log_dt = nn.Parameter(torch.rand(h) * (hi - lo) + lo)  # (H,) log-uniform dt
         self.d_skip = nn.Parameter(torch.randn(h) * scale)  # (H,)
@@ -133,29 +136,33 @@ class H3(Block):
         # C_shift; per head: C_re, C_im, log_a, A_im (P each), log_dt, D_skip
         return projections + d * state + h * (4 * p + 2)
 
+    # the kernels, from the raw parameters; an ensemble's carry a leading member axis E, and so
+    # do its kernels
+
     def shift_kernel(self, t: int) -> torch.Tensor:
-        taps = self.shift_c[:, :t]  # (D, min(N, T)): taps past T never act
-        return F.pad(taps, (0, t - taps.shape[-1])).T  # (T, D)
+        taps = self.shift_c[..., :t]  # (D, min(N, T)): taps past T never act
+        return F.pad(taps, (0, t - taps.shape[-1])).mT  # (T, D)
 
     def diag_kernel(self, t: int) -> torch.Tensor:
         dt = self.log_dt.exp()  # (H,)
         a = torch.complex(-self.log_a.exp(), self.a_im)  # (H, P), Re A < 0: stable
-        dta = dt[:, None] * a  # (H, P)
+        dta = dt[..., None] * a  # (H, P)
         # zero-order hold: B_bar = (exp(dt A) - 1) / A B, with B folded into C
         c = torch.complex(self.c_re, self.c_im) * (dta.exp() - 1) / a  # (H, P)
         pos = torch.arange(t, dtype=dt.dtype, device=dt.device)  # (T,)
         powers = (dta[..., None] * pos).exp()  # (H, P, T): exp(dt A t)
-        return 2 * torch.einsum("hn,hnt->th", c, powers).real  # (T, H), conjugates doubled
+        return 2 * torch.einsum("...hn,...hnt->...th", c, powers).real  # (T, H), conjugates x2
 
     def mix(self, x: torch.Tensor, conv) -> torch.Tensor:
         t, h, dh = x.shape[-2], self.heads, self.head_dim
         q, k, v = self.q(x), self.k(x), self.v(x)  # (B, T, D) each
-        k = conv(k, self.shift_kernel(t))  # (B, T, D)
+        k = conv(k, per_member(self.shift_kernel(t), k, 2))  # (B, T, D)
         # per head the outer product k' v^T: dh * dh channels sharing the head's diagonal SSM
         kv = k.unflatten(-1, (h, dh, 1)) * v.unflatten(-1, (h, 1, dh))  # (B, T, H, dh, dh)
         kv = kv.flatten(-3)  # (B, T, H dh dh)
         kernel = self.diag_kernel(t).repeat_interleave(dh * dh, dim=-1)  # (T, H dh dh)
-        skip = self.d_skip.repeat_interleave(dh * dh)  # (H dh dh,)
+        kernel = per_member(kernel, kv, 2)
+        skip = per_member(self.d_skip.repeat_interleave(dh * dh, dim=-1), kv, 1)  # (H dh dh,)
         s = conv(kv, kernel) + skip * kv  # (B, T, H dh dh)
         y = (q.unflatten(-1, (h, dh, 1)) * s.unflatten(-1, (h, dh, dh))).sum(-2)  # (B, T, H, dh)
         return self.o(y.flatten(-2))  # (B, T, D_out)

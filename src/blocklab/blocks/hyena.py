@@ -52,7 +52,7 @@ from torch import nn
 from blocklab.blocks import BLOCKS
 from blocklab.blocks._attention import flag, linear, positive_int
 from blocklab.blocks._longconv import direct_conv, fft_conv
-from blocklab.blocks.base import Block
+from blocklab.blocks.base import Block, per_member
 from blocklab.errors import UserError
 
 SHORT = 3  # taps of the short depthwise filter
@@ -91,17 +91,20 @@ def positions(t: int, like: torch.Tensor) -> torch.Tensor:
 
 def short_conv(u: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """Causal depthwise convolution: y_t = sum_j weight[j] * u_{t-j}, u (..., T, C), weight
-    (SHORT, C); zeros before the first position, so no output reads a later input."""
+    (SHORT, C), or an ensemble's (E, SHORT, C) with u (E, ..., T, C); zeros before the first
+    position, so no output reads a later input."""
     t = u.shape[-2]
     padded = F.pad(u, (0, 0, SHORT - 1, 0))  # (..., T + SHORT - 1, C)
-    y = sum(padded[..., SHORT - 1 - j : SHORT - 1 - j + t, :] * weight[j] for j in range(SHORT))
-    return y if bias is None else y + bias  # (..., T, C)
+    taps = [per_member(weight[..., j, :], u, 1) for j in range(SHORT)]  # (C,) or (E, 1.., C)
+    y = sum(padded[..., SHORT - 1 - j : SHORT - 1 - j + t, :] * taps[j] for j in range(SHORT))
+    return y if bias is None else y + per_member(bias, u, 1)  # (..., T, C)
 
 
 @BLOCKS.register
 class Hyena(Block):
     mixes_tokens = True
-    stackable = False  # the filter FFN and raw parameters: ensembles run it under vmap
+    # an ensemble stacks the filter FFN too: each member makes its own filters (`filters`)
+    stackable = True
     examples = [
         {"causal": True},
         {"order": 1, "causal": True, "bias": True},
@@ -171,15 +174,19 @@ class Hyena(Block):
         return proj + short + ffn + n * d + biases  # n * d: the skips D_n
 
     def filters(self, t: int, like: torch.Tensor) -> torch.Tensor:
-        """h_1 .. h_N as (N, T, D): Window(s) * FFN(PosEmb(s)) at the positions s < t."""
+        """h_1 .. h_N as (N, T, D): Window(s) * FFN(PosEmb(s)) at the positions s < t; in an
+        ensemble, whose FFN weights and sine frequencies carry a member axis, (E, N, T, D)."""
         # in full precision under autocast: bf16 would round the filter's sines coarsely
         with torch.autocast(like.device.type, enabled=False):
             h = positions(t, like)  # (T, EMB)
+            if self.freq.dim() == 2:  # an ensemble's (E, W): every member reads the positions
+                h = h.expand(self.freq.shape[0], *h.shape)  # (E, T, EMB)
             for layer in self.ffn[:-1]:
-                h = torch.sin(self.freq * layer(h))  # (T, W)
-            h = self.ffn[-1](h)  # (T, N * D)
+                h = layer(h)  # (..., T, W)
+                h = torch.sin(per_member(self.freq, h, 1) * h)  # (..., T, W)
+            h = self.ffn[-1](h)  # (..., T, N * D)
         h = h * window(t, self.d_out, like).repeat(1, self.order)  # each filter: slow to fast
-        return h.unflatten(-1, (self.order, self.d_out)).movedim(-2, 0)  # (N, T, D)
+        return h.unflatten(-1, (self.order, self.d_out)).movedim(-2, -3)  # (..., N, T, D)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.operator(x, fft_conv)
@@ -191,10 +198,12 @@ class Hyena(Block):
     def operator(self, x: torch.Tensor, conv: Any) -> torch.Tensor:
         u = short_conv(self.proj(x), self.short_weight, self.short_bias)  # (B, T, (N + 1) D)
         v, *gates = u.split(self.d_out, dim=-1)  # N + 1 of (B, T, D)
-        h = self.filters(x.shape[-2], x)  # (N, T, D)
+        h = self.filters(x.shape[-2], x)  # (N, T, D), an ensemble's (E, N, T, D)
         z = v
         for n, gate in enumerate(gates):
-            z = gate * (conv(z, h[n]) + self.skip[n] * z)  # (B, T, D)
+            h_n = per_member(h[..., n, :, :], z, 2)  # (T, D), an ensemble's (E, 1, T, D)
+            skip = per_member(self.skip[..., n, :], z, 1)  # (D,), an ensemble's (E, 1, 1, D)
+            z = gate * (conv(z, h_n) + skip * z)  # (B, T, D)
         return self.out(z)  # (B, T, D_out)
 
     def extra_repr(self) -> str:

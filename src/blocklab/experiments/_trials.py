@@ -284,12 +284,14 @@ def search_lr(
     times; a choice still at an edge says so. A grid of one rate is the user's fixed rate: never
     extended, and at its own edge.
 
-    Returns per key {"lr", "tried", "at_edge", "val_metric": {rate: score or None}}."""
+    Returns per key {"lr", "tried", "at_edge", "val_metric": {rate: score or None},
+    "seconds": {rate: training seconds or None}}."""
     from blocklab.engine import sweep
 
     grids = {key: sorted(grid) for key in at}
     extend = extend if len(grid) > 1 else 0
     choice: dict[Hashable, dict[str, Any]] = {}
+    seconds: dict[tuple[Hashable, float], float | None] = {}
     pending, round_ = list(at), 0
     while pending:
         search = {key: [at[key](lr) for lr in grids[key]] for key in pending}
@@ -302,6 +304,8 @@ def search_lr(
         for key in pending:
             rates = grids[key]
             scores = [_score(records.get(s.id), higher) for s in search[key]]
+            for lr, s in zip(rates, search[key], strict=True):
+                seconds[key, lr] = (records.get(s.id) or {}).get("metrics", {}).get("seconds")
             # ties (accuracy 1 at several rates) go to the rate nearest the grid's middle: an edge
             # tied with a rate inside it is no reason to search past it
             top, mid = max(scores), (len(rates) - 1) / 2
@@ -323,6 +327,8 @@ def search_lr(
                     f"{lr:g}": (None if math.isinf(sc) else abs(sc))
                     for lr, sc in zip(rates, scores, strict=True)
                 },
+                # each rate's training time, so a report can say what the search cost
+                "seconds": {f"{lr:g}": seconds.get((key, lr)) for lr in rates},
             }
         pending, round_ = again, round_ + 1
     return choice

@@ -223,6 +223,8 @@ def write(out_dir, cfg, trials) -> Report:
         f"at level {cfg.alpha:g}."
     )
     notes.append(_edges(cfg, trials.lr_choice))
+    timing = suite.trial_time(trials.rows, trials.lr_choice)
+    notes.append(_time(timing))
     notes += markdown.failures(result)
     extra = {
         "results": [{k: r[k] for k in ("block", "task", "level", "mean", "ci_low", "ci_high", "n")}
@@ -234,6 +236,7 @@ def write(out_dir, cfg, trials) -> Report:
         "paired": pairs,
         "published": result.findings,
         "lr_choice": trials.lr_choice,
+        "trial_time": timing,
     }  # fmt: skip
     findings = (
         ["source", "claim", "status", "evidence"],
@@ -296,6 +299,21 @@ def _edges(cfg, lr_choice: dict[str, dict[str, Any]]) -> str:
         f"Learning rates: {len(edge)} of {len(lr_choice)} (block, task) choices at an edge of the "
         f"rates tried (the grid {list(cfg.lr_grid)}, extended up to {cfg.lr_extend} time(s) past "
         f"an edge){named}."
+    )
+
+
+def _time(t: dict[str, Any]) -> str:
+    """Where the training time went, largest shares first (`suite.trial_time`)."""
+
+    def shares(d: dict[str, float]) -> str:
+        return ", ".join(f"{k} {v:.0f} s ({v / t['total']:.0%})" for k, v in d.items())
+
+    if not t["total"]:
+        return "Trial time: not recorded."
+    return (
+        f"Trial time (the trainings' own seconds, summed over processes): {t['total']:.0f} s in "
+        f"{t['trainings']} trainings, {t['search']:.0f} s of it the rate search's other rates. "
+        f"By block: {shares(t['by_block'])}. By task: {shares(t['by_task'])}."
     )
 
 
