@@ -107,7 +107,17 @@ def test_the_width_sweep_end_to_end(tmp_path, capsys):
     assert set(out["min_solving_width"][0]) == {"block", "pairs", "seq_len", "width"}
     gated = next(f for f in out["published"] if f["claim"].startswith("gated convolutions"))
     assert gated["status"] in ("agrees", "disagrees")
-    assert {"scores", "results", "paired", "correlation", "lr_choice"} <= set(out)
+    assert {"scores", "results", "paired", "correlation", "lr_choice", "trial_time"} <= set(out)
+    # the time per block and width: 2 blocks x 2 widths x 2 settings x 2 seeds, and the rates
+    # the search tried beside the chosen ones
+    t = out["trial_time"]
+    others = sum(len(c["tried"]) - 1 for c in out["lr_choice"].values())
+    assert t["trainings"] == 16 + others and set(t["by_width"]) == {"8", "16"}
+    assert sum(t["by_width"].values()) == pytest.approx(t["total"])
+    assert (
+        f"Trial time (the trainings' own seconds, summed over processes): {t['total']:.0f} s"
+        in (tmp_path / "report.md").read_text()
+    )
     # the suite's summary keys, the setting as its level (easiest first), and the sweep's
     assert {"block", "task", "level", "width", "pairs", "seq_len"} <= set(out["summaries"][0])
     assert {(s["pairs"], s["level"]) for s in out["summaries"]} == {(2, 0), (4, 1)}

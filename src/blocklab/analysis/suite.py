@@ -156,24 +156,26 @@ def one_sided_lower(a: list[float], b: list[float]) -> float | None:
         return float(stats.ttest_ind(a, b, equal_var=False, alternative="less").pvalue)
 
 
-def trial_time(rows: list[dict[str, Any]], lr_choice: dict[str, dict[str, Any]]) -> dict:
-    """Where a suite's training time went: the seconds of its trials (the rows) and of the rate
-    search's other rates (the chosen rate's search trial is a row), in all and per block and
-    task. {"total", "search", "trainings", "by_block", "by_task"}; the shares sort largest
-    first."""
+def trial_time(
+    rows: list[dict[str, Any]], lr_choice: dict[str, dict[str, Any]], by: str = "task"
+) -> dict:
+    """Where a run's training time went: the seconds of its trials (the rows) and of the rate
+    search's other rates (the chosen rate's search trial is a row), in all, per block and per
+    `by`, the row field that names a rate choice after its block ("block/<by>"). Returns
+    {"total", "search", "trainings", "by_block", "by_<by>"}, the shares largest first."""
     by_block: dict[str, float] = defaultdict(float)
-    by_task: dict[str, float] = defaultdict(float)
+    by_other: dict[str, float] = defaultdict(float)
     trainings, search = 0, 0.0
     for r in rows:
         by_block[r["block"]] += r["seconds"] or 0.0
-        by_task[r["task"]] += r["seconds"] or 0.0
+        by_other[str(r[by])] += r["seconds"] or 0.0
         trainings += 1
     for key, c in lr_choice.items():
-        block, task = key.rsplit("/", 1)
+        block, other = key.rsplit("/", 1)
         for rate, sec in (c.get("seconds") or {}).items():
             if rate != f"{c['lr']:g}" and sec is not None:
                 by_block[block] += sec
-                by_task[task] += sec
+                by_other[other] += sec
                 search += sec
                 trainings += 1
 
@@ -182,4 +184,4 @@ def trial_time(rows: list[dict[str, Any]], lr_choice: dict[str, dict[str, Any]])
 
     total = sum(by_block.values())
     return {"total": total, "search": search, "trainings": trainings,
-            "by_block": ranked(by_block), "by_task": ranked(by_task)}  # fmt: skip
+            "by_block": ranked(by_block), f"by_{by}": ranked(by_other)}  # fmt: skip

@@ -224,7 +224,7 @@ def write(out_dir, cfg, trials) -> Report:
     )
     notes.append(_edges(cfg, trials.lr_choice))
     timing = suite.trial_time(trials.rows, trials.lr_choice)
-    notes.append(_time(timing))
+    notes.append(time_note(timing))
     notes += markdown.failures(result)
     extra = {
         "results": [{k: r[k] for k in ("block", "task", "level", "mean", "ci_low", "ci_high", "n")}
@@ -302,7 +302,7 @@ def _edges(cfg, lr_choice: dict[str, dict[str, Any]]) -> str:
     )
 
 
-def _time(t: dict[str, Any]) -> str:
+def time_note(t: dict[str, Any], by: str = "task") -> str:
     """Where the training time went, largest shares first (`suite.trial_time`)."""
 
     def shares(d: dict[str, float]) -> str:
@@ -313,7 +313,7 @@ def _time(t: dict[str, Any]) -> str:
     return (
         f"Trial time (the trainings' own seconds, summed over processes): {t['total']:.0f} s in "
         f"{t['trainings']} trainings, {t['search']:.0f} s of it the rate search's other rates. "
-        f"By block: {shares(t['by_block'])}. By task: {shares(t['by_task'])}."
+        f"By block: {shares(t['by_block'])}. By {by}: {shares(t[f'by_{by}'])}."
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 
+from blocklab.analysis import suite
 from blocklab.analysis import width_sweep as ws
 from blocklab.analysis.summary import summarize
 from blocklab.formatting import number, plain
@@ -80,7 +81,7 @@ def _w(width: int | None) -> str:
 
 
 def write(out_dir, cfg, trials) -> Report:
-    from blocklab.reports.mad import published
+    from blocklab.reports.mad import published, time_note
 
     require_finished(trials)
     out = Path(out_dir)
@@ -112,6 +113,7 @@ def write(out_dir, cfg, trials) -> Report:
     )
     edges = sum(bool(c["at_edge"]) for c in trials.lr_choice.values())
     plateau = ws.plateau(trials.rows, cfg.plateau_tol)
+    timing = suite.trial_time(trials.rows, trials.lr_choice, by="width")
     notes = [
         f"Learning rates: one per (block, width), chosen on validation at the easiest setting; "
         f"{edges} of {len(trials.lr_choice)} choices lie at an edge of the rates tried.",
@@ -124,6 +126,7 @@ def write(out_dir, cfg, trials) -> Report:
         )
         + ". A block that solves nothing while far from a plateau is undertrained, not shown "
         "unable: train longer (--steps).",
+        time_note(timing, by="width"),
         "Smallest solving width: the least width of the sweep whose mean test accuracy over "
         f"seeds reaches {cfg.solved:g}. Intervals: Student-t over seeds, clipped to [0, 1].",
         *markdown.failures(trials),
@@ -139,7 +142,7 @@ def write(out_dir, cfg, trials) -> Report:
         "correlation": {"rho": None, "p": None, "against": "degree"},
         "correlation_h": {"rho": None, "p": None, "against": "h(degree)"},
         "lr_choice": trials.lr_choice, "width_sweep": table, "min_solving_width": minimal,
-        "plateau": plateau,
+        "plateau": plateau, "trial_time": timing,
         "summaries": summarize(trials.rows, SUMMARY_KEYS),
         "failed": trials.failed,
     }  # fmt: skip
