@@ -49,7 +49,8 @@ def test_run_returns_what_the_command_prints_and_writes_the_same_run(tmp_path, c
         }
     )
     assert payload["status"]["line"].startswith("NO VERDICT: design checks failed: ")
-    assert "replicates" in payload["status"]["line"]
+    failed = {c["name"] for c in payload["design_checks"] if not c["passed"]}
+    assert "replicates" in failed
     out = tmp_path / "api"
     assert json.loads((out / "run.json").read_text())["status"] == payload["status"]
     assert f"**{payload['status']['line']}**" in (out / "report.md").read_text().splitlines()[:3]

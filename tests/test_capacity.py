@@ -12,7 +12,8 @@ from blocklab.analysis import capacity, design
 from blocklab.analysis.stats import compare
 from blocklab.cli import main
 from blocklab.experiments import degree_sweep
-from blocklab.reports.capacity import capacity_json, check_lines, detail, verdict_sentence
+from blocklab.reports.capacity import capacity_json, detail
+from blocklab.reports.multipliers import status_line
 from blocklab.store import Store
 from blocklab.theory import h
 
@@ -49,7 +50,7 @@ def _rows(seeds=6, teachers=1, noise=0.01, rise=None, plateau=0.001, moved=None)
             shared = rng.normal(0, noise)  # a (teacher, seed) effect every arm shares
             for arm, k in SCALE.items():
                 for b in BUDGETS:
-                    loss = 0.05 + 5.0 * (b / k) ** -0.5
+                    loss = 0.02 + 5.0 * (b / k) ** -0.5
                     if rise == (arm, b):
                         loss *= 2.0  # an undertrained point: worse at a larger budget
                     loss *= math.exp(shared + rng.normal(0, noise / 3))
@@ -84,37 +85,65 @@ def _check(result, name):
 
 def test_a_sound_run_passes_its_checks_and_states_a_verdict():
     result = _analyze(_rows())
-    assert result.passed and result.verdict.refused is None
-    assert result.verdict.standing is capacity.Standing.REFERENCE_BEST
-    eff = result.fit.efficiency
-    assert eff["d=2"].multiplier == pytest.approx(1.2, rel=0.05)
-    assert eff["mlp"].ci_low > 1.5
-    assert eff["d=2"].ci_low > 1.0  # resolved: d=3 needs fewer parameters
-    said = verdict_sentence(result)
-    assert said.startswith("d=3 is the most parameter-efficient arm. ")
-    assert "predicted 1.057" in said
+    assert result.passed and result.decision.outcome is capacity.Outcome.VERDICT
+    m = result.model.multipliers
+    assert m["d=2"].value == pytest.approx(1.2, rel=0.05)
+    assert m["mlp"].low > 1.5
+    assert m["d=2"].low > 1.0  # resolved: d=3 needs fewer parameters
+    verdict, line = status_line(result)
+    assert verdict and line.startswith("VERDICT: m(d=2) = 1.2")
+    assert "d=2 needs more parameters than d=3" in line and "predicted 1.057" in line
+    assert "m_2 / m_4 = 1.09" in line
 
 
 @pytest.mark.parametrize(
     ("name", "kwargs"),
     [
         ("plateau", {"rows": {"plateau": 0.2}}),
-        ("monotone_in_budget", {"rows": {"rise": ("d=4", 8000)}}),
+        ("curve", {"rows": {"rise": ("d=4", 8000)}}),
         ("lr_not_at_edge", {"choice": True}),
-        ("budget_span", {"budgets": BUDGETS[:3]}),
+        ("budget_span", {"budgets": BUDGETS[:2] + BUDGETS[3:]}),
         ("width_matched", {"rows": {"moved": ("d=3", 1000)}}),
     ],
 )
 def test_a_failed_design_check_withholds_the_verdict(name, kwargs):
     rows = _rows(**kwargs.get("rows", {}))
+    if "budgets" in kwargs:
+        rows = [r for r in rows if r["budget"] in kwargs["budgets"]]
     result = _analyze(rows, _choice(kwargs.get("choice", False)), kwargs.get("budgets", BUDGETS))
     failed = [c.name for c in result.checks if not c.passed]
     assert failed == [name]
-    assert result.verdict.refused is capacity.Refusal.DESIGN_CHECK
-    assert [c.name for c in result.verdict.failed] == [name]
+    assert result.decision.outcome is capacity.Outcome.NO_VERDICT
+    assert [c.name for c in result.decision.failed] == [name]
     assert capacity_json(result)["verdict"] is None
-    _, text = check_lines(result)
-    assert f"design check failed: {name}" in text and text.endswith("no verdict")
+    verdict, line = status_line(result)
+    assert not verdict and line.startswith(f"NO VERDICT: design checks failed: {name};")
+
+
+def test_the_curve_check_fails_on_a_rising_curve():
+    """d=4's loss rising by 65% from its smallest budget to its largest (the flat curves of a
+    width-3 LayerNorm run): the check must fail and say which arm."""
+    rows = _rows()
+    for r in rows:
+        if r["arm"] == "d=4":
+            r["test_loss"] = r["test_metric"] = 0.027 * (1.65 ** (BUDGETS.index(r["budget"]) / 3))
+    check = _check(_analyze(rows), "curve")
+    assert not check.passed and "d=4" in check.flat
+    fall = {a: f for a, _, _, _, _, f in check.falls}
+    assert fall["d=4"] == pytest.approx(1 / 1.65, rel=1e-6) and fall["d=3"] > 2
+    assert "d=4 0.606x" in detail(check)
+
+
+def test_a_sound_run_with_wide_intervals_is_inconclusive_with_the_run_size_it_needs():
+    result = _analyze(_rows(seeds=3, noise=0.3))
+    assert result.passed
+    assert result.decision.outcome is capacity.Outcome.INCONCLUSIVE
+    verdict, line = status_line(result)
+    assert not verdict and line.startswith("INCONCLUSIVE: m")
+    assert "resolution +-" in line and "the predicted effect is 5.7%" in line
+    assert "+-3% needs about" in line and "(this run: 3)" in line
+    need = result.decision.units_for_3pct
+    assert need > 3 and f"about {need} (teacher, seed) units" in line
 
 
 def test_width_check_names_the_moved_arm_and_ignores_depth_mode():
@@ -132,18 +161,12 @@ def test_one_unit_of_width_is_allowed_only_where_it_is_at_most_a_fifth(width, sl
     assert design.width_check(rows, width).passed is (slack == 1)
 
 
-def test_monotone_check_names_the_rise():
-    check = _check(_analyze(_rows(rise=("d=4", 8000))), "monotone_in_budget")
-    assert [r[:2] for r in check.rises] == [("d=4", 4000)]
-    assert "d=4" in detail(check) and "8000" in detail(check)
-
-
 def test_without_a_reference_fit_there_is_no_verdict():
     result = _analyze([r for r in _rows() if r["arm"] != "d=3"])
-    assert result.passed and result.verdict.refused is capacity.Refusal.NO_REFERENCE_FIT
-    assert check_lines(result)[1] == (
-        "no scaling fit for the reference arm d=3 (is it among the degrees?) — no verdict"
-    )
+    assert result.model is None and result.decision.outcome is capacity.Outcome.NO_VERDICT
+    verdict, line = status_line(result)
+    assert not verdict and line.startswith("NO VERDICT: design checks failed: ")
+    assert "resolution" in line
 
 
 def test_teachers_split_the_spread():
@@ -161,7 +184,12 @@ def test_json_contract():
     payload = json.loads(json.dumps(degree_sweep_plain(capacity_json(_analyze(_rows())))))
     assert payload["budgets"] == list(BUDGETS)
     names = [c["name"] for c in payload["design_checks"]]
-    assert {"plateau", "monotone_in_budget", "lr_not_at_edge"} <= set(names)
+    assert {"plateau", "curve", "lr_not_at_edge", "resolution"} <= set(names)
+    assert payload["multipliers"]["d=3"] == {"m": 1.0, "ci_low": 1.0, "ci_high": 1.0}
+    assert set(payload["multipliers"]["d=2"]) == {"m", "ci_low", "ci_high"}
+    assert set(payload["m2_over_m4"]) == {"ratio", "ci_low", "ci_high"}
+    assert payload["alpha"] > 0 and len(payload["alpha_ci"]) == 2
+    assert set(payload["shape_test"]) >= {"shared_alpha_preferred", "p"}
     assert all(set(c) == {"name", "passed", "detail"} for c in payload["design_checks"])
     assert isinstance(payload["verdict"], str)
     arm = payload["arms"]["d=2"]
@@ -275,7 +303,7 @@ def test_an_undertrained_run_prints_no_verdict(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "- FAILED: plateau" in text and "NO VERDICT: design checks failed: plateau" in text
     report = (tmp_path / "short" / "report.md").read_text()
-    assert "no verdict" in report and "FAILED: plateau" in report
+    assert "NO VERDICT" in report and "FAILED: plateau" in report
 
 
 def test_teachers_need_a_task_whose_data_follow_the_seed(tmp_path, capsys):

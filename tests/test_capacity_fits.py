@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from blocklab.analysis import capacity, design
+from blocklab.analysis import capacity, cells, design, fit_checks
 from blocklab.analysis.stats import compare
 
 DEGREE = {"d=2": 2.0, "d=3": 3.0, "d=4": 4.0, "mlp": None}
@@ -17,7 +17,7 @@ BUDGETS = (1000, 2000, 4000, 8000)
 SCALE = {"d=3": 1.0, "d=2": 1.2, "d=4": 1.1, "mlp": 2.0}  # parameters each needs against d=3
 STEPS = 64
 # every trial's three restarts, as multiples of its best: restart 0 is not the best one
-RESTARTS = (1.1, 1.0, 1.3)
+RESTARTS = (1.01, 1.0, 1.3)
 
 
 def fit_row(arm, budget, seed, train, *, teacher=0, optimizer="lm", converged=True, gap=1.05):
@@ -64,18 +64,18 @@ def fit_row(arm, budget, seed, train, *, teacher=0, optimizer="lm", converged=Tr
 
 
 def fit_rows(seeds=3, unconverged=0, overfit=None, optimizer="lm"):
-    """Fits following L = 0.05 + 5 (P / k)^-0.5 per arm, with small noise; the first
+    """Fits following L = 0.02 + 5 (P / k)^-0.5 per arm, with small noise; the first
     `unconverged` rows lack the certificate; the cell `overfit` tests 1.5x its training loss."""
     rng = np.random.default_rng(0)
     rows = []
     for seed in range(seeds):
         for arm, k in SCALE.items():
             for b in BUDGETS:
-                train = (0.05 + 5.0 * (b / k) ** -0.5) * math.exp(rng.normal(0, 0.003))
+                train = (0.02 + 5.0 * (b / k) ** -0.5) * math.exp(rng.normal(0, 0.003))
                 gap = 1.5 if overfit == (arm, b) else 1.05
                 rows.append(fit_row(arm, b, seed, train, optimizer=optimizer, gap=gap))
     for r in rows[:unconverged]:
-        r["converged"] = False
+        r["converged"], r["plateau_improvement"] = False, 0.2
     return rows
 
 
@@ -126,12 +126,14 @@ def test_fits_are_judged_by_their_certificates_not_a_plateau():
     assert names(result) == [
         "budget_span",
         "converged",
-        "monotone_in_budget",
+        "search",
+        "curve",
         "generalization",
         "width_matched",
         "replicates",
+        "resolution",
     ]
-    assert result.passed and result.verdict.refused is None
+    assert result.passed and result.decision.outcome is capacity.Outcome.VERDICT
 
 
 def test_adam_runs_keep_plateau_and_lr_edge_and_get_no_fit_checks():
@@ -143,10 +145,11 @@ def test_adam_runs_keep_plateau_and_lr_edge_and_get_no_fit_checks():
     assert names(result) == [
         "budget_span",
         "plateau",
-        "monotone_in_budget",
+        "curve",
         "lr_not_at_edge",
         "width_matched",
         "replicates",
+        "resolution",
     ]
     s = result.stats["d=3"][1000]
     assert math.isnan(s["train_mean"]) and math.isnan(s["restart_spread"])
@@ -155,7 +158,7 @@ def test_adam_runs_keep_plateau_and_lr_edge_and_get_no_fit_checks():
 
 def test_rows_without_an_optimizer_are_adam_runs():
     rows = [{k: v for k, v in r.items() if k != "optimizer"} for r in fit_rows(seeds=2)]
-    assert not design.second_order(rows)
+    assert not cells.second_order(rows)
     assert "plateau" in names(analyze(rows))
 
 
@@ -164,7 +167,8 @@ def test_converged_needs_90_percent_of_the_trials(unconverged, passed):
     """48 trials: 4 without the certificate leave 91.7%, 5 leave 89.6%."""
     c = check(analyze(fit_rows(unconverged=unconverged), converge_tol=0.05), "converged")
     assert c.trials == 48 and c.share == pytest.approx((48 - unconverged) / 48)
-    assert c.passed is passed and c.tol == 0.05
+    assert c.passed is passed and c.certificate_tol == 0.05
+    assert c.tol == pytest.approx((1 + fit_checks.RESOLUTION) ** c.alpha - 1)
     if unconverged:  # the first rows are d=3's cells of seed 0, each 1 of its 3 trials
         assert c.least[0][2] == pytest.approx(2 / 3)
 
@@ -172,7 +176,7 @@ def test_converged_needs_90_percent_of_the_trials(unconverged, passed):
 def test_exactly_90_percent_converged_passes():
     rows = fit_rows(seeds=5)[:40]
     for r in rows[:4]:
-        r["converged"] = False
+        r["converged"], r["plateau_improvement"] = False, 0.2
     c = design.design_checks(rows, {}, list(BUDGETS), 0.03)[1]
     assert c.name == "converged" and c.share == pytest.approx(0.9) and c.passed
 
@@ -184,7 +188,7 @@ def test_generalization_fails_where_one_cell_tests_above_1_2x_its_training_loss(
     bad = check(result, "generalization")
     assert not bad.passed and [c[:2] for c in bad.failing] == [("d=4", 1000)]
     assert bad.worst == pytest.approx(1.5, rel=1e-9)
-    assert [c.name for c in result.verdict.failed] == ["generalization"]
+    assert [c.name for c in result.decision.failed] == ["generalization"]
 
 
 def test_budget_stats_of_fits():
@@ -193,8 +197,8 @@ def test_budget_stats_of_fits():
     cell = [r for r in rows if r["arm"] == "d=2" and r["budget"] == 4000]
     assert s["converged_fraction"] == 1.0
     assert s["train_mean"] == pytest.approx(np.mean([r["train_loss"] for r in cell]))
-    assert s["restart_median_mean"] == pytest.approx(1.1 * s["train_mean"])
-    assert s["restart_spread"] == pytest.approx(0.1)
+    assert s["restart_median_mean"] == pytest.approx(1.01 * s["train_mean"])
+    assert s["restart_spread"] == pytest.approx(0.01)
 
 
 def test_arms_json_adds_the_fit_keys_and_keeps_the_old_ones():
@@ -202,7 +206,7 @@ def test_arms_json_adds_the_fit_keys_and_keeps_the_old_ones():
     old = {"mean", "std", "ci_low", "ci_high", "plateaued_fraction", "n", "block_params"}
     assert old | {"params", "within_teacher_std", "between_teacher_std"} <= set(budgets)
     assert {"converged_fraction", "train_mean", "restart_spread"} <= set(budgets)
-    assert budgets["converged_fraction"] == 1.0 and budgets["restart_spread"] == pytest.approx(0.1)
+    assert budgets["converged_fraction"] == 1.0 and budgets["restart_spread"] == pytest.approx(0.01)
 
 
 def test_referee_summary_compares_restart_0_with_the_other_optimizer():
@@ -216,7 +220,7 @@ def test_referee_summary_compares_restart_0_with_the_other_optimizer():
         r for r in rows if (r["arm"], r["budget"], r["seed"]) == (first.arm, first.budget, 0)
     )
     assert (first.main, first.referee) == ("lm", "lbfgs")
-    assert first.main_train == pytest.approx(1.1 * main["train_loss"])  # restart 0, not the best
+    assert first.main_train == pytest.approx(1.01 * main["train_loss"])  # restart 0, not the best
     assert first.gap == pytest.approx(-0.1)
     assert all(c.gap == pytest.approx(0.02) for c in summary.cells[1:])
     assert summary.median_gap == pytest.approx(0.02) and summary.max_gap == pytest.approx(0.1)

@@ -129,19 +129,19 @@ def test_sweep_json_report_and_runs(tiny_sweep, tmp_path, capsys):
     out, printed = tiny_sweep
     payload = json.loads(printed)
     arms = {s["arm"] for s in payload["summaries"]}
-    assert arms == {"d=2", "d=e", "d=3", "d=4", "mlp"}
+    assert arms == {"d=2", "d=3", "d=4", "mlp"}
     assert all(s["n"] == 2 for s in payload["summaries"])
     assert len(payload["verdicts"]) == 1 and "t-test" in payload["verdicts"][0]["text"]
     assert set(payload["lr_choice"]) == {f"3072/{a}" for a in arms}
     report = (out / "report.md").read_text()
-    assert "paired" in report and "d=e" in report
+    assert "paired" in report and "d=4" in report
     for png in ("metric_vs_degree.png", "learning_curves.png", "ranking_vs_theory.png"):
         assert (out / png).stat().st_size > 1000
 
     # runs: list, show, export
     assert main(["runs", "--out", str(out), "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
-    assert len(listed) == 5 * (2 + 1)  # per arm: 2 learning rates on seed 0, then seed 1
+    assert len(listed) == 4 * (2 + 1)  # per arm: 2 learning rates on seed 0, then seed 1
     assert main(["runs", "show", listed[0]["id"][:8], "--out", str(out)]) == 0
     assert listed[0]["id"] in capsys.readouterr().out
     assert main(["runs", "--out", str(out)]) == 0
@@ -188,7 +188,7 @@ def test_killed_sweep_resumes_without_rerunning_and_matches(tiny_sweep, tmp_path
     assert rerun.returncode == 0, rerun.stderr
     after = _finished(out / "blocklab.sqlite")
     assert {k: after[k] for k in before} == before  # not one finished trial ran again
-    assert len(after) == 15
+    assert len(after) == 12
 
     def table(stdout: str):
         payload = json.loads(stdout)

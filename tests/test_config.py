@@ -203,5 +203,7 @@ def test_keys_the_config_does_not_read_fail(tmp_path):
         config.resolve(DegreeSweepConfig, defaults, None, adam_flags)
     with pytest.raises(UserError, match="depth is not used"):
         config.resolve(DegreeSweepConfig, defaults, None, {"depth": "8"})
-    deep = config.resolve(DegreeSweepConfig, defaults, None, {"mode": "depth", "depth": "8"})
+    deep = config.resolve(
+        DegreeSweepConfig, defaults, None, {"mode": "depth", "depth": "8", "budgets": ["800"]}
+    )
     assert deep.depth == 8

@@ -116,6 +116,7 @@ def test_a_sweep_of_fits_searches_no_rate_and_referees_each_cell(tmp_path):
         width=2,
         norm="none",
         seeds=2,
+        ladder="off",  # fresh fits per budget, each cell refereed
         train=TrainConfig(optimizer="lm", steps=6, restarts=2),
     )
     trials = degree_sweep.run(cfg, Store(tmp_path), progress=False)

@@ -225,3 +225,59 @@ def test_a_member_stopped_by_the_callback_stays_frozen_while_the_others_go_on():
     certs = converged_batched(fitter, 20, on_step=lambda i, losses: [True, i < 25, True])
     assert [c.passed for c in certs] == [True, False, True]
     assert certs[1].gain < 0.03
+
+
+@pytest.mark.parametrize(
+    ("arm", "norm", "scaled", "ff"),
+    [
+        ("2", "rms", True, "none"),
+        ("3", "layer", False, "none"),
+        ("4", "none", False, "none"),
+        ("e", "rms", True, "none"),
+        ("mlp", "layer", True, "none"),
+        ("[3,2]", "rms", False, "relu4x"),
+    ],
+)
+def test_the_jacobian_by_layers_equals_the_per_example_reference(arm, norm, scaled, ff):
+    """One forward and one backward per output, with each Linear's per-example outer products,
+    give the Jacobian vmap(jacrev) gives, to float64 rounding, for every block the degree sweep
+    fits, with norms, scaled residual branches and feed-forward sublayers."""
+    from blocklab.engine.fit import FlatParams
+    from blocklab.models import Net, parse_arm
+
+    torch.manual_seed(0)
+    net = Net(parse_arm(arm), 3, 4, 3, 2, norm=norm, scaled_residual=scaled, ff=ff).double()
+    x, y = torch.randn(40, 3, dtype=torch.float64), torch.randn(40, 2, dtype=torch.float64)
+    flat = FlatParams(net, x, y)
+    theta = flat.get() + 0.01 * torch.randn(len(flat.get()), dtype=torch.float64)
+    ref = flat.jacobian_by_examples(theta)
+    got = flat.jacobian(theta)
+    assert flat.path == "layers"
+    torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-12 * float(ref.abs().max()))
+
+
+def test_a_parameter_outside_a_linear_takes_the_reference_path():
+    from blocklab.engine.fit import FlatParams
+
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.gain = torch.nn.Linear(3, 1), torch.nn.Parameter(torch.ones(1))
+
+        def forward(self, x):
+            return self.gain * self.lin(x)
+
+    net = Scaled().double()
+    x, y = torch.randn(10, 3, dtype=torch.float64), torch.randn(10, 1, dtype=torch.float64)
+    flat = FlatParams(net, x, y)
+    jac = flat.jacobian(flat.get())
+    assert flat.path == "examples" and jac.shape == (10, 5)
+
+
+def test_gram_by_syrk_equals_the_matrix_product():
+    from blocklab.engine.fit import gram
+
+    jac = torch.randn(300, 40, dtype=torch.float64)
+    a = gram(jac)
+    torch.testing.assert_close(a, jac.T @ jac, rtol=1e-12, atol=1e-10)
+    assert torch.equal(a, a.T)

@@ -18,6 +18,8 @@ from pathlib import Path
 ENGINE = (
     "blocklab.blocks.base",
     "blocklab.engine.ensemble",
+    "blocklab.engine.fit",  # second-order fits: the fitters, the Jacobian, the certificate
+    "blocklab.engine.converge",  # restarts and depth ladders of second-order fits
     "blocklab.models",
     "blocklab.engine.monitor",
     "blocklab.engine.stacked",

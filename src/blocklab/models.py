@@ -135,12 +135,20 @@ def _expansion(kind: str) -> int:
 ACTIVATIONS = {"none": nn.Identity, "relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh}
 
 
+# x / sqrt(mean(x^2) + eps): the residual stream has unit scale, and without a floor the map
+# amplifies without bound near x = 0. At widths of 3 or 4 the stream passes near 0 for some
+# inputs, and a fit then leaves spikes between its training points: measured on a 2-input teacher
+# at width 3, d=3 at depth 8, test MSE 3.9x its training MSE at torch's default eps, 1.09x at
+# 1e-2 (the q50 and q90 errors agreed; the maximum test error was 40x the training one)
+RMS_EPS = 1e-2
+
+
 def make_norm(kind: str, width: int) -> nn.Module:
     # no affine weights: the budget counts blocks only, and norms must not add hidden parameters
     if kind == "layer":
         return nn.LayerNorm(width, elementwise_affine=False)
     if kind == "rms":
-        return nn.RMSNorm(width, elementwise_affine=False)
+        return nn.RMSNorm(width, eps=RMS_EPS, elementwise_affine=False)
     if kind == "none":
         return nn.Identity()
     raise UserError(f"norm must be one of {', '.join(NORMS)}, got {kind!r}")
@@ -178,6 +186,30 @@ class Layer(nn.Module):
                 nn.ReLU(),
                 nn.Linear(k * width, width, bias=bias),
             )
+
+    @torch.no_grad()
+    def scale_branches_(self, c: float) -> None:
+        """Multiply the residual branches' outputs by `c` > 0 through their parameters."""
+        if not isinstance(self.act, (nn.Identity, nn.ReLU)):  # not homogeneous of degree 1
+            raise UserError(
+                "a depth ladder with scaled residual branches needs activation none or relu"
+            )
+        self.block.scale_output_(c)
+        if self.ff is not None:
+            self.ff[-1].weight *= c
+            if self.ff[-1].bias is not None:
+                self.ff[-1].bias *= c
+
+    @torch.no_grad()
+    def silence_(self) -> bool:
+        """Zero the residual branches' outputs, gradients kept alive (`Block.silence_`); whether
+        exactly (every activation here maps 0 to 0)."""
+        exact = self.block.silence_()
+        if self.ff is not None:  # W2 relu(W1 x): zero W2, whose gradient relu(W1 x) is not zero
+            self.ff[-1].weight.zero_()
+            if self.ff[-1].bias is not None:
+                self.ff[-1].bias.zero_()
+        return exact
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.act(self.block(self.norm(x)))  # (B, D) or (B, T, D)
@@ -309,6 +341,27 @@ class Net(nn.Module):
         if self.frozen:
             counts["frozen"] = sum(self.frozen.values())
         return counts
+
+
+def continue_from(new: Net, old: Net) -> bool:
+    """Start `new`, the same network with more layers, from the fitted `old`: every parameter of
+    `old` copied by name (its layers become `new`'s first ones), the added layers silenced
+    (`Layer.silence_`), so the function is unchanged and a fit of `new` cannot end above `old`'s
+    loss. With scaled residual branches (1/sqrt(depth)) the copied branches are rescaled by the
+    ratio of the scales, which keeps the function too. Returns whether the function is unchanged
+    exactly (False: a block that silences only to O(`mlp.SILENT`))."""
+    if len(new.layers) < len(old.layers):
+        raise ValueError(f"cannot continue {len(old.layers)} layers into {len(new.layers)}")
+    own = new.state_dict()
+    with torch.no_grad():
+        for name, value in old.state_dict().items():
+            own[name].copy_(value)
+        ratio = old.layers[0].scale / new.layers[0].scale
+        if ratio != 1.0:
+            for layer in list(new.layers)[: len(old.layers)]:
+                layer.scale_branches_(ratio)
+        added = list(new.layers)[len(old.layers) :]
+        return all([layer.silence_() for layer in added])  # a list: silence every one
 
 
 def checked_block(name: str, width: int, **kwargs: Any) -> nn.Module:

@@ -29,7 +29,15 @@ SECOND_ORDER = ("lbfgs", "lm")
 # the Adam loop's settings, which a second-order fit reads only for its Adam warm start
 ADAM_ONLY = ("batch_size", "lr", "weight_decay", "warmup", "schedule", "decay", "clip")
 # the settings of a second-order fit, which the Adam loop never reads
-FIT_ONLY = ("restarts", "converge_tol", "data_ratio", "max_examples", "warm_start")
+FIT_ONLY = (
+    "restarts",
+    "converge_tol",
+    "data_ratio",
+    "min_examples",
+    "max_examples",
+    "warm_start",
+    "chains",
+)
 
 
 def format_degree(d: float) -> str:
@@ -136,9 +144,26 @@ class TrainConfig:
             gt=0,
         ),
     )
+    min_examples: int = field(
+        default=1,
+        metadata=meta(
+            "lbfgs, lm: at least this many training examples: a small network's test loss is "
+            "noisy against its training loss at data_ratio alone, and costs little more",
+            ge=1,
+        ),
+    )
     max_examples: int = field(
         default=32768,
         metadata=meta("lbfgs, lm: at most this many training examples (the cost is linear)", ge=1),
+    )
+    chains: str = field(
+        default="own",
+        metadata=meta(
+            "lbfgs, lm on a depth ladder: 'own': each restart continues its own fit up the "
+            "ladder (independent chains); 'best': every restart continues the best fit of the "
+            "depth below, its added layers its own (a beam of one, K proposals per depth)",
+            choices=("own", "best"),
+        ),
     )
     warm_start: int = field(
         default=0,
@@ -192,17 +217,25 @@ class TrialSpec:
     # measures taken at initialization and after training, e.g. ("collapse", "seprank(templates=3)")
     measures: tuple[str, ...] = ()
     scaled_residual: bool = False  # residual branches times 1/sqrt(depth) (models.Net)
+    # a depth ladder (second-order fits): the depths fitted in turn, each rung started from the
+    # fitted one below plus silenced layers (`models.continue_from`), ending at `depth`; empty:
+    # one fit at `depth` from a fresh initialization
+    ladder: tuple[int, ...] = ()
 
     def config(self) -> dict[str, Any]:
         config = dataclasses.asdict(self)
         # fields at their defaults stay out, so trials made before they existed keep their ids
-        for name, default in (("measures", ()), ("scaled_residual", False)):
+        for name, default in (("measures", ()), ("scaled_residual", False), ("ladder", ())):
             if config[name] == default:
                 del config[name]
+        if config["train"].get("min_examples") == 1:  # trials made before it existed
+            del config["train"]["min_examples"]
+        if not self.ladder:  # read by ladders alone
+            config["train"].pop("chains", None)
         train = config["train"]
         if not self.train.second_order:  # Adam trials keep the ids they had before fits existed
             for name in ("optimizer", *FIT_ONLY):
-                del train[name]
+                train.pop(name, None)
         elif not self.train.warm_start:  # a fit reads no Adam setting, whatever they hold
             for name in ADAM_ONLY:
                 del train[name]
@@ -217,7 +250,8 @@ class TrialSpec:
 
     def describe(self) -> str:
         fit = self.train.optimizer if self.train.second_order else f"lr={self.train.lr:g}"
-        shape = f"L={self.depth} w={self.width} {fit}"
+        depths = "/".join(map(str, self.ladder)) if self.ladder else str(self.depth)
+        shape = f"L={depths} w={self.width} {fit}"
         return f"{self.task} B={self.budget} {self.arm.label} {shape} seed={self.seed}"
 
 

@@ -15,10 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from blocklab.analysis import scaling
-from blocklab.analysis.design import Check, budget_stats, design_checks, loss, second_order
-from blocklab.analysis.design import plateau_rule as plateau_rule  # read here by sanford_match
-from blocklab.analysis.design import plateaued as plateaued  # read here by sanford_match
+from blocklab.analysis import multiplier, scaling
+from blocklab.analysis.cells import Check, budget_stats, loss, second_order
+from blocklab.analysis.cells import plateau_rule as plateau_rule  # read here by sanford_match
+from blocklab.analysis.cells import plateaued as plateaued  # read here by sanford_match
+from blocklab.analysis.design import design_checks
 from blocklab.analysis.stats import Verdict, layer_degrees
 from blocklab.specs import TrainConfig
 from blocklab.theory import h
@@ -36,17 +37,27 @@ def predicted_multiplier(arm: str, degree: float | None) -> float | None:
 
 
 def scaling_fits(rows, n_boot: int, level: float = 0.95) -> scaling.ScalingResult:
-    obs = [
+    """Each arm's own curve L = L_inf + a P^-alpha and its multiplier read off it
+    (`scaling`): the figure's curves, beside the shared model that decides."""
+    return scaling.analyze(_observations(rows), reference=REFERENCE, n_boot=n_boot, level=level)
+
+
+def _observations(rows) -> list[scaling.Observation]:
+    return [
         scaling.Observation(
             r["arm"],
             int(r["budget"]),
             int(r["block_params"]),
-            (int(r.get("teacher", 0)), int(r["seed"])),
+            (int(r.get("teacher") or 0), int(r["seed"])),
             loss(r) if loss(r) is not None else math.nan,
         )
         for r in rows
     ]
-    return scaling.analyze(obs, reference=REFERENCE, n_boot=n_boot, level=level)
+
+
+def multiplier_fit(rows, n_boot: int, level: float = 0.95) -> multiplier.MultiplierFit | None:
+    """The shared scaling model over every arm (`multiplier`), on the test losses."""
+    return multiplier.fit(_observations(rows), reference=REFERENCE, n_boot=n_boot, level=level)
 
 
 class Side(Enum):  # where an arm's multiplier interval lies against 1
@@ -84,59 +95,111 @@ def efficiency_findings(
     return out
 
 
-class Refusal(Enum):  # why the capacity verdict is not stated
-    DESIGN_CHECK = "design_check"  # a design check failed (`CapacityVerdict.failed`)
-    NO_REFERENCE_FIT = "no_reference_fit"  # the reference arm has no scaling fit
-
-
-class Standing(Enum):  # where the reference stands among the arms' multiplier intervals
-    OTHERS_BETTER = "others_better"  # some arm needs fewer parameters (`CapacityVerdict.better`)
-    REFERENCE_BEST = "reference_best"  # every other arm needs more
-    NONE_BETTER = "none_better"  # no arm needs fewer, not all need more
+class Outcome(Enum):  # what the status line says
+    VERDICT = "VERDICT"  # every check passed and the intervals decide the question
+    INCONCLUSIVE = "INCONCLUSIVE"  # every check passed; some interval is too wide to decide
+    NO_VERDICT = "NO VERDICT"  # a design check failed, or the shared model could not be fitted
 
 
 @dataclass(frozen=True)
-class CapacityVerdict:  # the finding of a run that passed its design checks, or why none
-    refused: Refusal | None
+class Finding:  # one multiplier (or m_2 / m_4) beside its prediction
+    name: str  # an arm, or "m2/m4"
+    interval: multiplier.Interval
+    predicted: float | None  # h(3)/h(d); 1 for m_2 / m_4; None for a non-polynomial arm
+    excludes_one: bool
+    excludes_prediction: bool | None
+    # the half width reached, as a share (exp(half width in log) - 1); inf when unbounded
+    resolution: float
+
+    @property
+    def decided(self) -> bool:
+        """The interval tells the prediction from no effect: it excludes 1 or the prediction,
+        or, where the prediction is 1 itself, it is narrower than the predicted effect."""
+        if self.excludes_one or self.excludes_prediction:
+            return True
+        if self.predicted is not None and math.isclose(self.predicted, 1.0):
+            return self.resolution <= PREDICTED_EFFECT
+        return False
+
+
+@dataclass(frozen=True)
+class Decision:  # the status of a run: what its checks and intervals support
+    outcome: Outcome
     reference: str
-    failed: tuple[Check, ...] = ()  # the failed checks of a DESIGN_CHECK refusal
-    standing: Standing | None = None
-    better: tuple[str, ...] = ()  # arms whose interval lies below 1
-    ref_params: float = math.nan  # P_ref, where the reference reaches target_loss
-    target_loss: float = math.nan
-    level: float = math.nan  # of the bootstrap intervals
-    arms: tuple[ArmEfficiency, ...] = ()
-    paired: tuple[Verdict, ...] = ()  # per budget, `stats.compare`
+    failed: tuple[Check, ...] = ()  # NO_VERDICT: the failed checks
+    no_model: bool = False  # NO_VERDICT: the shared model could not be fitted
+    shape_rejected: bool = False  # d=2's or d=4's exponent differs: no constant multiplier
+    differs: tuple[str, ...] = ()  # every arm whose exponent differs (`ShapeTest.differs`)
+    findings: tuple[Finding, ...] = ()  # every multiplier but the reference's, then m_2 / m_4
+    decisive: tuple[str, ...] = ()  # the findings the status rests on
+    units: int = 0  # (teacher, seed) units of the run
+    units_for_3pct: int | None = None  # what +-3% on the widest decisive interval needs
+    level: float = math.nan
+
+    def finding(self, name: str) -> Finding | None:
+        return next((f for f in self.findings if f.name == name), None)
+
+    @property
+    def undecided(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.name in self.decisive and not f.decided)
 
 
-def verdict(checks: list[Check], fit: scaling.ScalingResult, degrees, paired) -> CapacityVerdict:
-    """The finding, refused when a design check failed or the reference could not be fitted.
-    `paired` are the per-budget verdicts of `stats.compare`."""
-    failed = tuple(c for c in checks if not c.passed)
-    if failed:
-        return CapacityVerdict(refused=Refusal.DESIGN_CHECK, reference=REFERENCE, failed=failed)
-    if fit.reference is None:
-        return CapacityVerdict(refused=Refusal.NO_REFERENCE_FIT, reference=REFERENCE)
-    ref = fit.efficiency[fit.reference]
-    arms = efficiency_findings(fit, degrees)
-    better = tuple(a.efficiency.arm for a in arms if a.side is Side.FEWER)
-    if better:
-        standing = Standing.OTHERS_BETTER
-    elif arms and all(a.side is Side.MORE for a in arms):
-        standing = Standing.REFERENCE_BEST
-    else:
-        standing = Standing.NONE_BETTER
-    return CapacityVerdict(
-        refused=None,
-        reference=fit.reference,
-        standing=standing,
-        better=better,
-        ref_params=ref.ref_params,
-        target_loss=ref.target_loss,
-        level=fit.level,
-        arms=tuple(arms),
-        paired=tuple(paired),
+def _finding(name: str, interval: multiplier.Interval, predicted: float | None) -> Finding:
+    lo, hi = interval.low, interval.high
+    bounded = interval.bounded
+    excludes_pred = None
+    if predicted is not None and bounded:
+        excludes_pred = not lo <= predicted <= hi
+    hw = interval.half_width_log()
+    return Finding(
+        name=name,
+        interval=interval,
+        predicted=predicted,
+        excludes_one=bounded and not lo <= 1.0 <= hi,
+        excludes_prediction=excludes_pred,
+        resolution=math.expm1(hw) if math.isfinite(hw) else math.inf,
     )
+
+
+DECISIVE = ("d=2", "d=4", "m2/m4")  # seed 000's question among integers: d = 3 against 2 and 4
+
+
+def decide(checks: list[Check], model: multiplier.MultiplierFit | None, degrees: dict) -> Decision:
+    """The status (see `Outcome`): the findings rest on d=2, d=4 and m_2 / m_4 where they ran,
+    else on every other arm."""
+    failed = tuple(c for c in checks if not c.passed)
+    if model is None:
+        return Decision(Outcome.NO_VERDICT, REFERENCE, failed=failed, no_model=True)
+    differs = model.shape.differs  # arms with an exponent of their own: no multiplier
+    findings = [
+        _finding(arm, m, predicted_multiplier(arm, degrees.get(arm)))
+        for arm, m in model.multipliers.items()
+        if arm != model.reference and arm not in differs
+    ]
+    if model.ratio_2_4 is not None:
+        findings.append(_finding("m2/m4", model.ratio_2_4, 1.0))
+    names = [f.name for f in findings]
+    decisive = tuple(n for n in DECISIVE if n in names) or tuple(names)
+    # the question rests on d=2 and d=4: an exponent of their own means no constant multiplier
+    rejected = any(a in differs for a in DECISIVE) or (bool(differs) and not decisive)
+    widest = max(
+        (multiplier.Interval.half_width_log(f.interval) for f in findings if f.name in decisive),
+        default=math.nan,
+    )
+    common = dict(
+        reference=model.reference,
+        findings=tuple(findings),
+        decisive=decisive,
+        units=model.units,
+        units_for_3pct=multiplier.units_for(widest, model.units),
+        level=model.level,
+        shape_rejected=rejected,
+        differs=differs,
+    )
+    if failed:
+        return Decision(Outcome.NO_VERDICT, failed=failed, **common)
+    decided = common["shape_rejected"] or all(f.decided for f in findings if f.name in decisive)
+    return Decision(Outcome.VERDICT if decided else Outcome.INCONCLUSIVE, **common)
 
 
 @dataclass(frozen=True)
@@ -205,14 +268,16 @@ class CapacityResult:
     budgets: list[int]
     checks: list[Check]
     stats: dict[str, dict[int, dict[str, Any]]]
-    fit: scaling.ScalingResult
-    verdict: CapacityVerdict
+    fit: scaling.ScalingResult  # each arm's own curve (the figure, and `arms` in the JSON)
+    model: multiplier.MultiplierFit | None  # the shared scaling model; None: not fitted
+    decision: Decision
     degrees: dict[str, float | None]
-    second_order: bool = False  # the rows are second-order fits (`design.second_order`)
+    paired: tuple[Verdict, ...] = ()  # per budget, `stats.compare`
+    second_order: bool = False  # the rows are second-order fits (`cells.second_order`)
     referee: RefereeSummary | None = None  # fits with referee rows (`referee_summary`)
 
     @property
-    def passed(self) -> bool:
+    def passed(self) -> bool:  # every design check
         return all(c.passed for c in self.checks)
 
     def arms_json(self) -> dict[str, Any]:
@@ -274,20 +339,28 @@ def analyze(
     width=None,
     converge_tol: float = TrainConfig.converge_tol,
     referee=(),
+    input_rank=None,
 ):
     """`width`: the nominal width of a width-mode run (None in depth mode); `converge_tol`: the
-    fits' certificate tolerance; `referee`: the referee rows of a second-order sweep."""
+    fits' certificate tolerance; `referee`: the referee rows of a second-order sweep;
+    `input_rank`: arm -> the rank of its input Jacobian, measured before the fits."""
     degrees = {r["arm"]: r["degree"] for r in rows}
     stats = budget_stats(rows, tol, level)
-    checks = design_checks(rows, lr_choice, budgets, tol, stats, width, converge_tol=converge_tol)
+    model = multiplier_fit(rows, n_boot, level)
+    checks = design_checks(
+        rows, lr_choice, budgets, tol, stats, width, converge_tol=converge_tol,
+        multiplier=model, input_rank=input_rank,
+    )  # fmt: skip
     fit = scaling_fits(rows, n_boot, level)
     return CapacityResult(
         budgets=sorted(budgets),
         checks=checks,
         stats=stats,
         fit=fit,
-        verdict=verdict(checks, fit, degrees, paired),
+        model=model,
+        decision=decide(checks, model, degrees),
         degrees=degrees,
+        paired=tuple(paired),
         second_order=second_order(rows),
         referee=referee_summary(rows, referee),
     )

@@ -4,6 +4,9 @@ per-budget statistics they read.
 A verdict is only stated when the run can support one. Second-order fits (`engine.converge`) are
 judged by their certificates, Adam runs by their plateau and their learning-rate search. The
 checks, in order:
+- `input_rank`: every arm's input Jacobian, stacked over a sample of inputs at initialization, has
+  the rank of the task's input dimension (measured before any fit; LayerNorm without affine
+  weights at a width <= the inputs hides a direction, and every fit then measures that floor);
 - `budget_span`: at least MIN_BUDGETS budgets spanning at least MIN_SPAN x (a scaling curve of
   3 parameters needs them);
 - `plateau` (Adam): at least PLATEAU_SHARE of the trials plateaued: under the wsd schedule, the
@@ -13,9 +16,13 @@ checks, in order:
   value over the last quarter of training (which the annealing also lowers);
 - `converged` (fits): at least CONVERGED_SHARE of the trials carry the certificate: doubling the
   iterations lowered the training loss by less than `converge_tol` of it;
-- `monotone_in_budget`: for every arm, the mean test loss does not rise with budget beyond the
-  intervals (at no step is the larger budget's 95% interval entirely above the smaller one's);
-  a larger network that fits worse is undertrained, not less expressive;
+- `curve`: every arm's geometric-mean test loss falls at least MIN_FALL x from its smallest
+  budget to its largest, and its own exponent's interval (`multiplier`'s per-arm model) lies
+  inside the fit's bounds: a curve that is flat or rising measures a floor (a hidden input, an
+  optimizer stuck), not what more parameters buy;
+- `search` (fits with restarts or chains): per arm, the best of the first half of the K restarts
+  lands within SEARCH_SHARE of the best of all K (geometric mean over cells): more restarts
+  would not move the losses by more than that;
 - `generalization` (fits): in every (arm, budget) cell the mean test loss is at most
   GENERALIZATION_RATIO times the mean training loss, so the training loss a fit reaches reads as
   approximation error, not as a small training set memorized;
@@ -23,6 +30,8 @@ checks, in order:
   extends the grid past an edge before it gives up);
 - `width_matched`: in width mode, no arm's width moved more than `width_slack` from the nominal
   one;
+- `resolution`: every multiplier of the shared scaling model (`multiplier`), and m_2 / m_4,
+  has a bounded interval;
 - `replicates`: every cell holds at least MIN_REPLICATES finished (teacher, seed) pairs. The
   efficiency intervals are percentile bootstraps over those pairs, and the paired tests and the
   monotone check read t intervals over them: with 2 pairs a bootstrap has 3 distinct resamples,
@@ -34,16 +43,19 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
 
-import numpy as np
-
-from blocklab.analysis.stats import interval
-from blocklab.specs import SECOND_ORDER, TrainConfig
+from blocklab.analysis.cells import Check, budget_stats, plateau_rule, plateaued, second_order
+from blocklab.analysis.fit_checks import (
+    converged_check,
+    curve_check,
+    input_rank_check,
+    resolution_check,
+    search_check,
+)
+from blocklab.specs import TrainConfig
 
 PLATEAU_SHARE = 0.9
-CONVERGED_SHARE = 0.9
-GENERALIZATION_RATIO = 1.2
+GENERALIZATION_RATIO = 1.1
 MIN_BUDGETS, MIN_SPAN = 4, 8.0
 # in width mode the solver may move a width to meet the budget; past one unit the arm is a
 # different architecture (measured: d=3 at width 6 fits a teacher 1.7-2.3x worse than at 8-9),
@@ -64,12 +76,6 @@ MIN_REPLICATES = 3
 
 
 @dataclass(frozen=True)
-class Check:  # a subclass holds what the check measured; `reports/capacity.py` words it
-    name: str
-    passed: bool
-
-
-@dataclass(frozen=True)
 class BudgetSpan(Check):
     budgets: int  # distinct budgets
     span: float  # the largest budget over the smallest
@@ -82,20 +88,6 @@ class Plateau(Check):
     rule: str  # the criterion the rows were read by (`plateau_rule`)
     tol: float
     least: tuple[tuple[str, int, float], ...]  # (arm, budget, share plateaued), lowest first
-
-
-@dataclass(frozen=True)
-class Converged(Check):
-    share: float  # of the trials, those whose certificate holds
-    trials: int
-    tol: float  # the certificate's: doubling the iterations gained less than this share
-    least: tuple[tuple[str, int, float], ...]  # (arm, budget, share converged), lowest first
-
-
-@dataclass(frozen=True)
-class Monotone(Check):
-    # (arm, budget, mean loss, the next budget, its mean loss): the loss rose beyond the intervals
-    rises: tuple[tuple[str, int, float, int, float], ...]
 
 
 @dataclass(frozen=True)
@@ -121,86 +113,6 @@ class Replicates(Check):
     cells: tuple[tuple[str, int, int], ...]  # (arm, budget, pairs) below MIN_REPLICATES
 
 
-def loss(r: dict[str, Any]) -> float | None:
-    """A finished trial's test loss; None for a diverged one."""
-    return r.get("test_loss") if r["status"] == "done" else None
-
-
-def plateau_rule(rows) -> str:
-    """The plateau criterion the rows were read by (`monitor.TrialMonitor.plateau`): "wsd", the
-    run of half the steps against the full run, or "cosine", the fall over the last quarter."""
-    return "wsd" if rows and all(r.get("schedule") == "wsd" for r in rows) else "cosine"
-
-
-def plateaued(r: dict[str, Any], tol: float) -> bool:
-    value = r.get("plateau_improvement")
-    return r["status"] == "done" and value is not None and value < tol
-
-
-def second_order(rows) -> bool:
-    """The rows are second-order fits (`engine.converge`), which carry convergence certificates
-    and search no learning rate."""
-    return bool(rows) and all(r.get("optimizer") in SECOND_ORDER for r in rows)
-
-
-def _mean(values) -> float:
-    kept = [v for v in values if v is not None]
-    return float(np.mean(kept)) if kept else math.nan
-
-
-def _fit_stats(trials) -> dict[str, float]:
-    """A cell's second-order fields (NaN where its trials have none, as Adam trials do)."""
-    certified = [r["converged"] for r in trials if r.get("converged") is not None]
-    medians = [
-        float(np.median(done))
-        for r in trials
-        if (done := [v for v in r.get("restart_train_losses") or [] if v is not None])
-    ]
-    return {
-        "converged_fraction": sum(certified) / len(trials) if certified else math.nan,
-        "train_mean": _mean(r.get("train_loss") for r in trials),
-        "restart_median_mean": _mean(medians),
-        "restart_spread": _mean(r.get("restart_spread") for r in trials),
-    }
-
-
-def budget_stats(rows, tol: float, level: float = 0.95) -> dict[str, dict[int, dict[str, Any]]]:
-    """arm -> budget -> test-loss statistics over (teacher, seed): mean, std, interval, the share
-    plateaued, and with several teachers the spread within a teacher (the mean over teachers of
-    the seeds' std) and between teachers (the std of the teachers' means). Second-order fits add
-    the share converged, the mean training loss of the best restarts, the mean of each trial's
-    median restart and the mean restart spread."""
-    groups: dict[str, dict[int, list]] = defaultdict(lambda: defaultdict(list))
-    for r in rows:
-        groups[r["arm"]][int(r["budget"])].append(r)
-    out: dict[str, dict[int, dict[str, Any]]] = {}
-    for arm, by_budget in groups.items():
-        out[arm] = {}
-        for b, trials in sorted(by_budget.items()):
-            per_teacher = defaultdict(list)
-            for r in trials:
-                if loss(r) is not None:
-                    per_teacher[r.get("teacher", 0)].append(loss(r))
-            losses = [v for values in per_teacher.values() for v in values]
-            mean, std, lo, hi, n = interval(losses, level)
-            within = [np.std(v, ddof=1) for v in per_teacher.values() if len(v) > 1]
-            means = [np.mean(v) for v in per_teacher.values()]
-            out[arm][b] = {
-                "mean": mean,
-                "std": std,
-                "ci_low": lo,
-                "ci_high": hi,
-                "n": n,
-                "plateaued_fraction": sum(plateaued(r, tol) for r in trials) / len(trials),
-                "within_teacher_std": float(np.mean(within)) if within else math.nan,
-                "between_teacher_std": float(np.std(means, ddof=1)) if len(means) > 1 else math.nan,
-                "teachers": len(per_teacher),
-                "block_params": int(trials[0]["block_params"]),
-                **_fit_stats(trials),
-            }
-    return out
-
-
 def width_check(rows, width: int | None) -> WidthMatch:
     """Width mode compares degrees at one width; `width` None (depth mode) solves it by design."""
     moved = sorted(
@@ -222,9 +134,14 @@ def _least(stats, key: str) -> tuple[tuple[str, int, float], ...]:
     return tuple(sorted(cells, key=lambda t: t[2])[:3])
 
 
-def _budget_span(budgets) -> BudgetSpan:
-    span = max(budgets) / min(budgets) if budgets else 0.0
-    n = len(set(budgets))
+def _budget_span(rows) -> BudgetSpan:
+    """The fewest budgets any arm ran at and the narrowest span of its counts (arms on their
+    own depth ladders run at budgets of their own)."""
+    by_arm: dict[str, set[int]] = defaultdict(set)
+    for r in rows:
+        by_arm[r["arm"]].add(int(r["block_params"] or r["budget"]))
+    n = min((len(b) for b in by_arm.values()), default=0)
+    span = min((max(b) / min(b) for b in by_arm.values() if b and min(b) > 0), default=0.0)
     ok = n >= MIN_BUDGETS and span >= MIN_SPAN
     return BudgetSpan(name="budget_span", passed=ok, budgets=n, span=span)
 
@@ -241,30 +158,6 @@ def _plateau(rows, stats, tol: float) -> Plateau:
         tol=tol,
         least=_least(stats, "plateaued_fraction"),
     )
-
-
-def _converged(rows, stats, tol: float) -> Converged:
-    share = sum(r.get("converged") is True for r in rows) / len(rows) if rows else 0.0
-    return Converged(
-        name="converged",
-        passed=share >= CONVERGED_SHARE,
-        share=share,
-        trials=len(rows),
-        tol=tol,
-        least=_least(stats, "converged_fraction"),
-    )
-
-
-def _monotone(stats) -> Monotone:
-    rises = []
-    for arm, by_b in stats.items():
-        seq = [(b, s) for b, s in sorted(by_b.items()) if math.isfinite(s["mean"])]
-        for (b0, s0), (b1, s1) in zip(seq, seq[1:], strict=False):
-            lo1 = s1["ci_low"] if math.isfinite(s1["ci_low"]) else s1["mean"]
-            hi0 = s0["ci_high"] if math.isfinite(s0["ci_high"]) else s0["mean"]
-            if lo1 > hi0:
-                rises.append((arm, b0, s0["mean"], b1, s1["mean"]))
-    return Monotone(name="monotone_in_budget", passed=not rises, rises=tuple(rises))
 
 
 def _generalization(stats) -> Generalization:
@@ -309,13 +202,26 @@ def design_checks(
     width: int | None = None,
     *,
     converge_tol: float = TrainConfig.converge_tol,
+    multiplier=None,
+    input_rank=None,
 ) -> list[Check]:
-    """The checks in the module's order: second-order fits get `converged` and `generalization`,
-    Adam runs `plateau` (read at `tol`) and `lr_not_at_edge`. `converge_tol`: the fits'
-    certificate tolerance (`TrainConfig.converge_tol`), which their rows were judged by."""
+    """The checks in the module's order: second-order fits get `converged`, `search` and
+    `generalization`, Adam runs `plateau` (read at `tol`) and `lr_not_at_edge`. `converge_tol`:
+    the fits' certificate tolerance (`TrainConfig.converge_tol`), which their rows were judged
+    by; `multiplier`: the shared scaling model (`multiplier.fit`, None where it could not be
+    fitted); `input_rank`: arm -> the rank measured before the fits (None: not measured, as for
+    token inputs, and no check)."""
     stats = stats if stats is not None else budget_stats(rows, tol)
+    first = [input_rank_check(input_rank)] if input_rank else []
+    curve = curve_check(rows, multiplier)
     if second_order(rows):
-        middle = [_converged(rows, stats, converge_tol), _monotone(stats), _generalization(stats)]
+        middle = [
+            converged_check(rows, stats, converge_tol, multiplier),
+            search_check(rows, multiplier),
+            curve,
+            _generalization(stats),
+        ]  # fmt: skip
     else:
-        middle = [_plateau(rows, stats, tol), _monotone(stats), _lr_edge(lr_choice)]
-    return [_budget_span(budgets), *middle, width_check(rows, width), _replicates(stats)]
+        middle = [_plateau(rows, stats, tol), curve, _lr_edge(lr_choice)]
+    last = [width_check(rows, width), _replicates(stats), resolution_check(multiplier)]
+    return [*first, _budget_span(rows), *middle, *last]

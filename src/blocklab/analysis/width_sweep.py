@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from blocklab.analysis.design import plateaued
+from blocklab.analysis.cells import plateaued
 from blocklab.analysis.stats import interval
 
 GATED = ("hyena", "h3")  # zoology's gated convolutions, by registered block name
@@ -41,7 +41,7 @@ def cells(rows: list[dict[str, Any]], level: float = 0.95) -> list[dict[str, Any
 
 def plateau(rows: list[dict[str, Any]], tol: float) -> dict[str, dict[str, Any]]:
     """Per block: its finished trials, how many plateaued (twice the steps gained less than
-    `tol`, `design.plateaued`) and the median gain of twice the steps. A block that solves
+    `tol`, `cells.plateaued`) and the median gain of twice the steps. A block that solves
     nothing while its trials are far from a plateau is undertrained, not shown unable."""
     out = {}
     for block in sorted({r["block"] for r in rows}):

@@ -6,6 +6,8 @@ from typing import Any, ClassVar
 
 from torch import Tensor, nn
 
+from blocklab.errors import UserError
+
 
 class Block(nn.Module):
     """Subclass, decorate with `@BLOCKS.register`, and define `count_params` in closed form.
@@ -62,6 +64,23 @@ class Block(nn.Module):
         """Modules besides the block's own whose code shapes it (such as a wrapped factory's):
         their source joins the fingerprint of every trial that uses the block."""
         return ()
+
+    def scale_output_(self, c: float) -> None:
+        """Multiply the block's output by `c` >= 0 through its parameters, in place: a network
+        rescales a residual branch this way without changing its function (the degree sweep's
+        depth ladder). Blocks whose output is not linear in some of their parameters cannot."""
+        raise UserError(
+            f"block {type(self).__name__.lower()} cannot rescale its output through its "
+            "parameters: a depth ladder over it needs --no-scaled-residual"
+        )
+
+    def silence_(self) -> bool:
+        """Make the block output zero while its gradient stays alive, in place: a layer added
+        to a fitted network then leaves its function unchanged (the depth ladder). Returns
+        whether the output is exactly zero. The default zeroes what `scale_output_` scales,
+        which for a product of factors leaves the other factors' gradient to the zeroed one."""
+        self.scale_output_(0.0)
+        return True
 
     def extra_repr(self) -> str:
         return f"d_in={self.d_in}, d_out={self.d_out}, degree={self.degree}"

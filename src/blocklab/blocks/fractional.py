@@ -67,6 +67,10 @@ class Fractional(Block):
         n, f = split_degree(float(degree))
         return n * d_in * d_out + fractional_rank(f, d_in, d_out) * (d_in + d_out)
 
+    @torch.no_grad()
+    def scale_output_(self, c: float) -> None:
+        self.proj.weight[: self.d_out] *= c  # the first integer factor (n >= 1 for d >= 1)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = product_of_factors(self.proj(x), self.n, self.d_out)  # (..., D_out)
         if self.rank:

@@ -9,6 +9,7 @@ from blocklab.blocks import BLOCKS
 from blocklab.blocks.base import Block
 from blocklab.errors import UserError
 
+SILENT = 1e-6  # the weight scale of a silenced layer (`silence_`)
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh}
 
 
@@ -40,6 +41,23 @@ class Mlp(Block):
         cls, d_in: int, d_out: int, bias: bool = True, activation: str = "relu"
     ) -> int:
         return d_in * d_out + (d_out if bias else 0)
+
+    @torch.no_grad()
+    def scale_output_(self, c: float) -> None:
+        if self.activation != "relu":  # tanh and gelu are not homogeneous
+            super().scale_output_(c)
+        self.linear.weight *= c  # relu(c z) = c relu(z) for c >= 0
+        if self.bias:
+            self.linear.bias *= c
+
+    def silence_(self) -> bool:
+        # relu(0) has zero gradient, so an exactly silent unit would never move: the weights
+        # shrink by SILENT instead, which changes the network's function by O(SILENT)
+        self.scale_output_(SILENT)
+        if self.bias:
+            with torch.no_grad():
+                self.linear.bias.zero_()
+        return False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.act(self.linear(x))  # (..., D_out)

@@ -139,5 +139,13 @@ class Poly(Block):
     def count_params(cls, d_in: int, d_out: int, degree: int = 3, bias: bool = True) -> int:
         return int(degree) * (d_in * d_out + (d_out if bias else 0))
 
+    @torch.no_grad()
+    def scale_output_(self, c: float) -> None:
+        # the output is linear in the last factor's weights and bias together
+        last = slice((self.degree - 1) * self.d_out, None)
+        self.proj.weight[last] *= c
+        if self.proj.bias is not None:
+            self.proj.bias[last] *= c
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return product_of_factors(self.proj(x), self.degree, self.d_out)  # (..., D_out)

@@ -18,6 +18,7 @@ restart's losses beside it, so the spread over initializations is in the record.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import time
@@ -45,9 +46,10 @@ def restart_seed(seed: int, restart: int) -> int:
 
 
 def examples(cfg: TrainConfig, params: int, available: int | None) -> int:
-    """N for a network of `params` trained parameters: `data_ratio` per parameter, at most
-    `max_examples` and the `available` examples of a fixed dataset (None: a sampler draws any)."""
-    n = min(cfg.max_examples, max(1, math.ceil(cfg.data_ratio * params)))
+    """N for a network of `params` trained parameters: `data_ratio` per parameter, at least
+    `min_examples`, at most `max_examples` and the `available` examples of a fixed dataset (None:
+    a sampler draws any)."""
+    n = min(cfg.max_examples, max(cfg.min_examples, math.ceil(cfg.data_ratio * params)))
     return n if available is None else min(n, available)
 
 
@@ -156,6 +158,12 @@ def fit(
     runs = [
         fit_once(m, data, sets, cfg, restart_seed(seed, r), threshold) for r, m in enumerate(models)
     ]
+    return _best(runs, cfg, len(sets.train), start)
+
+
+def _best(runs: list[Restart], cfg: TrainConfig, n: int, start: float):
+    """The restart (or chain) of least training loss, the first if all diverged, as a float32
+    model with its result, every restart's losses and their spread in the result."""
     finished = [r for r in runs if r.train_loss is not None]
     best = min(finished, key=lambda r: r.train_loss) if finished else runs[0]
     losses = sorted(r.train_loss for r in finished)
@@ -164,7 +172,7 @@ def fit(
         seconds=time.perf_counter() - start,
         plateau_improvement=best.gain,
         optimizer=cfg.optimizer,
-        examples=len(sets.train),
+        examples=n,
         train_loss=best.train_loss,
         converged=best.converged,
         iterations=best.iterations,
@@ -187,4 +195,68 @@ def fit(
             else None
         ),
     )
-    return best.model.float(), result
+    return copy.deepcopy(best.model).float(), result
+
+
+@dataclasses.dataclass(frozen=True)
+class Rung:
+    """One depth of a ladder: the best chain's network and result there, and whether every
+    chain entered it with its function unchanged (`models.continue_from`)."""
+
+    depth: int
+    model: nn.Module
+    result: TrainResult
+    exact_start: bool
+    source: nn.Module | None = None  # the best chain's float64 network, which "best" continues
+
+
+def fit_ladder(
+    depths: tuple[int, ...],
+    make_model: Callable[[int, int], nn.Module],
+    data: TaskData,
+    cfg: TrainConfig,
+    seed: int,
+    threshold: float,
+) -> list[Rung]:
+    """`cfg.restarts` independent chains, each climbing `depths` in turn: the first rung fitted
+    from the chain's initialization `make_model(depth, init_seed)` (after the optional Adam warm
+    start), every later rung started from the chain's fitted rung below plus silenced layers
+    (`models.continue_from`), so its function is unchanged and its fit can only lower the loss
+    on the training set (staged fitting: Michaud, Liu, Tegmark 2023). A chain that diverged
+    starts again from its initialization at the next rung. Each rung fits N = `data_ratio` x its
+    parameters, drawn by `seed` (the online draws of smaller N are prefixes of larger ones), is
+    certified like any fit (`fit_once`), and keeps its best chain by training loss. With
+    `cfg.chains` "best", every chain instead continues the best fit of the rung below, and the
+    chains differ in their added layers (each its own initialization)."""
+    from blocklab.models import continue_from
+
+    check_fits(data, cfg.optimizer)
+    available = None if data.online else len(data.train)
+    val, test = _f64(data.val), _f64(data.test)
+    chains: list[nn.Module | None] = [None] * cfg.restarts
+    rungs = []
+    for depth in depths:
+        start, runs, exact = time.perf_counter(), [], True
+        if cfg.chains == "best" and rungs and rungs[-1].source is not None:
+            chains = [rungs[-1].source] * cfg.restarts  # continue_from copies, never moves it
+        for r in range(cfg.restarts):
+            init = restart_seed(seed, r)
+            model = make_model(depth, init)
+            below = chains[r]
+            if below is not None:
+                model.double()
+                exact = continue_from(model, below) and exact
+            params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+            train_set = training_set(data, examples(cfg, params, available), seed)
+            sets = FitData(train_set, val, test)
+            # a chain's first fit (or its restart after a divergence) warms up; a continued one
+            # starts where the rung below ended
+            fit_cfg = cfg if below is None else replace(cfg, warm_start=0)
+            run = fit_once(model, data, sets, fit_cfg, init, threshold)
+            runs.append(run)
+            chains[r] = run.model if run.train_loss is not None else None
+        model, result = _best(runs, cfg, len(sets.train), start)
+        finished = [r for r in runs if r.train_loss is not None]
+        source = min(finished, key=lambda r: r.train_loss).model if finished else None
+        rungs.append(Rung(depth, model, result, exact, source))
+    return rungs

@@ -152,6 +152,8 @@ def run_trial(spec: TrialSpec, device: str = "cpu") -> dict[str, Any]:
     try:
         p = _prepare(spec, device)
         at_init = take_measures(spec, p.model, p.data)
+        if spec.ladder:
+            return _ladder_record(spec, p, device)
         if spec.train.second_order:
             p.model, result = converge.fit(
                 p.model,
@@ -172,6 +174,30 @@ def run_trial(spec: TrialSpec, device: str = "cpu") -> dict[str, Any]:
         return record
     except Exception:  # a broken trial must not stop the sweep; it is retried next run
         return _failed(spec)
+
+
+def _ladder_record(spec: TrialSpec, p: _Prepared, device: str) -> dict[str, Any]:
+    """A depth ladder's trial (`converge.fit_ladder`): the top rung's record, as a trial fitted at
+    that depth alone records it, with every rung's record under `metrics["ladder"]`."""
+    rungs = converge.fit_ladder(
+        spec.ladder,
+        lambda depth, seed: init_model(
+            dataclasses.replace(spec, depth=depth), p.data, device, seed
+        ),
+        p.data,
+        spec.train,
+        spec.seed,
+        p.threshold,
+    )
+    steps = []
+    for rung in rungs:
+        rec = _record(spec, dataclasses.replace(p, model=rung.model), rung.result, device)
+        steps.append({"depth": rung.depth, "exact_start": rung.exact_start, **rec})
+    top = _record(spec, dataclasses.replace(p, model=rungs[-1].model), rungs[-1].result, device)
+    top["metrics"]["ladder"] = [
+        {k: v for k, v in step.items() if k not in ("id", "seed", "config")} for step in steps
+    ]
+    return top
 
 
 def train_group(specs: list[TrialSpec], device: str = "cpu", path: str = "auto"):
@@ -241,29 +267,6 @@ def code_modules(spec: TrialSpec) -> list[str]:
     modules = [type(make_task(spec.task, **spec.task_options)).__module__]
     modules += [type(parse_measure(text)).__module__ for text in spec.measures]
     return modules + arm_modules(spec.arm, spec.bias)
-
-
-def stored_point(
-    store: Store, record: dict[str, Any], modules: list[str], compute: Callable[[], dict]
-) -> tuple[dict[str, Any], bool]:
-    """A measured point that is not a trained trial (a rank, a draw of random networks): the
-    stored record of `record["id"]` when the store lets a rerun keep it, else `record` with the
-    metrics `compute()` returns, stored with the code that made it (`modules` and the engine).
-    Returns the record and whether it was computed now."""
-    codes = code(modules)
-    done, stale = store.reusable({record["id"]: codes["fingerprint"]})
-    store.say_stale(stale)
-    if record["id"] in done:
-        return store.records(ids=[record["id"]])[0], False
-    record = {
-        **record,
-        "status": "done",
-        "metrics": compute(),
-        "provenance": {**provenance(), "code": codes},
-        "finished_at": time.time(),
-    }
-    store.put(record)
-    return record, True
 
 
 def check_builds(specs: list[TrialSpec], told: set[str] | None = None) -> None:

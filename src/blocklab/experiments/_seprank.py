@@ -231,7 +231,7 @@ def measured(
 ):
     """The stored record of (experiment, config, seed), computed and stored first if missing or
     made by other code; `modules` (besides the rank code here) make the measured network."""
-    from blocklab.engine.sweep import stored_point
+    from blocklab.engine.points import stored_point
 
     config = {**config, "seed": seed}
     record = {"id": _record_id(experiment, config), "experiment": experiment, "seed": seed}

@@ -132,11 +132,26 @@ def run_planned(
         if records.get(s.id, {}).get("status") not in FINISHED
     ]
     rows = [
-        row(s, records[s.id], **k)
+        r
         for k, s in planned
         if records.get(s.id, {}).get("status") in FINISHED
+        for r in (rung_rows(s, records[s.id], **k) if s.ladder else [row(s, records[s.id], **k)])
     ]
     return Trials(rows, failed)
+
+
+def rung_rows(
+    spec: TrialSpec, rec: dict[str, Any], rungs: dict[int, int], **keys: Any
+) -> list[dict[str, Any]]:
+    """A depth ladder's trial as one row per rung (`engine.converge.fit_ladder`), under the
+    nominal budget `rungs[depth]` the rung was planned for; every row keeps the trial's id."""
+    out = []
+    for step in rec["metrics"]["ladder"]:
+        depth = step["depth"]
+        at = replace(spec, depth=depth, budget=rungs[depth], ladder=())
+        r = row(at, step, ladder=True, exact_start=step["exact_start"], **keys)
+        out.append({**r, "id": spec.id})
+    return out
 
 
 def run_searched(

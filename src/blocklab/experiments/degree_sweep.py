@@ -20,7 +20,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from blocklab.errors import UserError
-from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
+from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _degree_plan, _trials
+from blocklab.experiments._degree_plan import bias_of, plan
 from blocklab.options import meta, validate
 from blocklab.specs import (
     ACTIVATIONS,
@@ -35,7 +36,6 @@ from blocklab.store import Store
 if TYPE_CHECKING:
     from blocklab.budget import Shape
     from blocklab.engine.executors import Resources
-    from blocklab.tasks import Task
 
 EXPERIMENT = "degree-sweep"
 DEMO_BUDGET_TOLERANCE = 0.2
@@ -45,8 +45,12 @@ DEMO_BUDGET_TOLERANCE = 0.2
 class DegreeSweepConfig:
     task: str = field(default="teacher", metadata=meta("registered task name"))
     task_options: dict[str, Any] = field(default_factory=dict)
+    # d = e is left out of the defaults: at width 3 its fractional factor is rank 1 (it costs what
+    # the theory assumes, 24 against e * 9 = 24.5), a one-dimensional spow gate whose fits tested
+    # 1.11-1.17x their training loss at 48-64 examples per parameter and scaled with an exponent
+    # half the integer arms' (1.2 against 2.4-2.9): it measured the gate more than the degree
     degrees: tuple[str, ...] = field(
-        default=("2", "e", "3", "4"),
+        default=("2", "3", "4"),
         metadata=meta(
             "degrees to compare: integers, decimals, 'e', or per-layer lists '[3,2,3]'",
             min_len=0,
@@ -61,7 +65,22 @@ class DegreeSweepConfig:
         ),
     )
     budgets: tuple[int, ...] = field(
-        default=(45, 90, 180, 360), metadata=meta("parameter budgets of the blocks", ge=1)
+        default=(),
+        metadata=meta(
+            "parameter budgets of the blocks, each arm's shape solved per budget; empty: every "
+            "arm at --depths",
+            ge=1,
+            min_len=0,
+        ),
+    )
+    depths: tuple[int, ...] = field(
+        default=(1, 2, 4, 8),
+        metadata=meta(
+            "without --budgets: the depths every arm runs at --width, each at the count it "
+            "costs (the fits read actual counts)",
+            ge=1,
+            min_len=0,
+        ),
     )
     # 3: the fewest the `replicates` design check accepts for a bootstrap interval
     seeds: int = field(default=3, metadata=meta("seeds per configuration (0, 1, ...)", ge=1))
@@ -77,13 +96,10 @@ class DegreeSweepConfig:
         default="width",
         metadata=meta("'width': fixed width, depth solved; 'depth'", choices=("width", "depth")),
     )
+    # width 3: a layer costs 18 (d=2), 27 (d=3), 36 (d=4) and 12 (mlp) parameters, and every arm
+    # climbs depths 1, 2, 4, 8 (8x in parameters; the fits read the actual counts). Fits cost
+    # O(N P^2) with N = data_ratio * P, so width 4 (P up to 512) cost about 3x more
     width: int = field(default=3, metadata=meta("layer width in width mode", ge=1))
-    # at width 3 the layers cost 18 (d=2), 27 (d=3) and 36 (d=4) parameters: no budget holds
-    # all of them within 10% at width 3, and at 40-320 within 20% d=3 at 40 is one layer of
-    # width 4, whose fits beat every width-3 cell 3x and decided a verdict alone. At 45-360
-    # within 20% every arm keeps width 3 (the fits read the actual counts). Fits cost O(P^3)
-    # (N = data_ratio * P examples, a P x P solve): at these budgets the demo runs in about five
-    # minutes on two cores, where 70-560 at width 4 took 10 min 48 s
     budget_tol: float = field(
         default=DEMO_BUDGET_TOLERANCE,
         metadata=meta(
@@ -96,7 +112,7 @@ class DegreeSweepConfig:
     depth: int = field(default=4, metadata=meta("depth in depth mode", ge=1))
     bias: bool = field(default=False, metadata=meta("biases inside the polynomial factors"))
     norm: str = field(
-        default="layer", metadata=meta(f"normalization: {', '.join(NORMS)}", choices=NORMS)
+        default="rms", metadata=meta(f"normalization: {', '.join(NORMS)}", choices=NORMS)
     )
     activation: str = field(
         default="none",
@@ -129,6 +145,15 @@ class DegreeSweepConfig:
     n_boot: int = field(
         default=1000, metadata=meta("bootstrap draws for the scaling fits' intervals", ge=0)
     )
+    ladder: str = field(
+        default="on",
+        metadata=meta(
+            "lbfgs, lm: 'on': each arm climbs its depths in turn, every depth started from the "
+            "fitted one below plus layers whose residual branch is zero (its function "
+            "unchanged), restarts as independent chains; 'off': a fresh fit at every budget",
+            choices=("on", "off"),
+        ),
+    )
     referee: bool = field(
         default=True,
         metadata=meta(
@@ -137,16 +162,26 @@ class DegreeSweepConfig:
             "apart the two land"
         ),
     )
-    # Levenberg-Marquardt from a short Adam warm start: the question is what each degree can
-    # fit. Measured on the demo's earlier sizes, the warm start (1,000 steps of 256 at 1e-2)
-    # lowered what 64 LM iterations reach 2-10x against LM from the initialization. At most
-    # 1,024 iterations: a fit stops at its first doubling that gains less than --converge-tol,
-    # which most of the demo's fits reach by 128 and some need 512 or more for (deep stacks
-    # cross plateaus). Under --optimizer adam give --steps (1,000 or more); wsd makes each Adam
+    # Levenberg-Marquardt from a short Adam warm start at the first depth: the question is what
+    # each degree can fit. At most 1,024 iterations per depth: a fit stops at its first doubling
+    # that gains less than --converge-tol; the deepest fits of d=4 still gained 10-40% at 512.
+    # Two chains climb the depths, each depth continuing the best fit below (--chains best: with
+    # independent chains the best of one chain was 33-258% above the best of two, against 13-35%).
+    # 64 examples per parameter, at least 4,096: at 32 the deepest cells tested 1.13-1.2x their
+    # training loss. Under --optimizer adam give --steps (1,000 or more); wsd makes each Adam
     # trial measure what twice its steps would have gained (`train.half_run`)
     train: TrainConfig = field(
         default_factory=lambda: TrainConfig(
-            optimizer="lm", steps=1024, warm_start=1000, lr=1e-2, batch_size=256, schedule="wsd"
+            optimizer="lm",
+            steps=1024,
+            restarts=2,
+            chains="best",
+            data_ratio=64.0,
+            min_examples=4096,
+            warm_start=1000,
+            lr=1e-2,
+            batch_size=256,
+            schedule="wsd",
         )
     )
 
@@ -167,6 +202,21 @@ class DegreeSweepConfig:
                 f"task {self.task!r} is a fixed dataset: it has one target, not teachers"
             )
         self.arms()  # unknown blocks and degrees, and an arm listed twice, fail here
+        if not self.budgets and self.mode != "width":
+            raise UserError(
+                "--depths fixes depths at --width: it needs --mode width (or --budgets)"
+            )
+        if not self.budgets and not self.depths:
+            raise UserError("give --budgets or --depths: nothing sets the shapes")
+        if len(set(self.depths)) != len(self.depths):
+            raise UserError(f"--depths lists a depth twice: {self.depths}")
+
+    @property
+    def staged(self) -> bool:
+        """Second-order fits on a depth ladder (`ladder` on, width mode, residual layers: an
+        added layer starts with its residual branch at zero)."""
+        ladder = self.ladder == "on" and self.mode == "width" and self.residual
+        return self.train.second_order and ladder
 
     def unused(self) -> dict[str, str]:
         """The keys this config does not read as it stands, with what sets their part instead:
@@ -178,14 +228,26 @@ class DegreeSweepConfig:
             out["plateau_tol"] = "a converged fit is judged by --converge-tol"
             if self.train.warm_start:  # the warm start's rate
                 out.pop("train.lr", None)
+            if self.ladder == "on":
+                out["referee"] = (
+                    "it refits fresh fits; a ladder's chains are compared by the search check "
+                    "(--ladder off for the referee)"
+                )
         else:
             out["referee"] = "it compares the two second-order optimizers (--optimizer lm)"
+            out["ladder"] = "it stages second-order fits (--optimizer lm or lbfgs)"
+        if self.budgets:
+            out["depths"] = "--budgets sets every arm's shapes (give no --budgets to use --depths)"
+        else:
+            out["budget_tol"] = "it matches shapes to --budgets, and none are given"
         if self.mode == "width":
             out["depth"] = "in width mode each budget solves the depth (--mode depth fixes it)"
         else:
             out["width"] = "in depth mode each budget solves the width (--mode width fixes it)"
+            out["ladder"] = "a ladder climbs depths at one width (--mode width)"
         if not self.residual:
             out["scaled_residual"] = "it scales the residual branches, and residual is off"
+            out["ladder"] = "an added rung starts with its residual branch at zero (--residual)"
         if not self.degrees:
             out["bias"] = "it applies to the degree arms, and degrees is empty"
         return out
@@ -203,43 +265,6 @@ class DegreeSweepConfig:
         return arms
 
 
-def plan(
-    cfg: DegreeSweepConfig, task: Task | None = None
-) -> dict[tuple[int, str], tuple[Arm, Shape]]:
-    """Solve every (budget, arm) shape up front, so that a bad budget fails before any training.
-    `task`: the config's task where the caller has built it already."""
-    from blocklab import budget as budgets
-    from blocklab.models import mixes_tokens
-    from blocklab.tasks import make_task
-
-    shapes, arms = {}, cfg.arms()
-    seq_len = (task or make_task(cfg.task, **cfg.task_options)).seq_len
-    for arm in arms:
-        if mixes_tokens(arm) and seq_len is None:
-            raise UserError(f"{arm.label} mixes positions; task {cfg.task!r} has no sequence")
-    for b in cfg.budgets:
-        for arm in arms:
-            shape = budgets.solve(
-                arm,
-                b,
-                mode=cfg.mode,
-                width=cfg.width,
-                depth=cfg.depth,
-                bias=_bias(cfg, arm),
-                ff=cfg.ff,
-                seq_len=seq_len,
-                tol=cfg.budget_tol,
-                hint=f"widen --budget-tol or choose other --budgets or another --{cfg.mode}",
-            )
-            shapes[(b, arm.label)] = (arm, shape)
-    return shapes
-
-
-def _bias(cfg: DegreeSweepConfig, arm: Arm) -> bool:
-    # other blocks keep their own bias options; the polynomial family follows cfg.bias
-    return cfg.bias if arm.degrees else False
-
-
 def _spec(cfg: DegreeSweepConfig, arm: Arm, shape: Shape, lr: float, seed: int, teacher: int = 0):
     return TrialSpec(
         task=cfg.task,
@@ -248,7 +273,7 @@ def _spec(cfg: DegreeSweepConfig, arm: Arm, shape: Shape, lr: float, seed: int, 
         budget=shape.budget,
         depth=shape.depth,
         width=shape.width,
-        bias=_bias(cfg, arm),
+        bias=bias_of(cfg, arm),
         norm=cfg.norm,
         activation=cfg.activation,
         residual=cfg.residual,
@@ -268,6 +293,9 @@ class DegreeSweepTrials(Trials):
     lr_choice: dict[str, dict[str, Any]]
     # second-order fits: each cell's first trial fitted by the other optimizer (`referee`)
     referee: list[dict[str, Any]] = field(default_factory=list)
+    # arm -> the rank of its input Jacobian before any fit, and the task's input dimension
+    # (`input_ranks`); empty for token tasks
+    input_rank: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def search_at(cfg: DegreeSweepConfig, shapes) -> dict[tuple[int, str], Any]:
@@ -286,6 +314,7 @@ def run(
 
     task = make_task(cfg.task, **cfg.task_options)
     shapes, higher = plan(cfg, task), task.higher_is_better
+    seen = _degree_plan.input_ranks(cfg, shapes, _spec)  # before any fit: a hidden input is refused
 
     def finals(rates: dict[tuple[int, str], float]) -> list[tuple[dict[str, Any], TrialSpec]]:
         return [
@@ -295,9 +324,12 @@ def run(
             for seed in range(cfg.seeds)
         ]
 
-    if cfg.train.second_order:  # no learning rate to search
+    if cfg.staged:
+        planned = _degree_plan.ladders(cfg, shapes, _spec)
+    elif cfg.train.second_order:  # no learning rate to search
         planned = finals({key: cfg.train.lr for key in shapes})
-        planned += [({"referee": True}, s) for s in referees(cfg, shapes)]
+        planned += [({"referee": True}, s) for s in _degree_plan.referees(cfg, shapes, _spec)]
+    if cfg.train.second_order:
         # the largest first: a fit's cost grows as N P^2 = O(P^3), so two workers that start on
         # the dearest fits finish together instead of one waiting on a late large fit
         planned.sort(key=lambda keyed: -keyed[1].budget)
@@ -306,27 +338,12 @@ def run(
         )
         rows = [r for r in trials.rows if not r.get("referee")]
         referee = [r for r in trials.rows if r.get("referee")]
-        return DegreeSweepTrials(rows, trials.failed, {}, referee)
+        return DegreeSweepTrials(rows, trials.failed, {}, referee, seen)
     at = search_at(cfg, shapes)
     trials, lr_choice = _trials.run_searched(
         cfg, at, finals, store, EXPERIMENT, resources=resources, progress=progress, higher=higher
     )
-    return DegreeSweepTrials(trials.rows, trials.failed, lr_choice)
-
-
-def referees(cfg: DegreeSweepConfig, shapes) -> list[TrialSpec]:
-    """Per cell, the first trial (teacher 0, seed 0) fitted by the other second-order optimizer
-    from the same initialization (one restart, which is the trial's first) and training set, with
-    the same iteration limit: each stops at its first doubling that gains less than the
-    tolerance. On the demo's deep narrow stacks an L-BFGS iteration, with its line search, costs
-    a third of an LM one or more (a 27-layer mlp at 320 parameters: 75 ms against 230 ms), and
-    at four times the limit single referees that never certified ran 2-5 minutes."""
-    if not (cfg.referee and cfg.train.second_order):
-        return []
-    other = "lbfgs" if cfg.train.optimizer == "lm" else "lm"
-    train = replace(cfg.train, optimizer=other, restarts=1)
-    cells = [_spec(cfg, arm, shape, cfg.train.lr, 0) for arm, shape in shapes.values()]
-    return [replace(s, train=train) for s in cells]
+    return DegreeSweepTrials(trials.rows, trials.failed, lr_choice, input_rank=seen)
 
 
 @EXPERIMENTS.register

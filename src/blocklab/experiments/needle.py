@@ -203,7 +203,7 @@ def _random_id(cfg: NeedleConfig, seq_len: int, tau1: float) -> str:
 
 
 def run(cfg: NeedleConfig, store: Store, *, resources=None, progress=True) -> NeedleTrials:
-    from blocklab.engine.sweep import stored_point
+    from blocklab.engine.points import stored_point
 
     random_rows = []
     for seq_len in cfg.seq_lens:

@@ -6,13 +6,13 @@ second-order fits the referee's comparison (the figures are in `capacity_plots`)
 import math
 from typing import Any
 
-from blocklab.analysis import capacity as cap
-from blocklab.analysis import design
-from blocklab.analysis.capacity import PREDICTED_EFFECT, REFERENCE, predicted_multiplier
+from blocklab.analysis import design, fit_checks
+from blocklab.analysis.capacity import PREDICTED_EFFECT
+from blocklab.analysis.cells import Check
 from blocklab.formatting import markdown_table
 from blocklab.formatting import short as fmt
 from blocklab.reports import referee
-from blocklab.reports.verdicts import claim
+from blocklab.reports.multipliers import inf_or, multiplier_json, multiplier_section, status_line
 
 
 def criterion(rule: str, tol: float) -> str:
@@ -30,8 +30,8 @@ def criterion(rule: str, tol: float) -> str:
 
 def _budget_span(c: design.BudgetSpan) -> str:
     need = f"a scaling fit needs >= {design.MIN_BUDGETS} over >= {design.MIN_SPAN:g}x"
-    text = f"{c.budgets} budgets spanning {c.span:.3g}x ({need})"
-    return text if c.passed else f"{text}; give more or wider --budgets"
+    text = f"every arm at {c.budgets}+ budgets over {c.span:.3g}x+ in actual counts ({need})"
+    return text if c.passed else f"{text}; give more or wider --budgets (or --depths)"
 
 
 def _share_of_trials(c, what: str, need: float, rule: str, advice: str) -> str:
@@ -49,10 +49,23 @@ def _plateau(c: design.Plateau) -> str:
     return _share_of_trials(c, "plateaued", design.PLATEAU_SHARE, rule, advice)
 
 
-def _converged(c: design.Converged) -> str:
-    rule = f"converged: doubling the iterations lowered the training loss by < {c.tol:g} of it"
-    advice = "fit longer (--steps) or with more restarts (--restarts)"
-    return _share_of_trials(c, "converged", design.CONVERGED_SHARE, rule, advice)
+def _tied(alpha: float, resolution: float) -> str:
+    if not math.isfinite(alpha):
+        return "no exponent fitted"
+    return (
+        f"the loss slack that is {resolution:.1%} in parameters, the resolution the run claims, "
+        f"at the shared exponent alpha = {alpha:.3g}"
+    )
+
+
+def _converged(c: fit_checks.Converged) -> str:
+    rule = (
+        f"converged: the last doubling of a fit's iterations lowered its training loss by at "
+        f"most {c.tol:.3g} ({_tied(c.alpha, c.resolution)}); the fits stop at a gain below "
+        f"{c.certificate_tol:g}"
+    )
+    advice = "fit longer (--steps)"
+    return _share_of_trials(c, "converged", fit_checks.CONVERGED_SHARE, rule, advice)
 
 
 def _generalization(c: design.Generalization) -> str:
@@ -70,13 +83,62 @@ def _generalization(c: design.Generalization) -> str:
     )
 
 
-def _monotone(c: design.Monotone) -> str:
-    if not c.rises:
-        return "every arm's test loss falls or stays level with budget"
+def _input_rank(c: fit_checks.InputRank) -> str:
+    seen = ", ".join(f"{a} {r} of {n}" for a, r, n, _, _ in c.arms)
+    text = f"input Jacobian rank at initialization, before any fit: {seen}"
+    if c.passed:
+        return f"every arm sees every input ({seen})"
+    return f"{text}; a hidden input caps every fit: a wider network or --norm rms"
+
+
+def _curve(c: fit_checks.Curve) -> str:
+    falls = ", ".join(f"{a} {f:.3g}x" for a, _, _, _, _, f in c.falls)
+    text = f"loss falls from the smallest budget to the largest: {falls} (needs >= "
+    text += f"{fit_checks.MIN_FALL:g}x per arm)"
+    alphas = ", ".join(
+        f"{a} {al:.3g} [{lo:.3g}, {hi:.3g}]" for a, al, lo, hi in c.exponents if math.isfinite(al)
+    )
+    if alphas:
+        text += f"; each arm's own exponent: {alphas}"
+    if c.passed:
+        return text
+    why = []
+    if c.flat:
+        why.append(f"flat or rising: {', '.join(c.flat)}")
+    if c.unbounded:
+        lo, hi = c.bounds
+        why.append(f"exponent interval at the fit's bounds ({lo:g}, {hi:g}) or missing: "
+                   f"{', '.join(c.unbounded)}")  # fmt: skip
     return (
-        "test loss rises with budget beyond the intervals (undertrained: more --steps, "
-        "another --lr-grid): "
-        + "; ".join(f"{a}: {m0:.4g} at {b0} -> {m1:.4g} at {b1}" for a, b0, m0, b1, m1 in c.rises)
+        f"{text}; {'; '.join(why)}: the curve measures a floor, not what parameters buy "
+        "(a hidden input, fits stuck: more --restarts, --ladder on, wider --budgets)"
+    )
+
+
+def _search(c: fit_checks.Search) -> str:
+    gaps = ", ".join(
+        f"{a} {g:.1%}" if math.isfinite(g) else f"{a} - ({k} restarts)" for a, g, k in c.gaps
+    )
+    text = (
+        f"best of the first K/2 restarts (chains) above the best of all K by {gaps} "
+        f"(needs <= {c.tol:.3g} per arm: {_tied(c.alpha, c.resolution)})"
+    )
+    return (
+        text
+        if c.passed
+        else f"{text}; more restarts would still move the losses: raise --restarts (2 or more)"
+    )
+
+
+def _resolution_check(c: fit_checks.Resolution) -> str:
+    listed = ", ".join(
+        f"{n} {inf_or(v)} [{inf_or(lo)}, {inf_or(hi)}]" for n, v, lo, hi in c.intervals
+    )
+    if c.passed:
+        return f"every multiplier interval is bounded: {listed}"
+    return (
+        f"unbounded: {', '.join(c.unbounded)} ({listed or 'no shared fit'}): more seeds or "
+        "teachers, or budgets where the arms' curves overlap"
     )
 
 
@@ -122,110 +184,53 @@ def _replicates(c: design.Replicates) -> str:
 DETAIL = {
     design.BudgetSpan: _budget_span,
     design.Plateau: _plateau,
-    design.Converged: _converged,
+    fit_checks.Converged: _converged,
     design.Generalization: _generalization,
-    design.Monotone: _monotone,
+    fit_checks.InputRank: _input_rank,
+    fit_checks.Curve: _curve,
+    fit_checks.Search: _search,
+    fit_checks.Resolution: _resolution_check,
     design.LrEdge: _lr_edge,
     design.WidthMatch: _width,
     design.Replicates: _replicates,
 }
 
 
-def detail(check: design.Check) -> str:
+def detail(check: Check) -> str:
     """What a design check measured, and what to change where it failed."""
     return DETAIL[type(check)](check)
 
 
-def _x(v: float) -> str:
-    return "inf" if math.isinf(v) else f"{v:.3g}"
-
-
-SIDE = {
-    cap.Side.MORE: "needs more parameters than",
-    cap.Side.FEWER: "needs fewer parameters than",
-    cap.Side.SAME: "not distinguishable from",
-}
-
-
-def efficiency_line(a: cap.ArmEfficiency) -> str:
-    """An arm's multiplier against the reference with its interval, what the interval excludes,
-    and the prediction beside it."""
-    e = a.efficiency
-    if a.side is cap.Side.UNDETERMINED:
-        return f"{e.arm}: x{_x(e.multiplier)}, interval undetermined (too many fits failed)"
-    text = f"{e.arm}: x{_x(e.multiplier)} [{_x(e.ci_low)}, {_x(e.ci_high)}], "
-    text += f"{SIDE[a.side]} {e.reference}"
-    if a.predicted is not None:
-        where = "inside" if a.inside else "outside"
-        text += f" (predicted {a.predicted:.3f}: {where} the interval)"
-    if e.extrapolated:
-        text += "; extrapolated beyond the budgets it ran at"
-    return text
-
-
-def efficiency_lines(capacity) -> list[str]:
-    return [efficiency_line(a) for a in cap.efficiency_findings(capacity.fit, capacity.degrees)]
-
-
-def verdict_sentence(capacity) -> str | None:
-    """The stated finding with the per-budget claims of the paired tests; None when refused."""
-    v = capacity.verdict
-    if v.refused is not None:
-        return None
-    ref = v.reference
-    if v.standing is cap.Standing.OTHERS_BETTER:
-        summary = f"{', '.join(v.better)} more parameter-efficient than {ref}"
-    elif v.standing is cap.Standing.REFERENCE_BEST:
-        summary = f"{ref} is the most parameter-efficient arm"
-    else:
-        summary = f"no arm is more parameter-efficient than {ref}"
-    head = (
-        f"Parameters needed to reach the loss {ref} reaches at {v.ref_params:.0f} parameters "
-        f"({v.target_loss:.4g}), relative to {ref} ({v.level:.0%} bootstrap intervals over "
-        "(teacher, seed)): "
-    )
-    text = f"{summary}. {head}" + "; ".join(efficiency_line(a) for a in v.arms) + "."
-    if v.paired:
-        text += " Per budget: " + " | ".join(claim(p) for p in v.paired)
-    return text
-
-
-def check_lines(capacity):
-    """The design checks, one line each, and the verdict or why there is none."""
-    lines = [
+def check_lines(capacity) -> list[str]:
+    """The design checks, one line each."""
+    return [
         f"- {'passed' if c.passed else 'FAILED'}: {c.name}: {detail(c)}" for c in capacity.checks
     ]
-    v = capacity.verdict
-    if v.refused is None:
-        return lines, verdict_sentence(capacity)
-    if v.refused is cap.Refusal.DESIGN_CHECK:
-        why = "; ".join(f"design check failed: {c.name}: {detail(c)}" for c in v.failed)
-    else:
-        why = f"no scaling fit for the reference arm {v.reference} (is it among the degrees?)"
-    return lines, f"{why} — no verdict"
 
 
 def converged_line(capacity) -> str | None:
     """The terminal's one line on the fits' certificates; None for an Adam run."""
-    c = next((c for c in capacity.checks if isinstance(c, design.Converged)), None)
+    c = next((c for c in capacity.checks if isinstance(c, fit_checks.Converged)), None)
     if c is None:
         return None
     done = round(c.share * c.trials)
     return (
-        f"converged fits: {done} of {c.trials} trials (certificate: doubling the iterations "
-        f"gained < {c.tol:g})"
+        f"converged fits: {done} of {c.trials} trials (their last doubling of the iterations "
+        f"gained <= {c.tol:.3g}; a fit stops at a gain < {c.certificate_tol:g})"
     )
 
 
 def capacity_json(capacity) -> dict[str, Any]:
-    """The capacity analysis under the keys of `--json`, its checks and verdict in words."""
+    """The capacity analysis under the keys of `--json`, its checks and status in words."""
+    verdict, said = status_line(capacity)
     return {
         "budgets": capacity.budgets,
         "design_checks": [
             {"name": c.name, "passed": c.passed, "detail": detail(c)} for c in capacity.checks
         ],
-        "verdict": verdict_sentence(capacity),
+        "verdict": said if verdict else None,
         "arms": capacity.arms_json(),
+        **multiplier_json(capacity),
         "resolution": capacity.fit.resolution,
         "predicted_effect": PREDICTED_EFFECT,
         "reference": capacity.fit.reference,
@@ -242,18 +247,20 @@ def _mult(x):
 
 
 def capacity_section(capacity):
-    """Markdown: design checks, verdict, per-budget losses, scaling fits, efficiency vs d = 3."""
-    checks, verdict = check_lines(capacity)
-    lines = ["## Design checks", "", *checks, "", "## Verdict", "", verdict, ""]
+    """Markdown: the status, the scaling plot and the multipliers first, then the design checks,
+    per-budget losses and each arm's own curve."""
+    _, status = status_line(capacity)
+    lines = ["## Status", "", status, ""]
+    if capacity.model is not None:
+        lines += ["![test loss against parameters](scaling.png)", ""]
+        lines += multiplier_section(capacity)
+    lines += ["## Design checks", "", *check_lines(capacity), ""]
     lines += _loss_table(capacity.stats, capacity.second_order)
     if capacity.second_order:
         lines += _fit_curves_text(capacity.referee is not None)
     if capacity.referee is not None:
         lines += referee.section(capacity.referee)
-    lines += _fit_table(capacity.fit)
-    if capacity.fit.reference is None:
-        return lines + [f"No parameter-efficiency multipliers: {REFERENCE} was not fitted.", ""]
-    return lines + _efficiency_section(capacity)
+    return lines + _fit_table(capacity.fit)
 
 
 # how far the trials got: Adam runs by their plateau, second-order fits by their training loss,
@@ -334,10 +341,10 @@ def _fit_curves_text(refereed: bool) -> list[str]:
 def _fit_table(fit) -> list[str]:
     lines = [
         "",
-        "## Scaling fits",
+        "## Each arm's own curve",
         "",
-        "Per arm, L(P) = L_inf + a P^-alpha fit by least squares on log loss to the per-budget "
-        "means against the actual parameter counts (SciPy); intervals: "
+        "Beside the shared model: per arm, L(P) = L_inf + a P^-alpha fit by least squares on "
+        "log loss to the per-budget means against the actual parameter counts (SciPy); intervals: "
         f"{fit.level:.0%} bootstrap percentiles over {fit.n_boot} draws that resample teachers, "
         "then seeds within them, the same draws for every arm (paired).",
         "",
@@ -347,52 +354,4 @@ def _fit_table(fit) -> list[str]:
         for arm, f in fit.fits.items()
     ]
     lines += markdown_table(("arm", "L_inf", "95% CI", "a", "alpha", "95% CI"), body)
-    return lines + ["", "![test loss vs budget](scaling.png)", ""]
-
-
-def _efficiency_section(capacity) -> list[str]:
-    """Each arm's multiplier against the reference beside seed 000's prediction h(3) / h(d), and
-    whether the intervals are narrow enough to tell d = 3 from its neighbours."""
-    fit = capacity.fit
-    ref = fit.efficiency[fit.reference]
-    lines = [
-        "## Parameter efficiency against d = 3",
-        "",
-        f"The loss {fit.reference} reaches at P_ref = {ref.ref_params:.0f} parameters (the middle "
-        f"of its measured log range) is {ref.target_loss:.4g}. For each arm: the parameters its "
-        "fitted curve needs for that loss, divided by P_ref (above 1: it needs more than "
-        f"{fit.reference}; inf: its fitted floor L_inf lies above the target). Seed 000's "
-        "prediction beside it: equal degree proxy (eq. 17) means B_X h(X) = B_3 h(3), so the "
-        "multiplier is h(3) / h(X). Measurement and prediction are never fitted to each other.",
-        "",
-    ]
-    body = []
-    for arm, e in fit.efficiency.items():
-        pred = predicted_multiplier(arm, capacity.degrees.get(arm))
-        body.append(
-            (
-                arm,
-                _mult(e.multiplier),
-                f"[{_mult(e.ci_low)}, {_mult(e.ci_high)}]",
-                "-" if pred is None else f"{pred:.4f}",
-                "yes" if e.extrapolated else "no",
-            )
-        )
-    lines += markdown_table(("arm", "multiplier", "95% CI", "predicted", "extrapolated"), body)
-    figure = "![parameter efficiency](efficiency.png)"
-    return lines + ["", _resolution(fit.resolution), "", figure, ""]
-
-
-def _resolution(res: float | None) -> str:
-    if res is None:
-        return "Resolution: no finite interval."
-    said = (
-        "This run can resolve it."
-        if res < PREDICTED_EFFECT / 2
-        else "This run cannot resolve it: more seeds, teachers or budgets narrow the "
-        "intervals (roughly as one over the square root of the number of units)."
-    )
-    return (
-        f"Resolution: the intervals' median half-width is {res:.3g} (in multiplier units); "
-        f"the predicted difference between d = 3 and d = 2 or 4 is {PREDICTED_EFFECT:.3f}. {said}"
-    )
+    return lines + [""]

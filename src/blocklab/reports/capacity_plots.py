@@ -30,28 +30,33 @@ def _plain_log(ax, axes="xy"):
 
 
 def scaling_curves(capacity, path, unit="MSE or cross-entropy in nats"):
-    """Log-log test loss vs actual block parameters: per arm the means with 95% intervals and the
-    fitted L(P) = L_inf + a P^-alpha, one colour per arm. `unit`: the loss's (`plots.loss_unit`)."""
-    stats, fits = capacity.stats, capacity.fit.fits
+    """Log-log test loss against actual block parameters: per arm each cell's geometric mean over
+    its units with the 95% interval of its log loss (never below zero), and the shared scaling
+    model L_a(P) = L_inf + A (P / m_a)^-alpha through them, its multiplier and interval in the
+    legend (each arm's own curve where the shared model could not be fitted)."""
+    stats, model = capacity.stats, capacity.model
     arms = sorted(stats, key=_arm_key(capacity))
     color = colors(arms)
-    fig, ax = plt.subplots(figsize=(7, 4.8), layout="constrained")
+    fig, ax = plt.subplots(figsize=(7.5, 5), layout="constrained")
     for arm in arms:
-        pts = [s for _, s in sorted(stats[arm].items()) if math.isfinite(s["mean"])]
+        pts = [s for _, s in sorted(stats[arm].items()) if math.isfinite(s["gmean"])]
         if not pts:
             continue
         x = np.array([s["block_params"] for s in pts], dtype=float)
-        y = np.array([s["mean"] for s in pts])
-        lo = np.array([s["ci_low"] if math.isfinite(s["ci_low"]) else s["mean"] for s in pts])
-        hi = np.array([s["ci_high"] if math.isfinite(s["ci_high"]) else s["mean"] for s in pts])
-        lo = np.where(lo > 0, lo, y)  # a loss is positive: no bar below zero on a log axis
+        y = np.array([s["gmean"] for s in pts])
+        lo = np.array([s["g_low"] if math.isfinite(s["g_low"]) else s["gmean"] for s in pts])
+        hi = np.array([s["g_high"] if math.isfinite(s["g_high"]) else s["gmean"] for s in pts])
         c = color[arm]
         ax.errorbar(x, y, yerr=[y - lo, hi - y], color=c, marker="o", ls="none", capsize=3)
-        if arm in fits:
-            f = fits[arm]
-            grid = np.geomspace(x.min() / 1.3, x.max() * 1.3, 100)
-            label = f"{arm}: {f.L_inf:.3g} + {f.a:.3g} P^-{f.alpha:.2f}"
-            ax.plot(grid, [f.predict(p) for p in grid], color=c, label=label)
+        grid = np.geomspace(x.min() / 1.3, x.max() * 1.3, 100)
+        m = model.multipliers.get(arm) if model is not None else None
+        if m is not None and math.isfinite(m.value) and m.value > 0:
+            curve = model.L_inf + model.A * (grid / m.value) ** (-model.alpha.value)
+            label = f"{arm}: m = {m.value:.3g} [{m.low:.3g}, {m.high:.3g}]"
+            ax.plot(grid, curve, color=c, label=label)
+        elif arm in capacity.fit.fits:
+            f = capacity.fit.fits[arm]
+            ax.plot(grid, [f.predict(p) for p in grid], color=c, ls="--", label=f"{arm} (own fit)")
         else:
             ax.plot([], [], color=c, marker="o", label=f"{arm} (no fit)")
     ax.set_xscale("log")
@@ -59,43 +64,56 @@ def scaling_curves(capacity, path, unit="MSE or cross-entropy in nats"):
     _plain_log(ax)
     ax.set(
         xlabel="block parameters P (actual count)",
-        ylabel=f"test loss ({unit}), mean and 95% CI",
+        ylabel=f"test loss ({unit}), geometric mean and 95% CI",
     )
-    ax.set_title("test loss vs budget, fitted L(P) = L_inf + a P^-alpha", fontsize=10)
+    if model is not None:
+        a = model.alpha
+        title = (
+            f"shared fit L_inf + A (P / m)^-alpha: alpha = {a.value:.3g} "
+            f"[{a.low:.3g}, {a.high:.3g}], m(d=3) = 1"
+        )
+    else:
+        title = "test loss against parameters (no shared fit)"
+    ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     return save(fig, path)
 
 
 def efficiency(capacity, path):
-    """Each arm's parameter multiplier against d = 3 with its bootstrap interval, beside seed 000's
-    prediction h(3) / h(d); above 1 the arm needs more parameters than d = 3 for the same loss.
-    An infinite multiplier or bound is drawn at the top edge and marked."""
-    eff = capacity.fit.efficiency
-    arms = sorted(eff, key=_arm_key(capacity))
-    values = [v for a in arms for v in (eff[a].multiplier, eff[a].ci_low, eff[a].ci_high)]
+    """Each arm's multiplier against d = 3 in the shared model, with its bootstrap interval, beside
+    seed 000's prediction h(3) / h(d), and m_2 / m_4 beside its predicted 1; above 1 the arm
+    needs more parameters than d = 3 for the same loss. An unbounded end is drawn at the frame
+    and marked."""
+    model = capacity.model
+    named = [(a, i) for a, i in model.multipliers.items()]
+    named.sort(key=lambda ai: _arm_key(capacity)(ai[0]))
+    if model.ratio_2_4 is not None:
+        named.append(("m_2 / m_4", model.ratio_2_4))
+    values = [v for _, i in named for v in (i.value, i.low, i.high)]
     shown = [v for v in values if math.isfinite(v) and v > 0]
     top = max(shown + [1.2]) * 1.15
-    bottom = max(min(shown + [0.8]) / 1.15, 1e-3)  # a bound near 0 is cut at the frame
+    bottom = max(min(shown + [0.8]) / 1.15, 1e-3)
     fig, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
-    for i, arm in enumerate(arms):
-        e = eff[arm]
-        m = e.multiplier if math.isfinite(e.multiplier) else top
-        lo = e.ci_low if math.isfinite(e.ci_low) else m
-        hi = e.ci_high if math.isfinite(e.ci_high) else top
+    for k, (name, i) in enumerate(named):
+        m = i.value if math.isfinite(i.value) and i.value > 0 else top
+        lo = i.low if math.isfinite(i.low) and i.low > 0 else bottom
+        hi = i.high if math.isfinite(i.high) else top
         bars = [[max(m - lo, 0.0)], [max(hi - m, 0.0)]]
-        ax.errorbar([i], [m], yerr=bars, color="C0", marker="o", capsize=4, label="measured")
-        if not math.isfinite(e.multiplier):
-            ax.annotate("inf", (i, top), ha="center", va="bottom", fontsize=8)
-        pred = predicted_multiplier(arm, capacity.degrees.get(arm))
+        ax.errorbar([k], [m], yerr=bars, color="C0", marker="o", capsize=4, label="measured")
+        if not i.bounded and name != model.reference:
+            ax.annotate("unbounded", (k, top), ha="center", va="bottom", fontsize=8)
+        pred = (
+            1.0 if name == "m_2 / m_4" else predicted_multiplier(name, capacity.degrees.get(name))
+        )
         if pred is not None:
-            ax.plot([i], [pred], color="C3", marker="x", ms=9, ls="none", label="h(3) / h(d)")
+            ax.plot([k], [pred], color="C3", marker="x", ms=9, ls="none", label="predicted")
     ax.axhline(1.0, color="0.4", linestyle=":", linewidth=1)
-    ax.set_xticks(range(len(arms)), arms)
+    ax.set_xticks(range(len(named)), [n for n, _ in named])
     ax.set_yscale("log")
     ax.set_ylim(bottom, top * 1.1)
     _plain_log(ax, "y")
     ax.set(xlabel="arm", ylabel="parameters needed / those of d = 3 (ratio)")
-    ax.set_title("multiplier vs d = 3 with 95% CI; > 1: needs more than d = 3", fontsize=10)
+    ax.set_title("shared-model multipliers with 95% CI; > 1: needs more than d = 3", fontsize=10)
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=True))  # one entry per kind, not per arm
     ax.legend(unique.values(), unique.keys(), fontsize=8)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from blocklab.analysis.capacity import CapacityResult
+from blocklab.analysis.capacity import CapacityResult, Outcome
 from blocklab.analysis.capacity import analyze as analyze_capacity
 from blocklab.analysis.stats import (
     TEST,
@@ -31,10 +31,10 @@ from blocklab.reports.capacity import (
     capacity_section,
     check_lines,
     converged_line,
-    efficiency_lines,
 )
 from blocklab.reports.capacity_plots import efficiency, fit_curves, scaling_curves
 from blocklab.reports.markdown import failures, require_finished
+from blocklab.reports.multipliers import multiplier_lines, status_line
 from blocklab.reports.verdicts import claim, verdict_json
 from blocklab.theory import degree_proxy_log10, h, layers_at_budget, optimal_degree
 
@@ -219,7 +219,7 @@ def write_report(
     plots.ranking_vs_theory(summaries, out / "ranking_vs_theory.png")
     if capacity is not None:
         scaling_curves(capacity, out / "scaling.png", plots.loss_unit({r["task"] for r in rows}))
-        if capacity.fit.efficiency:
+        if capacity.model is not None:
             efficiency(capacity, out / "efficiency.png")
         if capacity.second_order:
             fit_curves(rows, referee_rows, out / "fit_curves.png")
@@ -293,6 +293,8 @@ class Result:
     capacity: CapacityResult  # design checks, scaling fits, efficiency and the verdict
     # second-order fits: each cell's first trial refitted by the other optimizer
     referee: list[dict[str, Any]] = field(default_factory=list)
+    # arm -> the rank of its input Jacobian measured before the fits (`input_ranks`)
+    input_rank: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def analyze(cfg, trials) -> Result:
@@ -303,16 +305,20 @@ def analyze(cfg, trials) -> Result:
     cap = analyze_capacity(
         trials.rows,
         trials.lr_choice,
-        list(cfg.budgets),
+        list(cfg.budgets) or sorted({int(r["budget"]) for r in trials.rows}),
         tol=cfg.plateau_tol,
         n_boot=cfg.n_boot,
         paired=verdicts,
         width=cfg.width if cfg.mode == "width" else None,
         converge_tol=cfg.train.converge_tol,
         referee=refitted,
+        input_rank=getattr(trials, "input_rank", None),
     )
     summaries = summarize(trials.rows)
-    return Result(trials.rows, trials.lr_choice, trials.failed, summaries, verdicts, cap, refitted)
+    seen = getattr(trials, "input_rank", {})
+    return Result(
+        trials.rows, trials.lr_choice, trials.failed, summaries, verdicts, cap, refitted, seen
+    )
 
 
 def write(out_dir, cfg, trials) -> Report:
@@ -340,24 +346,16 @@ def write(out_dir, cfg, trials) -> Report:
         optimizer=cfg.train.optimizer,
         referee=referee.summary_json(cap.referee),
     )
-    checks, verdict = check_lines(cap)
-    lines = [table(result.summaries), "\ndesign checks:", *checks]
+    payload.update(ladder=cfg.ladder if cfg.staged else "off", input_rank=result.input_rank)
+    verdict, line = status_line(cap)
+    lines = [table(result.summaries)]
+    if cap.model is not None:
+        lines += ["", *multiplier_lines(cap)]
+    lines += ["\ndesign checks:", *check_lines(cap)]
     if converged := converged_line(cap):
         lines.append(converged)
-    v = cap.verdict
-    if cap.fit.efficiency:
-        caveat = "" if cap.passed else " -- measured, but not a verdict: a design check failed"
-        at = "" if v.refused else f" for the loss d=3 reaches at {v.ref_params:.0f} parameters"
-        lines.append(
-            f"\nparameters needed{at} relative to d=3 (95% bootstrap interval; predicted "
-            f"h(3)/h(d)){caveat}:"
-        )
-        lines += [f"- {line}" for line in efficiency_lines(cap)]
-    # the verdict's summary is the status line the command prints last; its paired tests here
-    if v.refused is None and v.paired:
+    if cap.decision.outcome is not Outcome.NO_VERDICT and cap.paired:
         lines.append("\npaired tests per budget (Holm-corrected):")
-        lines += [f"- {claim(p)}" for p in v.paired]
-    failed = ", ".join(c.name for c in cap.checks if not c.passed)
-    refusal = f"design checks failed: {failed}" if failed else verdict
-    status = Status.of_verdict(payload.get("verdict"), refusal)
+        lines += [f"- {claim(p)}" for p in cap.paired]
+    status = Status(verdict, line)
     return Report(path, payload, lines + failures(result), status)

@@ -46,6 +46,8 @@ code { font-size: 12px; }
 .status { font-size: 16px; font-weight: 600; padding: 0.5em 0.8em; border-left: 6px solid; }
 .status.verdict { border-color: #2a7; background: #eef8f1; }
 .status.no-verdict { border-color: #c33; background: #fbeeee; }
+.status.inconclusive { border-color: #d90; background: #fdf6e3; }
+.status.findings { border-color: #888; background: #f4f4f4; }
 """
 # sort a table by the clicked column: numbers as numbers, the rest as text; a second click reverses
 SCRIPT = """
@@ -272,7 +274,7 @@ def write(run_dir: str | Path, records: list[dict[str, Any]] | None = None) -> P
     ]
     parts = [f"<h1>{escape(run_dir.name)}: {escape(facts['experiment'])}</h1>"]
     if status := read_run_file(run_dir).get("status"):
-        kind = "verdict" if status["verdict"] else "no-verdict"
+        kind = status_kind(status)
         parts.append(f'<p class="status {kind}">{escape(status["line"])}</p>')
     parts.append(_table(None, rows, cls="facts"))
     if facts["config"] is not None:
@@ -320,6 +322,19 @@ def _save(path: Path, text: str) -> Path:
 def run_dirs(parent: Path) -> list[Path]:
     """The run directories right under `parent`: those holding a store."""
     return sorted(p.parent for p in parent.glob(f"*/{DB_NAME}"))
+
+
+def status_kind(status: dict) -> str:
+    """The banner's class, by what the status line says: a VERDICT green, INCONCLUSIVE amber,
+    NO VERDICT red, FINDINGS (an experiment without a verdict) grey."""
+    line = status.get("line", "")
+    if status.get("verdict"):
+        return "verdict"
+    if line.startswith("INCONCLUSIVE"):
+        return "inconclusive"
+    if line.startswith("FINDINGS"):
+        return "findings"
+    return "no-verdict"
 
 
 def _summary_line(run_dir: Path) -> tuple[str, str]:

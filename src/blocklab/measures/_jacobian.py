@@ -1,0 +1,56 @@
+"""The rank of a network's input Jacobian over a sample of inputs: whether it can see every input.
+
+A network that depends on its n inputs only through k < n linear combinations (LayerNorm without
+affine weights at width <= n removes the all-ones direction from every block input and from the
+readout) has every per-example input gradient in one k-dimensional subspace, so the gradients of
+a sample, stacked, have rank k: no fit can recover what the hidden directions carry. The rank is
+read in float64 from the singular values, relative to the largest (`RANK_RTOL`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+RANK_RTOL = 1e-8  # a singular value below this share of the largest counts as zero (float64)
+
+
+@dataclass(frozen=True)
+class InputRank:
+    rank: int
+    inputs: int  # the input dimension: the columns of the stacked Jacobian
+    singular_values: tuple[float, ...]  # descending
+    rows: int  # the finite rows read: 0 when every output overflowed (nothing measured)
+
+    @property
+    def full(self) -> bool:
+        return self.rank >= self.inputs
+
+
+def input_rank(model: nn.Module, x: torch.Tensor, rtol: float = RANK_RTOL) -> InputRank:
+    """Stack the input gradient of every output of every example of `x` (B, ...) into a
+    (B * outputs, inputs) matrix, each row scaled to unit length, and count its singular values
+    above `rtol` of the largest. The
+    examples must not interact (no batch statistics), which holds for every blocklab network."""
+    model = model.double()
+    x = x.detach().double().requires_grad_(True)  # (B, ...)
+    out = model(x).reshape(len(x), -1)  # (B, outputs)
+    rows = [
+        torch.autograd.grad(out[:, j].sum(), x, retain_graph=j + 1 < out.shape[1])[0].reshape(
+            len(x), -1
+        )  # (B, inputs): example i's gradient in row i
+        for j in range(out.shape[1])
+    ]
+    jac = torch.cat(rows)  # (B * outputs, inputs)
+    jac = jac[torch.isfinite(jac).all(1)]  # a row that overflowed says nothing about the rank
+    # each gradient to unit length: the rank counts the directions the gradients span, which an
+    # example whose gradient is 1e20 times the others' (a deep network without norms) would hide
+    norms = jac.norm(dim=1, keepdim=True)
+    jac = jac[norms[:, 0] > 0] / norms[norms[:, 0] > 0]
+    if not len(jac):
+        return InputRank(0, x[0].numel(), (), 0)
+    s = torch.linalg.svdvals(jac)
+    rank = int((s > rtol * s[0]).sum()) if len(s) and s[0] > 0 else 0
+    return InputRank(rank, jac.shape[1], tuple(float(v) for v in s), len(jac))

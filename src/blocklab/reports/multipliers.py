@@ -1,0 +1,222 @@
+"""The shared scaling model's part of the degree sweep's report (`analysis.multiplier`,
+`analysis.capacity.Decision`): the status line, the multipliers' table, their section of
+report.md and their JSON keys."""
+
+import math
+from typing import Any
+
+from blocklab.analysis import capacity as cap
+from blocklab.analysis.capacity import PREDICTED_EFFECT, predicted_multiplier
+from blocklab.formatting import markdown_table
+
+STATUS_WIDTH = 100  # the terminal's columns: the status line fits in one
+# what to change where a check failed, in a few words (the design checks above say more)
+FIX = {
+    "input_rank": "a wider network or --norm rms",
+    "budget_span": "more or wider budgets",
+    "converged": "more --steps",
+    "plateau": "more --steps",
+    "search": "more --restarts",
+    "curve": "more --restarts or wider budgets",
+    "generalization": "a larger --data-ratio",
+    "lr_not_at_edge": "a wider --lr-grid",
+    "width_matched": "other --budgets or --width",
+    "replicates": "more --seeds",
+    "resolution": "more --seeds or --teachers",
+}
+
+
+def inf_or(v: float) -> str:
+    return "inf" if math.isinf(v) else f"{v:.3g}"
+
+
+def _pct(share: float) -> str:
+    return "inf" if math.isinf(share) else f"{share:.1%}"
+
+
+def _finding(f: cap.Finding) -> str:
+    name = "m_2 / m_4" if f.name == "m2/m4" else f"m({f.name})"
+    i = f.interval
+    return f"{name} = {inf_or(i.value)} [{inf_or(i.low)}, {inf_or(i.high)}]"
+
+
+def _finding_said(f: cap.Finding, reference: str) -> str:
+    """A decided finding in words: which way it points and where the prediction lies."""
+    text = _finding(f)
+    if f.name == "m2/m4":
+        if f.excludes_one:
+            return f"{text}: d=2 and d=4 differ, against the predicted 1 (h(2) = h(4))"
+        return f"{text}: equal within +-{_pct(f.resolution)}, as predicted (1)"
+    side = (
+        "needs more parameters than" if f.interval.low > 1
+        else "needs fewer parameters than" if f.interval.high < 1
+        else "is not distinguishable from"
+    )  # fmt: skip
+    text += f": {f.name} {side} {reference}"
+    if f.predicted is not None:
+        where = "outside" if f.excludes_prediction else "inside"
+        text += f" (predicted {f.predicted:.3f}: {where} the interval)"
+    return text
+
+
+def status_line(capacity) -> tuple[bool, str]:
+    """The run's status (`analysis.capacity.Decision`) as its one line: whether it is a
+    verdict, and the line, starting with VERDICT, INCONCLUSIVE or NO VERDICT."""
+    d = capacity.decision
+    if d.outcome is cap.Outcome.NO_VERDICT:
+        if d.failed:
+            names = ", ".join(c.name for c in d.failed)
+            fixes = ", ".join(dict.fromkeys(FIX.get(c.name, "see above") for c in d.failed))
+            line = f"NO VERDICT: design checks failed: {names}; to change: {fixes}"
+            if len(line) > STATUS_WIDTH:  # the status is one line: what to change is above it
+                line = f"NO VERDICT: design checks failed: {names} (what to change: above)"
+            shown = len(d.failed)
+            while len(line) > STATUS_WIDTH and shown > 1:
+                shown -= 1
+                names = ", ".join(c.name for c in d.failed[:shown])
+                more = len(d.failed) - shown
+                line = f"NO VERDICT: design checks failed: {names} and {more} more (see above)"
+            return False, line
+        return False, (
+            f"NO VERDICT: the shared scaling model could not be fitted (it needs {d.reference} "
+            "and another arm at 2 budgets or more)"
+        )
+    model = capacity.model
+    if d.shape_rejected:
+        alphas = "; ".join(
+            f"{a} {i.value:.3g} [{i.low:.3g}, {i.high:.3g}]" for a, i in model.arm_alpha.items()
+        )
+        return True, (
+            f"VERDICT: no constant multiplier: the arms' exponents differ (F test p = "
+            f"{model.shape.p:.2g}); each arm's exponent: {alphas}"
+        )
+    if d.outcome is cap.Outcome.INCONCLUSIVE:
+        worst = max(d.undecided, key=lambda f: f.resolution)
+        size = (
+            f"; +-3% needs about {d.units_for_3pct} (teacher, seed) units (this run: {d.units})"
+            if d.units_for_3pct
+            else ""
+        )
+        return False, (
+            f"INCONCLUSIVE: {_finding(worst)}, resolution +-{_pct(worst.resolution)}; the "
+            f"predicted effect is {PREDICTED_EFFECT:.1%}{size}"
+        )
+    said = "; ".join(_finding_said(f, d.reference) for f in d.findings if f.name in d.decisive)
+    return True, f"VERDICT: {said}"
+
+
+def multiplier_rows(capacity) -> list[tuple[str, ...]]:
+    """The multipliers as a short table's rows: arm, m, interval, predicted, what it says."""
+    d = capacity.decision
+    rows = [(d.reference, "1", "-", "1", "reference")]
+    for arm in d.differs:
+        a = capacity.model.arm_alpha.get(arm)
+        own = (
+            f"own exponent {a.value:.3g} [{inf_or(a.low)}, {inf_or(a.high)}]"
+            if a
+            else "own exponent"
+        )
+        pred = predicted_multiplier(arm, capacity.degrees.get(arm))
+        rows.append((arm, "-", "-", "-" if pred is None else f"{pred:.3f}", own))
+    for f in d.findings:
+        if f.name == "m2/m4":
+            name, pred = "m_2 / m_4", "1"
+        else:
+            name, pred = f.name, "-" if f.predicted is None else f"{f.predicted:.3f}"
+        i = f.interval
+        said = "unbounded" if not i.bounded else "decided" if f.decided else (
+            f"+-{_pct(f.resolution)}"
+        )  # fmt: skip
+        rows.append((name, inf_or(i.value), f"[{inf_or(i.low)}, {inf_or(i.high)}]", pred, said))
+    return rows
+
+
+MULTIPLIER_HEAD = ("arm", "m", "95% interval", "predicted", "")
+
+
+def multiplier_lines(capacity) -> list[str]:
+    """The terminal's multiplier table and the shared model's exponent and shape test."""
+    model = capacity.model
+    if model is None:
+        return []
+    table = markdown_table(MULTIPLIER_HEAD, multiplier_rows(capacity))
+    a = model.alpha
+    shape = model.shape
+    test = f"every arm's own exponent against one shared: F test p = {_p(shape.p)}"
+    if shape.differs:
+        test += (
+            f"; an exponent of its own fits {', '.join(shape.differs)} significantly better "
+            f"(Holm-adjusted p {', '.join(_p(shape.arm_p[a]) for a in shape.differs)}): no "
+            "constant multiplier there"
+        )
+    return [
+        f"shared scaling model L_a(P) = L_inf + A (P / m_a)^-alpha, "
+        f"m_{capacity.decision.reference} = 1: alpha = {a.value:.3g} "
+        f"[{inf_or(a.low)}, {inf_or(a.high)}], L_inf = {model.L_inf:.3g}; "
+        f"{test}; {model.level:.0%} paired bootstrap over {model.units} (teacher, seed) units",
+        *table,
+    ]
+
+
+def _p(p: float) -> str:
+    return "-" if not math.isfinite(p) else f"{p:.2g}"
+
+
+def multiplier_section(capacity) -> list[str]:
+    model = capacity.model
+    return [
+        "## Multipliers against d = 3",
+        "",
+        "One scaling law for every arm, L_a(P) = L_inf + A (P / m_a)^-alpha with m = 1 for "
+        "d = 3, fitted by least squares to each cell's geometric-mean test loss against its "
+        "actual parameter count; m > 1: the arm needs m times the parameters d = 3 needs for "
+        "the same loss. Predicted: h(3)/h(d) (seed 000 eq. 17), and m_2 / m_4 = 1 exactly "
+        f"(h(2) = h(4)). Intervals: {model.level:.0%} percentiles of {model.n_boot} paired "
+        f"bootstrap draws over {model.units} (teacher, seed) units, resampled within teachers "
+        f"({model.n_failed} draws failed).",
+        "",
+        *multiplier_lines(capacity)[1:],
+        "",
+        multiplier_lines(capacity)[0],
+        "",
+        "![multipliers against d = 3](efficiency.png)",
+        "",
+    ]
+
+
+def _interval_json(i) -> dict[str, Any]:
+    return {"m": i.value, "ci_low": i.low, "ci_high": i.high}
+
+
+def multiplier_json(capacity) -> dict[str, Any]:
+    """The shared model's keys of the JSON contract: `multipliers`, `m2_over_m4`, `alpha`,
+    `alpha_ci`, `shape_test`, with the status's `outcome`."""
+    model, d = capacity.model, capacity.decision
+    out: dict[str, Any] = {
+        "outcome": d.outcome.value,
+        "multipliers": {},
+        "m2_over_m4": None,
+        "alpha": None,
+        "alpha_ci": None,
+        "shape_test": None,
+        "units_for_3pct": d.units_for_3pct,
+    }
+    if model is None:
+        return out
+    out["multipliers"] = {a: _interval_json(i) for a, i in model.multipliers.items()}
+    if model.ratio_2_4 is not None:
+        r = model.ratio_2_4
+        out["m2_over_m4"] = {"ratio": r.value, "ci_low": r.low, "ci_high": r.high}
+    out["alpha"] = model.alpha.value
+    out["alpha_ci"] = [model.alpha.low, model.alpha.high]
+    out["shape_test"] = {
+        "shared_alpha_preferred": model.shape.shared_alpha_preferred,
+        "p": model.shape.p,
+        "f": model.shape.f,
+        "df": list(model.shape.df),
+        "arm_p": model.shape.arm_p,
+        "differs": list(model.shape.differs),
+        "arm_alpha": {a: _interval_json(i) for a, i in model.arm_alpha.items()},
+    }
+    out["L_inf"], out["A"] = model.L_inf, model.A
+    return out
