@@ -237,3 +237,33 @@ def test_referee_summary_without_referee_rows_or_a_loss():
     assert all(math.isnan(c.gap) for c in summary.cells)
     assert math.isnan(summary.median_gap) and math.isnan(summary.max_gap)
     assert analyze(rows, referee).referee == summary
+
+
+def test_search_fails_where_the_second_half_of_the_restarts_finds_much_lower_losses():
+    """Restarts that keep finding lower losses: the best of the first half lies 50% above the
+    best of all, far past the slack the claimed resolution allows, so more restarts would
+    move the curve."""
+    good = check(analyze(fit_rows()), "search")
+    assert good.passed and max(g for _, g, _ in good.gaps) == pytest.approx(0.01)
+    rows = fit_rows()
+    for r in rows:
+        if r["arm"] == "d=4":
+            r["restart_train_losses"] = [
+                r["train_loss"] * 1.5,
+                r["train_loss"] * 1.6,
+                r["train_loss"],
+            ]
+    bad = check(analyze(rows), "search")
+    gaps = {a: g for a, g, _ in bad.gaps}
+    assert not bad.passed and gaps["d=4"] == pytest.approx(0.5) and gaps["d=3"] < bad.tol
+    one = [{**r, "restart_train_losses": [r["train_loss"]]} for r in fit_rows()]
+    assert not check(analyze(one), "search").passed  # one restart measures no search
+
+
+def test_a_stalled_fit_is_not_converged_however_small_its_gain():
+    from blocklab.analysis.fit_checks import _gained_at_most
+
+    row = {"status": "done", "converged": False, "plateau_improvement": 0.0}
+    assert not _gained_at_most(row, 0.1)  # no gain and no certificate: every step rejected
+    assert _gained_at_most({**row, "plateau_improvement": 0.05}, 0.1)
+    assert _gained_at_most({**row, "converged": True}, 0.0)

@@ -152,3 +152,18 @@ def test_the_page_of_a_run_directory_is_its_own(tmp_path):
     store.put(record("x0", 0))
     store.close()
     assert html.write_any(tmp_path) == [Path(tmp_path) / "index.html"]
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        ({"verdict": True, "line": "VERDICT: m(d=2) = 1.3 [1.1, 1.5]"}, "verdict"),
+        ({"verdict": False, "line": "INCONCLUSIVE: m(d=2) = 1.1 [0.8, 1.5]"}, "inconclusive"),
+        ({"verdict": False, "line": "NO VERDICT: design checks failed: curve"}, "no-verdict"),
+        ({"verdict": False, "line": "FINDINGS: qsa: agrees"}, "findings"),
+    ],
+)
+def test_the_banner_is_coloured_by_what_the_status_says(status, kind):
+    from blocklab.reports.html import status_kind
+
+    assert status_kind(status) == kind

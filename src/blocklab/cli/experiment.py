@@ -33,8 +33,8 @@ FORMS = ("medium", "full", "sweep_width")
 
 # the quick form's wall time as the README's results measured it on 2 CPU cores, by command
 MEASURED = {
-    "demo": "7 min 8 s",
-    "degree-sweep": "7 min 8 s",
+    "demo": "9 min 52 s from a fresh clone (an AVX-512 machine)",
+    "degree-sweep": "9 min 52 s from a fresh clone (an AVX-512 machine)",
     "sanford qsa": "2 min 16 s",
     "needle": "1 min 8 s",
     "mad": "12 min 5 s from a fresh clone",

@@ -300,7 +300,8 @@ def _loss_table(stats, second_order: bool) -> list[str]:
     lines = [
         "## Test loss per budget",
         "",
-        f"Mean over (teacher, seed) with std and 95% Student-t interval; {trained} "
+        "Mean over (teacher, seed) with std, and the geometric mean with the 95% Student-t "
+        f"interval of the log loss mapped back (never below zero); {trained} "
         "With several teachers, the spread within a teacher (mean std over seeds) and between "
         "teachers (std of their means) are shown apart.",
         "",
@@ -311,7 +312,7 @@ def _loss_table(stats, second_order: bool) -> list[str]:
             str(b),
             str(st["block_params"]),
             f"{fmt(st['mean'])} ± {fmt(st['std'])}",
-            f"[{fmt(st['ci_low'])}, {fmt(st['ci_high'])}]",
+            f"{fmt(st['gmean'])} [{fmt(st['g_low'])}, {fmt(st['g_high'])}]",
             *_trained(st, second_order),
             fmt(st["within_teacher_std"]),
             fmt(st["between_teacher_std"]),
@@ -320,7 +321,7 @@ def _loss_table(stats, second_order: bool) -> list[str]:
         for b, st in by_b.items()
     ]
     header = (
-        ("arm", "budget", "params", "test loss", "95% CI")
+        ("arm", "budget", "params", "test loss", "geometric mean [95% CI]")
         + (FITTED if second_order else TRAINED)
         + ("within", "between")
     )

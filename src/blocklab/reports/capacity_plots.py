@@ -95,6 +95,11 @@ def efficiency(capacity, path):
     bottom = max(min(shown + [0.8]) / 1.15, 1e-3)
     fig, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
     for k, (name, i) in enumerate(named):
+        if name in model.shape.differs:  # an exponent of its own: no multiplier to draw
+            a = model.arm_alpha.get(name)
+            said = f"own exponent\n{a.value:.2g}" if a is not None else "own exponent"
+            ax.annotate(said, (k, 1.0), ha="center", va="center", fontsize=8)
+            continue
         m = i.value if math.isfinite(i.value) and i.value > 0 else top
         lo = i.low if math.isfinite(i.low) and i.low > 0 else bottom
         hi = i.high if math.isfinite(i.high) else top

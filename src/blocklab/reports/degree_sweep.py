@@ -278,7 +278,8 @@ def to_json(rows, alpha=0.05):
             "verdicts": [verdict_json(v) for v in compare(rows, alpha)],
             "ranking": [dataclasses.asdict(r) for r in ranking_vs_theory(summaries)],
             "test": TEST,
-            "alpha": alpha,
+            # the paired tests' level; `alpha` is the shared scaling model's exponent
+            "test_level": alpha,
         }
     )
 
