@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from blocklab.analysis import multiplier, scaling
+from blocklab.analysis import fit_checks, multiplier, scaling
 from blocklab.analysis.cells import Check, budget_stats, loss, second_order
 from blocklab.analysis.cells import plateau_rule as plateau_rule  # read here by sanford_match
 from blocklab.analysis.cells import plateaued as plateaued  # read here by sanford_match
@@ -58,41 +58,6 @@ def _observations(rows) -> list[scaling.Observation]:
 def multiplier_fit(rows, n_boot: int, level: float = 0.95) -> multiplier.MultiplierFit | None:
     """The shared scaling model over every arm (`multiplier`), on the test losses."""
     return multiplier.fit(_observations(rows), reference=REFERENCE, n_boot=n_boot, level=level)
-
-
-class Side(Enum):  # where an arm's multiplier interval lies against 1
-    MORE = "more"  # above 1: the arm needs more parameters than the reference
-    FEWER = "fewer"  # below 1
-    SAME = "same"  # holds 1: not distinguishable
-    UNDETERMINED = "undetermined"  # too many bootstrap fits failed for an interval
-
-
-@dataclass(frozen=True)
-class ArmEfficiency:  # an arm's multiplier, where it lies, and seed 000's prediction
-    efficiency: scaling.Efficiency
-    side: Side
-    predicted: float | None  # None for a non-polynomial arm
-    inside: bool | None  # the prediction lies in the interval; None without both
-
-
-def efficiency_findings(
-    fit: scaling.ScalingResult, degrees: dict[str, float | None]
-) -> list[ArmEfficiency]:
-    """Every arm but the reference: its multiplier, what its interval excludes, the prediction."""
-    out = []
-    for arm, e in fit.efficiency.items():
-        if arm == fit.reference:
-            continue
-        pred = predicted_multiplier(arm, degrees.get(arm))
-        if math.isnan(e.ci_low):
-            side = Side.UNDETERMINED
-        else:
-            side = Side.MORE if e.ci_low > 1 else Side.FEWER if e.ci_high < 1 else Side.SAME
-        inside = None
-        if pred is not None and side is not Side.UNDETERMINED:
-            inside = e.ci_low <= pred <= e.ci_high
-        out.append(ArmEfficiency(efficiency=e, side=side, predicted=pred, inside=inside))
-    return out
 
 
 class Outcome(Enum):  # what the status line says
@@ -161,7 +126,8 @@ def _finding(name: str, interval: multiplier.Interval, predicted: float | None) 
     )
 
 
-DECISIVE = ("d=2", "d=4", "m2/m4")  # seed 000's question among integers: d = 3 against 2 and 4
+# seed 000's question among integers: d = 3 against 2 and 4, and m_2 / m_4
+DECISIVE = (*fit_checks.DECISIVE, "m2/m4")
 
 
 def decide(checks: list[Check], model: multiplier.MultiplierFit | None, degrees: dict) -> Decision:

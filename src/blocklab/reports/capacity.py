@@ -242,15 +242,10 @@ def _ci(pair):
     return f"[{fmt(lo)}, {fmt(hi)}]"
 
 
-def _mult(x):
-    return "inf" if x is not None and math.isinf(x) else fmt(x)
-
-
 def capacity_section(capacity):
     """Markdown: the status, the scaling plot and the multipliers first, then the design checks,
     per-budget losses and each arm's own curve."""
-    _, status = status_line(capacity)
-    lines = ["## Status", "", status, ""]
+    lines = []  # the status line leads the report already (`markdown.put_status`)
     if capacity.model is not None:
         lines += ["![test loss against parameters](scaling.png)", ""]
         lines += multiplier_section(capacity)

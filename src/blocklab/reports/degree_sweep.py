@@ -224,9 +224,10 @@ def write_report(
         if capacity.second_order:
             fit_curves(rows, referee_rows, out / "fit_curves.png")
 
-    lines = [f"# {title}", "", "## Question", "", _question(), ""]
-    if capacity is not None:
+    lines = [f"# {title}", ""]
+    if capacity is not None:  # the scaling plot and the multipliers first, then the question
         lines += capacity_section(capacity)
+    lines += ["## Question", "", _question(), ""]
     lines += [
         "## Paired tests per budget",
         "",
