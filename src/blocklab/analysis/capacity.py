@@ -25,7 +25,8 @@ from blocklab.specs import TrainConfig
 from blocklab.theory import h
 
 REFERENCE = "d=3"
-PREDICTED_EFFECT = h(3) / h(2) - 1  # what the theory says separates d = 3 from d = 2 and 4
+# what the theory says separates d = 3 from d = 2 and 4: the resolution a verdict must reach
+PREDICTED_EFFECT = fit_checks.RESOLUTION
 
 
 def predicted_multiplier(arm: str, degree: float | None) -> float | None:

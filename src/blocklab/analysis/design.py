@@ -216,7 +216,7 @@ def design_checks(
     curve = curve_check(rows, multiplier)
     if second_order(rows):
         middle = [
-            converged_check(rows, stats, converge_tol, multiplier),
+            converged_check(rows, converge_tol, multiplier),
             search_check(rows, multiplier),
             curve,
             _generalization(stats),

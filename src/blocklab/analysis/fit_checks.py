@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from blocklab.analysis.cells import Check, gmean, loss
+from blocklab.theory import h
 
 CONVERGED_SHARE = 0.9
 MIN_FALL = 2.0  # the least fall of an arm's loss over its budgets (`curve`)
@@ -19,7 +20,7 @@ MIN_FALL = 2.0  # the least fall of an arm's loss over its budgets (`curve`)
 # h(3) / h(2) - 1 = 5.7%. A loss slack g costs about log(1 + g) / alpha in log parameters where
 # L ~ P^-alpha (3% of loss is 6% of parameters at alpha = 0.5), so `converged` and `search` allow
 # the loss slack that is the resolution the run claims (`claimed`) in parameters
-RESOLUTION = math.log(3) / 3 / (math.log(2) / 2) - 1
+RESOLUTION = h(3) / h(2) - 1
 DECISIVE = ("d=2", "d=4")  # with m_2 / m_4: the multipliers seed 000's question rests on
 SEARCH_SHARE = 0.03  # `search`'s loss slack where no exponent was fitted
 
@@ -104,7 +105,7 @@ def _slack(multiplier, fallback: float) -> tuple[float, float, float]:
     return math.expm1(alpha * math.log1p(res)), alpha, res
 
 
-def converged_check(rows, stats, tol: float, multiplier=None) -> Converged:
+def converged_check(rows, tol: float, multiplier=None) -> Converged:
     """A trial converged when the last doubling of its fit gained at most the loss slack that
     is the claimed resolution in parameters at the shared exponent (`claimed`; the certificate's
     `tol` without a fitted exponent): more iterations would not move its point by as much as

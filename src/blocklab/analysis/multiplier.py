@@ -81,14 +81,10 @@ class MultiplierFit:
     ratio_2_4: Interval | None  # m_2 / m_4; None unless both d=2 and d=4 ran with a multiplier
     arm_alpha: dict[str, Interval]  # each arm's exponent in the per-arm model
     shape: ShapeTest
-    cells: dict[str, tuple[tuple[float, float], ...]]  # arm -> ((params, mean log loss), ...)
     units: int  # (teacher, seed) units in the bootstrap
-    teachers: int
     n_boot: int
     n_failed: int  # draws whose fit failed (dropped)
     level: float
-    rss: float  # residual sum of squares of the shared model (log loss)
-    notes: tuple[str, ...] = field(default=())
 
 
 def _within_teacher_counts(units, n_boot, rng):
@@ -246,7 +242,7 @@ def fit(
     point = model.fit(cells, _starts(model, cells)) if shape.differs else first
     if point is None:
         return None
-    theta, rss = point
+    theta = point[0]
 
     # the bootstrap: the same draws of units for every arm and both models
     table = {a: arms_all[a] for a in arms}
@@ -296,13 +292,10 @@ def fit(
         ratio_2_4=ratio,
         arm_alpha=arm_alpha,
         shape=shape,
-        cells={a: tuple(zip(np.exp(cells[a][0]), cells[a][1], strict=True)) for a in arms},
         units=len(units),
-        teachers=len({u[0] for u in units}),
         n_boot=n_boot,
         n_failed=failed,
         level=level,
-        rss=rss,
     )
 
 
