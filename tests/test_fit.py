@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from blocklab.engine import fit
 from blocklab.engine.fit import (
     FITTERS,
     LBFGS,
@@ -130,7 +131,8 @@ def test_the_first_check_leaves_exact_doublings_up_to_the_limit(steps, first):
     assert last == steps or steps % 2 == 1  # the last check ends at the limit where it can
 
 
-def test_a_fit_doubles_until_a_doubling_gains_less_than_the_tolerance():
+def test_a_fit_doubles_until_a_doubling_gains_less_than_the_tolerance(monkeypatch):
+    monkeypatch.setattr(fit, "FLOOR", 0.0)  # the doubling schedule alone (the floor: below)
     x, y = _noisy_product()
     seen = []
 
@@ -177,16 +179,20 @@ def test_a_batched_fit_of_restarts_takes_each_restarts_own_steps():
         cert = converged(LevenbergMarquardt(model, x, y), 8, on_step=on_step)
         alone.append((seen, _weights(model), cert))
     # the restarts reject steps at different iterations: their damping must part ways
-    rejected = [{i for i in range(1, 16) if seen[i] == seen[i - 1]} for seen, _, _ in alone]
+    rejected = [{i for i in range(1, len(seen)) if seen[i] == seen[i - 1]} for seen, _, _ in alone]
     assert len({frozenset(r) for r in rejected}) == 3
     models, seen = [_student(seed) for seed in range(3)], []
     fitter = BatchedLevenbergMarquardt(models, x, y)
     certs = converged_batched(fitter, 8, on_step=lambda i, losses: seen.append(losses))
     assert len(seen) == 16 and all(len(losses) == 3 for losses in seen)
     # to rounding: the batched damping update runs in tensor arithmetic, the lone one in Python
-    # floats, and their last-bit differences grow to a few 1e-9 over 16 iterations
+    # floats, and their last-bit differences grow to a few 1e-9 over 16 iterations. A member
+    # that reached float64's floor ends there alone, and stays frozen at its loss batched
     for k, (losses, weights, cert) in enumerate(alone):
         batched = torch.tensor([step[k] for step in seen], dtype=torch.float64)
+        assert bool(fitter.floored[k]) == (len(losses) < 16)
+        assert (batched[len(losses) :] == batched[len(losses) - 1]).all()
+        batched = batched[: len(losses)]
         torch.testing.assert_close(
             batched, torch.tensor(losses, dtype=torch.float64), rtol=1e-8, atol=0
         )
@@ -207,7 +213,9 @@ def test_a_member_stopped_by_the_callback_stays_frozen_while_the_others_go_on():
 
     fitter = BatchedLevenbergMarquardt(models, x, y)
     fitter.run(14, on_step)
-    assert fitter.active.tolist() == [True, False, True]
+    # member 0 reached float64's floor before 14 iterations (frozen too, but `floored`)
+    assert fitter.active.tolist() == [False, False, True]
+    assert fitter.floored.tolist() == [True, False, False]
     assert len({step[1] for step in seen[5:]}) == 1  # its loss frozen from there
     stopped = _student(1)  # member 1 alone, stopped at the same iteration
     LevenbergMarquardt(stopped, x, y).run(14, lambda i, loss: i < 5)
@@ -219,12 +227,12 @@ def test_a_member_stopped_by_the_callback_stays_frozen_while_the_others_go_on():
     frozen = _weights(models[1])
     fitter.run(5)  # a later run leaves it where it stopped
     assert torch.equal(_weights(models[1]), frozen)
-    # a member stopped by its monitor is not converged, however little its loss still moves
+    # a member stopped by its monitor is not converged; one at float64's floor is (member 0
+    # floors at 11 iterations, member 1 at 17: stopped at 16, one short of it)
     fitter = BatchedLevenbergMarquardt([_student(seed) for seed in range(3)], x, y)
-    # stopped in the second stretch, at a loss that no longer moves
-    certs = converged_batched(fitter, 20, on_step=lambda i, losses: [True, i < 25, True])
-    assert [c.passed for c in certs] == [True, False, True]
-    assert certs[1].gain < 0.03
+    certs = converged_batched(fitter, 8, on_step=lambda i, losses: [True, i < 16, True])
+    assert [c.passed for c in certs[:2]] == [True, False]
+    assert fitter.floored.tolist()[:2] == [True, False]
 
 
 @pytest.mark.parametrize(
@@ -281,3 +289,17 @@ def test_gram_by_syrk_equals_the_matrix_product():
     a = gram(jac)
     torch.testing.assert_close(a, jac.T @ jac, rtol=1e-12, atol=1e-10)
     assert torch.equal(a, a.T)
+
+
+def test_a_fit_at_float64s_floor_ends_there_certified_and_one_still_falling_does_not():
+    x, y = _noisy_product()
+    # past its minimum (about 15 iterations) no damped step predicts a decrease float64 resolves:
+    # the fit ends there, certified whatever its last stretch gained, with the iterations it ran
+    lm = LevenbergMarquardt(_student(0), x, y)
+    cert = converged(lm, 64, tol=1e-9, until=4096)
+    assert lm.floored and cert.passed and cert.iterations == lm.iterations < 128
+    # the planted bad case: mid-descent, the same fit neither floors nor passes a tight tolerance
+    lm = LevenbergMarquardt(_student(0), x, y)
+    cert = converged(lm, 2, tol=1e-9)
+    assert not lm.floored and not cert.passed and cert.iterations == 4
+

@@ -14,6 +14,7 @@ from torch import nn
 from torch.func import jacrev, vmap
 
 from blocklab.engine.fit import (
+    FLOOR,
     JACOBIAN_NUMBERS,
     STATIONARY,
     Certificate,
@@ -58,6 +59,8 @@ class BatchedLevenbergMarquardt:
         members, p = self.theta.shape
         kw = {"dtype": self.theta.dtype, "device": self.theta.device}
         self.active = torch.ones(members, dtype=torch.bool, device=self.theta.device)  # (R,)
+        # members at float64's floor (`fit.FLOOR`): frozen like stopped ones, but certified
+        self.floored = torch.zeros_like(self.active)  # (R,)
         with torch.no_grad():
             r = self._residuals(self.theta)  # (R, n)
         self.cost = (r * r).sum(1)  # (R,) |r|^2 = 2 F(theta) per member
@@ -132,8 +135,11 @@ class BatchedLevenbergMarquardt:
         damping = self.mu[:, None] * self.scale  # (R, P)
         predicted = (delta * (damping * delta - self.g)).sum(1)  # (R,) the linear model's
         rho = torch.where(predicted > 0, (self.cost - cost) / predicted, -1.0)  # (R,)
-        accept = solvable & torch.isfinite(cost) & (rho > 0)  # (R,)
-        reject = act & ~accept  # (R,) frozen members neither accept nor reject
+        floor = solvable & ~(predicted > FLOOR * self.cost)  # (R,) no step float64 can see
+        self.floored |= floor
+        self.active &= ~floor
+        accept = solvable & ~floor & torch.isfinite(cost) & (rho > 0)  # (R,)
+        reject = act & ~floor & ~accept  # (R,) frozen members neither accept nor reject
         self.theta = torch.where(accept[:, None], self.theta + delta, self.theta)  # (R, P)
         self.cost = torch.where(accept, cost, self.cost)  # (R,)
         taken = accept.nonzero().squeeze(1)  # (k,)
@@ -155,7 +161,8 @@ def converged_batched(
 ) -> list[Certificate]:
     """`converged` for each member of a batched fit: the first stretch of `iterations`, then
     `more`, on_step's iterations numbered across both; a member stopped by `on_step` in either
-    stretch is not converged (frozen, its second loss is its first)."""
+    stretch is not converged (frozen, its second loss is its first); one at float64's floor
+    (`fit.FLOOR`) is, as `converged` certifies it."""
     more = iterations if more is None else more
 
     def second_on_step(i: int, losses: list[float]):
@@ -165,11 +172,13 @@ def converged_batched(
     second = fitter.run(more, second_on_step).tolist()
     certificates = []
     stationary = [v <= STATIONARY for v in fitter.stationarity()]
-    for a, b, going, still in zip(first, second, fitter.active.tolist(), stationary, strict=True):
+    members = zip(first, second, fitter.active.tolist(), fitter.floored.tolist(), stationary)
+    for a, b, going, floored, still in members:
         gain = (a - b) / b if b > 0 else 0.0
+        descended = going and (moved(a, b) or still) and gain < tol
         certificates.append(
             Certificate(
-                bool(going and math.isfinite(b) and (moved(a, b) or still) and gain < tol),
+                bool(math.isfinite(b) and (floored or descended)),
                 gain,
                 a,
                 b,
