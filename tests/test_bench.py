@@ -28,7 +28,7 @@ def test_a_small_bench_measures_both_loops():
     cfg = bench.BenchConfig(
         members=3, widths=(8, 16), seconds=0.05, repeats=2, threads=1, lm_widths=(8,),
         lm_batch_size=4, lm_seq_len=8, lm_vocab=16, fit_depths=(1,), fit_width=2,
-        fit_restarts=2, fit_iterations=4,
+        fit_restarts=2, fit_iterations=4, split_depths=(1, 2),
     )  # fmt: skip
     r = bench.run_bench(cfg)
     assert r["threads"] == 1 and r["members"] == 3
@@ -60,6 +60,15 @@ def test_a_small_bench_measures_both_loops():
     assert f["sequential_fits_per_min"] > 0 and f["batched_fits_per_min"] > 0
     assert f["speedup"] == pytest.approx(f["batched_fits_per_min"] / f["sequential_fits_per_min"])
     assert 0 <= f["sequential_converged"] <= 2 and 0 <= f["batched_converged"] <= 2
+    assert [s["params"] for s in r["fit_split"]] == [f["params"], f["params"] + 12]
+    for s in r["fit_split"]:
+        assert s["device"] == "cpu" and s["jacobian_path"] == "layers"
+        assert min(s[k] for k in ("residuals_ms", "jacobian_ms", "normal_ms", "solve_ms")) > 0
+        p, n = s["params"], s["examples"]
+        # syrk's FLOPs, one triangle, over the matmul rate measured beside it
+        assert s["gemm_fraction"] == pytest.approx(
+            n * p * (p + 1) / s["normal_ms"] / 1e6 / s["gemm_gflops"]
+        )
     assert torch.get_num_threads() >= 1  # the thread count is restored
 
 
@@ -73,7 +82,7 @@ def test_bench_command_prints_json(capsys):
     argv = ["bench", "--widths", "8", "--members", "2", "--seconds", "0.05", "--threads", "1"]
     argv += ["--lm-widths", "8", "--lm-batch-size", "2"]
     fits = ["--fit-depths", "1", "--fit-width", "2", "--fit-restarts", "2"]
-    fits += ["--fit-iterations", "2"]
+    fits += ["--fit-iterations", "2", "--split-depths", "1"]
     assert main([*argv, *fits, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["widths"][0]["width"] == 8
@@ -81,12 +90,14 @@ def test_bench_command_prints_json(capsys):
     assert [w["width"] for w in out["lm_widths"]] == [8] and out["lm"]["batch_size"] == 2
     assert [f["depth"] for f in out["fit_depths"]] == [1] and out["fit"]["restarts"] == 2
     assert main([*argv, *fits]) == 0
-    assert "converged fits: K = 2 restarts" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "converged fits: K = 2 restarts" in text and "one Levenberg-Marquardt iteration" in text
+    assert [s["params"] for s in out["fit_split"]] == [out["fit_depths"][0]["params"]]
     # none: no language-model rows, no fit rows
-    assert main([*argv[:-4], "--lm-widths", "--fit-depths"]) == 0
+    assert main([*argv[:-4], "--lm-widths", "--fit-depths", "--split-depths"]) == 0
     text = capsys.readouterr().out
     assert "matmul ceiling" in text and "language models:" not in text
-    assert "converged fits" not in text
+    assert "converged fits" not in text and "Levenberg-Marquardt iteration" not in text
     assert "target" not in text and "MISSED" not in text
 
 

@@ -10,13 +10,8 @@ import torch
 from torch import nn
 
 from blocklab.engine import fit
-from blocklab.engine.fit import (
-    FITTERS,
-    LBFGS,
-    LevenbergMarquardt,
-    converged,
-    first_check,
-)
+from blocklab.engine.certify import converged, first_check
+from blocklab.engine.fit import FITTERS, LBFGS, LevenbergMarquardt
 from blocklab.engine.fit_batched import BatchedLevenbergMarquardt, converged_batched
 from blocklab.models import Net, parse_arm
 
@@ -302,4 +297,3 @@ def test_a_fit_at_float64s_floor_ends_there_certified_and_one_still_falling_does
     lm = LevenbergMarquardt(_student(0), x, y)
     cert = converged(lm, 2, tol=1e-9)
     assert not lm.floored and not cert.passed and cert.iterations == 4
-

@@ -33,7 +33,8 @@ import torch
 from torch import nn
 
 from blocklab.engine.ensemble import train_ensemble
-from blocklab.engine.fit_bench import FIT_TASK, fit_rows
+from blocklab.engine.fit_bench import FIT_TASK, fit_rows, split_rows
+from blocklab.engine.fit_plan import matmul_rate
 from blocklab.engine.train import train
 from blocklab.models import Net, parse_arm
 from blocklab.specs import TrainConfig
@@ -42,6 +43,7 @@ from blocklab.tasks.base import Split, TaskData
 WIDTHS = (32, 64, 128, 256)
 LM_WIDTHS = (16, 32, 64)
 FIT_DEPTHS = (2, 6)  # at width 4: P = 121 and 313
+SPLIT_DEPTHS = (8, 24)  # at width 4: P = 409 and 1,177, N = 13,088 and 32,768
 # ensemble speed-up over the sequential loop, per width; share of the matmul ceiling from a width
 
 
@@ -69,19 +71,13 @@ class BenchConfig:
     fit_width: int = 4
     fit_restarts: int = 4  # K fits of one network, timed one at a time and batched
     fit_iterations: int = 64  # per fit, the certificate read at half of them
+    # (f): one Levenberg-Marquardt iteration's split, per depth, at fit_width
+    split_depths: tuple[int, ...] = SPLIT_DEPTHS
 
 
 def matmul_ceiling(device: str = "cpu", n: int = 2048, repeats: int = 5) -> float:
     """GFLOP/s of the best of `repeats` n x n float32 matmuls."""
-    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
-    best = float("inf")
-    for _ in range(repeats + 2):  # the first two warm up the kernels
-        _sync(device)
-        start = time.perf_counter()
-        a @ b
-        _sync(device)
-        best = min(best, time.perf_counter() - start)
-    return 2 * n**3 / best / 1e9
+    return matmul_rate(device, torch.float32, n, repeats)
 
 
 def _sync(device: str) -> None:
@@ -278,6 +274,7 @@ def run_bench(cfg: BenchConfig) -> dict:
             )
         lm = lm_rows(cfg)
         fits = fit_rows(cfg)
+        split = split_rows(cfg)
         threads = torch.get_num_threads()
     # the ceiling is measured before and after every width; the machine's best is the ceiling
     ceiling = max(ceilings)
@@ -310,6 +307,7 @@ def run_bench(cfg: BenchConfig) -> dict:
             "data_ratio": TrainConfig().data_ratio,
         },
         "fit_depths": fits,
+        "fit_split": split,
     }
 
 

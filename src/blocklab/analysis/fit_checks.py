@@ -136,7 +136,7 @@ def converged_check(rows, tol: float, multiplier=None) -> Converged:
 def _gained_at_most(r, slack: float) -> bool:
     """A finished fit whose certificate holds, or whose last doubling gained at most `slack`
     without stalling (a doubling that gained nothing and left a gradient is a stall: every step
-    rejected, `fit.moved`; the certificate tells the two apart)."""
+    rejected, `certify.moved`; the certificate tells the two apart)."""
     if r["status"] != "done":
         return False
     gain = r.get("plateau_improvement")

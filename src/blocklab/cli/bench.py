@@ -12,7 +12,7 @@ from blocklab.config import number
 # what `bench.BenchConfig` takes from the command line; a flag left out keeps the config's default
 SETTINGS = ("widths", "members", "depth", "degree", "batch_size", "seconds", "repeats", "threads")
 SETTINGS += ("lm_widths", "lm_batch_size")
-SETTINGS += ("fit_depths", "fit_width", "fit_restarts", "fit_iterations")
+SETTINGS += ("fit_depths", "fit_width", "fit_restarts", "fit_iterations", "split_depths")
 
 
 def add_parser(sub) -> None:
@@ -47,6 +47,13 @@ def add_parser(sub) -> None:
     p.add_argument("--fit-width", type=count, help="width of the fitted networks (4)")
     p.add_argument("--fit-restarts", type=count, help="fits per depth, K (4)")
     p.add_argument("--fit-iterations", type=count, help="iterations per fit (64)")
+    p.add_argument(
+        "--split-depths",
+        type=count,
+        nargs="*",
+        help="depths at --fit-width whose Levenberg-Marquardt iteration is split into its parts "
+        "(8 24); none: no split rows",
+    )
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(handler=run)
 
@@ -57,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
 
     device = device_name(args.device)
     given = {k: getattr(args, k) for k in SETTINGS if getattr(args, k) is not None}
-    for key in ("widths", "lm_widths", "fit_depths"):
+    for key in ("widths", "lm_widths", "fit_depths", "split_depths"):
         if key in given:
             given[key] = tuple(given[key])
     cfg = dataclasses.replace(BenchConfig(), device=device, **given)
@@ -119,5 +126,20 @@ def _table(r: dict) -> str:
             f"{w['sequential_fits_per_min']:>13.1f}  {w['batched_fits_per_min']:>8.1f}  "
             f"{w['speedup']:>7.2f}x  {w['sequential_converged']:>6}, {w['batched_converged']}"
             for w in r["fit_depths"]
+        ]
+    if r["fit_split"]:
+        lines += [
+            "",
+            "one Levenberg-Marquardt iteration (float64), the fastest of each part; J^T J against "
+            "the device's float64 matmul rate",
+            "params  examples  residuals  Jacobian  (path)  J^T J   solve  J^T J GFLOP/s  "
+            "of matmul",
+            "                  (ms)",
+        ]
+        lines += [
+            f"{w['params']:>6}  {w['examples']:>8}  {w['residuals_ms']:>9.1f}  "
+            f"{w['jacobian_ms']:>8.1f}  {w['jacobian_path']:>6}  {w['normal_ms']:>6.1f}  "
+            f"{w['solve_ms']:>6.1f}  {w['normal_gflops']:>13.1f}  {w['gemm_fraction']:>9.0%}"
+            for w in r["fit_split"]
         ]
     return "\n".join(lines)

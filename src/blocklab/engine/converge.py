@@ -8,10 +8,11 @@ fixed task's train split, so the training loss reads as approximation error and 
 checks it (the degree sweep's `generalization` check holds the two within 1.2x).
 
 Every restart runs at most `steps` iterations and is certified: converged when doubling its
-iterations lowered the training loss by less than `converge_tol` of it (`fit.converged`),
-measured by continuing the same fit. The first check doubles from `fit.first_check(steps)` (64 to
-128 of 1,024); a fit that fails it doubles again and is checked again, up to `steps`, so a fit
-that converges early stops there and the iterations go to those that need them. The trial keeps
+iterations lowered the training loss by less than `converge_tol` of it (`certify.converged`),
+measured by continuing the same fit. The first check doubles from `certify.first_check(steps)`
+(64 to 128 of 1,024); a fit that fails it doubles again and is checked again, up to `steps`, so
+a fit that converges early stops there and the iterations go to those that need them; a fit at
+float64's floor (`fit.FLOOR`) ends there, certified. The trial keeps
 the restart of least training loss (chosen on training data, never on test) and stores every
 restart's losses beside it, so the spread over initializations is in the record.
 """
@@ -29,7 +30,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from blocklab.engine.fit import FITTERS, converged, first_check
+from blocklab.engine.certify import converged, first_check
+from blocklab.engine.fit import FITTERS
 from blocklab.engine.monitor import TrainResult, TrialMonitor
 from blocklab.engine.train import evaluate, train
 from blocklab.errors import UserError
@@ -82,9 +84,12 @@ class Restart:
     model: nn.Module
     result: TrainResult
     train_loss: float | None  # the final training MSE; None when the fit diverged
-    gain: float | None  # what the last doubling of the iterations gained, a share (`fit.converged`)
+    gain: (
+        float | None
+    )  # what the last doubling of the iterations gained, a share (`certify.converged`)
     converged: bool
-    iterations: int  # the iterations the fit ran (`fit.converged`)
+    iterations: int  # the iterations the fit ran (`certify.converged`)
+    jacobian: str | None = None  # the Jacobian's path (`fit.FlatParams.jacobian`); None: L-BFGS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +105,7 @@ def fit_once(
     model: nn.Module, data: TaskData, sets: FitData, cfg: TrainConfig, seed: int, threshold
 ) -> Restart:
     """One restart: an optional Adam warm start (on `data`, as `train.train` trains), then
-    at most `cfg.steps` iterations of the fitter, certified at each doubling (`fit.converged`),
+    at most `cfg.steps` iterations of the fitter, certified at each doubling (`certify.converged`),
     validation checkpoints on the way (`TrialMonitor`)."""
     start = time.perf_counter()
     if cfg.warm_start:
@@ -133,7 +138,10 @@ def fit_once(
     done = result.status == "done"
     gain = cert.gain if done else None
     passed = done and cert.passed
-    return Restart(seed, model, result, final if done else None, gain, passed, cert.iterations)
+    path = fitter.flat.path if hasattr(fitter, "flat") else None
+    return Restart(
+        seed, model, result, final if done else None, gain, passed, cert.iterations, path
+    )
 
 
 def fit(
@@ -176,6 +184,8 @@ def _best(runs: list[Restart], cfg: TrainConfig, n: int, start: float):
         train_loss=best.train_loss,
         converged=best.converged,
         iterations=best.iterations,
+        jacobian=best.jacobian,
+        batched=False,
         restarts=[
             {
                 "seed": r.seed,

@@ -13,15 +13,8 @@ import torch
 from torch import nn
 from torch.func import jacrev, vmap
 
-from blocklab.engine.fit import (
-    FLOOR,
-    JACOBIAN_NUMBERS,
-    STATIONARY,
-    Certificate,
-    FlatParams,
-    marquardt_scale,
-    moved,
-)
+from blocklab.engine.certify import STATIONARY, Certificate, moved
+from blocklab.engine.fit import FLOOR, JACOBIAN_NUMBERS, FlatParams, marquardt_scale
 
 BatchedOnStep = Callable[[int, list[float]], "Sequence[bool] | None"]
 
@@ -172,7 +165,9 @@ def converged_batched(
     second = fitter.run(more, second_on_step).tolist()
     certificates = []
     stationary = [v <= STATIONARY for v in fitter.stationarity()]
-    members = zip(first, second, fitter.active.tolist(), fitter.floored.tolist(), stationary)
+    members = zip(
+        first, second, fitter.active.tolist(), fitter.floored.tolist(), stationary, strict=True
+    )
     for a, b, going, floored, still in members:
         gain = (a - b) / b if b > 0 else 0.0
         descended = going and (moved(a, b) or still) and gain < tol

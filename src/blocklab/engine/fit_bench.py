@@ -1,24 +1,25 @@
-"""Bench row (e) of `blocklab bench` (`blocklab.bench`): certified Levenberg-Marquardt fits per
-minute, the K restarts of a small degree-3 network on the teacher task fitted one after another vs
-as one batched computation (`fit_batched.BatchedLevenbergMarquardt`), per depth. `cfg` is the
-bench's `BenchConfig`: its fit_depths, fit_width, fit_restarts, fit_iterations, degree, repeats
-and device.
+"""Bench rows (e) and (f) of `blocklab bench` (`blocklab.bench`). (e): certified
+Levenberg-Marquardt fits per minute, the K restarts of a small degree-3 network on the teacher task
+fitted one after another vs as one batched computation (`fit_batched.BatchedLevenbergMarquardt`),
+per depth. (f): one iteration's split into residuals, Jacobian, J^T J and solve, and J^T J's share
+of the device's float64 matmul rate (`split_rows`). `cfg` is the bench's `BenchConfig`: its
+fit_depths, split_depths, fit_width, fit_restarts, fit_iterations, degree, repeats and device.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import nn
 
 from blocklab.engine import converge
-from blocklab.engine.fit import (
-    LevenbergMarquardt,
-    converged,
-)
+from blocklab.engine.certify import converged
+from blocklab.engine.fit import LevenbergMarquardt, gram
 from blocklab.engine.fit_batched import BatchedLevenbergMarquardt, converged_batched
+from blocklab.engine.fit_plan import gemm64
 from blocklab.engine.sweep import init_model
 from blocklab.models import parse_arm
 from blocklab.specs import TrainConfig, TrialSpec
@@ -106,3 +107,65 @@ def fit_rows(cfg: Any) -> list[dict]:
             }
         )
     return rows
+
+
+def _best_ms(f, device: str, repeats: int):
+    """The fastest of `repeats` calls of `f` in ms, after one warm-up, and its last result."""
+    out = f()
+    best = float("inf")
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        out = f()
+        _sync(device)
+        best = min(best, time.perf_counter() - start)
+    return 1e3 * best, out
+
+
+def split_rows(cfg: Any) -> list[dict]:
+    """Where one Levenberg-Marquardt iteration's time goes (`fit.LevenbergMarquardt.run`), per
+    depth of `cfg.split_depths` (a degree-`cfg.degree` network of width `cfg.fit_width`, N =
+    data_ratio x P examples of the teacher task, at most max_examples): residuals, the Jacobian
+    (the path `FlatParams.jacobian` takes), J^T J (`fit.gram`) and the damped Cholesky solve,
+    each the fastest of `cfg.repeats` calls. `gemm_fraction` is J^T J's rate over the device's
+    float64 matmul rate (`fit_plan.gemm64`), counting the FLOPs its routine does: N P (P + 1) for
+    syrk's one triangle on the CPU, 2 N P^2 for a full product elsewhere."""
+    data = make_task(FIT_TASK[0], **FIT_TASK[1]).make(0)
+    gemm = gemm64(cfg.device, n=1024)
+    return [_split(cfg, depth, data, gemm) for depth in cfg.split_depths]
+
+
+def _split(cfg: Any, depth: int, data: TaskData, gemm: float) -> dict:
+    """`split_rows`'s row at one depth."""
+    spec = _fit_spec(cfg, depth)
+    model = _fit_models(replace(cfg, fit_restarts=1), spec, data)[0]
+    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    n = converge.examples(spec.train, params, None if data.online else len(data.train))
+    train_set = converge.training_set(data, n, spec.seed)
+    x, y = train_set.x.to(cfg.device), train_set.y.to(cfg.device)  # (N, 4), (N, 1) float64
+    lm = LevenbergMarquardt(model, x, y)
+    flat, theta = lm.flat, lm.theta
+    with torch.no_grad():
+        residuals_ms, _ = _best_ms(lambda: flat.residuals(theta), cfg.device, cfg.repeats)
+    jacobian_ms, jac = _best_ms(lambda: flat.jacobian(theta), cfg.device, cfg.repeats)
+    normal_ms, a = _best_ms(lambda: gram(jac), cfg.device, cfg.repeats)
+
+    def solve():
+        chol, _ = torch.linalg.cholesky_ex(a + torch.diag(lm.mu * lm.scale))
+        return torch.cholesky_solve(lm.g.unsqueeze(1), chol)
+
+    solve_ms, _ = _best_ms(solve, cfg.device, cfg.repeats)
+    flops = n * params * (params + 1) if x.device.type == "cpu" else 2 * n * params**2
+    return {
+        "params": params,
+        "examples": n,
+        "device": cfg.device,
+        "jacobian_path": flat.path,
+        "residuals_ms": residuals_ms,
+        "jacobian_ms": jacobian_ms,
+        "normal_ms": normal_ms,
+        "solve_ms": solve_ms,
+        "normal_gflops": flops / normal_ms / 1e6,
+        "gemm_gflops": gemm,
+        "gemm_fraction": flops / normal_ms / 1e6 / gemm,
+    }

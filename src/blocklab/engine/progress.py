@@ -77,7 +77,7 @@ class Progress:
         total at the mean pace so far (a log has no bar to read it from)."""
         elapsed = time.monotonic() - self.start
         left = elapsed / self.count * max(self.total - self.count, 0) if self.count else 0.0
-        return f"{_minutes(elapsed)} elapsed, ETA {_minutes(left)}"
+        return f"{minutes(elapsed)} elapsed, ETA {minutes(left)}"
 
     def close(self) -> None:
         if self.bar is not None:
@@ -93,6 +93,6 @@ def display(progress: bool | Progress) -> tuple[Progress, bool]:
     return Progress(enabled=progress), True
 
 
-def _minutes(seconds: float) -> str:
+def minutes(seconds: float) -> str:
     m, s = divmod(round(seconds), 60)
     return f"{m}m{s:02d}s" if m else f"{s}s"
