@@ -28,13 +28,13 @@ from blocklab.trackers import TRACKERS
 
 # the forms an experiment's config may offer beside its quick defaults, as classmethods: the
 # larger ones, and other designs of the same experiment (mad's MQAR width sweep)
-FORMS = ("medium", "full", "sweep_width")
+FORMS = ("medium", "full", "sweep_width", "pilot")
 
 
 # the quick form's wall time as the README's results measured it on 2 CPU cores, by command
 MEASURED = {
-    "demo": "9 min 52 s from a fresh clone (an AVX-512 machine)",
-    "degree-sweep": "9 min 52 s from a fresh clone (an AVX-512 machine)",
+    "demo": "8 min 15 s from a fresh clone (an AVX-512 machine)",
+    "degree-sweep": "8 min 15 s from a fresh clone (an AVX-512 machine)",
     "sanford qsa": "2 min 16 s",
     "needle": "1 min 8 s",
     "mad": "12 min 5 s from a fresh clone",
@@ -43,6 +43,13 @@ MEASURED = {
     "seprank degree": "31 s",
     "collapse": "41 s",
 }
+# a form's wall time, by command and form, where one was measured or estimated (said which)
+PILOT_TIME = (
+    "estimated, not measured: about 1.3 h on 2 CPU cores (the demo's 295 core-seconds per "
+    "(teacher, seed) unit at 2 chains, times 4 for 8 chains, times 8 units) and about 50 min on "
+    "one H100 or H200 (a ladder trial ran 3.1x faster on an H200 than on one CPU core)"
+)
+FORM_TIMES = {("degree-sweep", "pilot"): PILOT_TIME, ("demo", "pilot"): PILOT_TIME}
 
 
 def add_parser(sub, experiment: type[Experiment], command: Command) -> None:
@@ -66,7 +73,9 @@ def add_parser(sub, experiment: type[Experiment], command: Command) -> None:
                 f"--{form.replace('_', '-')}",
                 dest=form,
                 action="store_true",
-                help=_form_help(getattr(experiment.Config, form)),
+                help=_form_help(
+                    getattr(experiment.Config, form), FORM_TIMES.get((command.words, form))
+                ),
             )
     if experiment.task_options:
         design.add_argument(
@@ -165,11 +174,13 @@ def run(experiment: type[Experiment], args: argparse.Namespace) -> int:
     return 0
 
 
-def _form_help(method) -> str:
-    """A form's flag help: the first sentence of its classmethod's docstring."""
+def _form_help(method, time: str | None = None) -> str:
+    """A form's flag help: the first sentence of its classmethod's docstring, and its time."""
     doc = " ".join((method.__doc__ or "").split()).split(". ")[0].rstrip(".")
     name = method.__name__.replace("_", " ")
-    return f"the {name} form{': ' + doc if doc else ''} (quick by default)"
+    took = f"; {time}" if time else ""
+    # argparse formats help with %: a literal one (+-3%) must be doubled
+    return f"the {name} form{': ' + doc if doc else ''}{took} (quick by default)".replace("%", "%%")
 
 
 def execute(

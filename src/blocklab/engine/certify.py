@@ -8,6 +8,7 @@ the members of a batched fit by the same rules.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from blocklab.engine.fit import LBFGS, LevenbergMarquardt, OnStep
@@ -59,26 +60,78 @@ def converged(
     `until`, a fit that has not converged doubles its iterations again, and is certified again,
     for as long as the doubled count stays within `until`: a fit stops at the first doubling
     that gains less than `tol`. A fit stopped by `on_step` (its iterations numbered across every
-    stretch) or gone non-finite is not converged; the model ends where the fit ended."""
+    stretch) or gone non-finite is not converged; one at float64's floor is, whatever it gained
+    last; the model ends where the fit ended. `certify` does this for every member of a batch."""
+    [cert] = certify(_One(fitter), iterations, more, tol, [on_step], until)
+    return cert
+
+
+class _One:
+    """A lone fitter as a batch of one, for `certify`."""
+
+    def __init__(self, fitter: LevenbergMarquardt | LBFGS):
+        self.fitter = fitter
+
+    def run(self, iterations: int, on_step) -> list[float]:
+        return [self.fitter.run(iterations, lambda i, loss: on_step(i, [loss])[0])]
+
+    def live(self) -> list[bool]:
+        return [not self.fitter.floored]  # a lone fit stops calling on_step at its floor
+
+    def state(self) -> tuple[list[bool], list[float], list[int]]:
+        f = self.fitter
+        return [f.floored], [f.stationarity()], [f.iterations]
+
+
+def certify(
+    fitter,
+    iterations: int,
+    more: int | None,
+    tol: float,
+    on_steps: Sequence[OnStep],
+    until: int | None = None,
+) -> list[Certificate]:
+    """`converged` for each of a batch's members: `fitter.run(k, on_step)` runs k iterations of
+    every member still going, `on_step(i, losses)` answering per member whether it goes on (one
+    that answers False is frozen for good), and returns the members' losses; `fitter.live()`
+    says which members are still stepping (not frozen), `fitter.state()` each member's floor
+    flag, stationarity and iterations run. `on_steps[k]` is member
+    k's own `on_step`. A member is decided at its first doubling that gains less than `tol`,
+    at the floor, when stopped, or at `until`; decided members are frozen while the others go
+    on, so one computation serves a fit alone and a batch of them alike."""
+    members = len(on_steps)
     more = iterations if more is None else more
-    stopped, done = False, 0
+    stopped, decided = [False] * members, [None] * members
+    done = 0
 
-    def numbered(i: int, loss: float) -> bool:
-        nonlocal stopped
-        stopped = stopped or not on_step(done + i, loss)
-        return not stopped
+    def numbered(i: int, losses: list[float]) -> list[bool]:
+        go, live = [], fitter.live()
+        for k in range(members):
+            if decided[k] is None and not stopped[k] and live[k]:
+                stopped[k] = not on_steps[k](done + i, losses[k])
+            go.append(decided[k] is None and not stopped[k])
+        return go
 
-    first = fitter.run(iterations, numbered)
+    first = [float(v) for v in fitter.run(iterations, numbered)]
     done = iterations
     while True:
-        ended = stopped or fitter.floored
-        second = first if ended else fitter.run(more, numbered)
-        done += 0 if ended else more
-        gain = (first - second) / second if second > 0 else 0.0
-        # a fit at float64's floor (`FLOOR`) has nothing left to gain, whatever it gained last
-        still = moved(first, second) or fitter.stationarity() <= STATIONARY
-        ok = not stopped and math.isfinite(second) and (fitter.floored or still and gain < tol)
-        last = fitter.floored or until is None or 2 * done > until
-        if ok or stopped or not math.isfinite(second) or last:
-            return Certificate(bool(ok), gain, first, second, fitter.iterations)
+        floored, _, _ = fitter.state()
+        going = any(
+            d is None and not s and not f for d, s, f in zip(decided, stopped, floored, strict=True)
+        )
+        second = [float(v) for v in fitter.run(more, numbered)] if going else first
+        done += more if going else 0
+        floored, stationarity, ran = fitter.state()
+        last = until is None or 2 * done > until
+        for k in range(members):
+            if decided[k] is not None:
+                continue
+            a, b = first[k], second[k]
+            gain = (a - b) / b if b > 0 else 0.0
+            still = moved(a, b) or stationarity[k] <= STATIONARY
+            ok = not stopped[k] and math.isfinite(b) and (floored[k] or still and gain < tol)
+            if ok or stopped[k] or not math.isfinite(b) or floored[k] or last:
+                decided[k] = Certificate(bool(ok), gain, a, b, int(ran[k]))
+        if all(d is not None for d in decided):
+            return decided
         first, more = second, done

@@ -43,7 +43,7 @@ FLOOR = 1e-12
 JACOBIAN_NUMBERS = 1 << 24
 
 
-class _NotByLayers(Exception):
+class NotByLayers(Exception):
     """A network whose Jacobian the layer rule cannot build (`FlatParams.jacobian_by_layers`)."""
 
 
@@ -87,13 +87,13 @@ class FlatParams:
                 jac = self.jacobian_by_layers(theta)
                 self.path = "layers"
                 return jac
-            except _NotByLayers:
+            except NotByLayers:
                 self.path = "examples"
         return self.jacobian_by_examples(theta)
 
     def _linears(self) -> dict[nn.Linear, list[tuple[int, str]]]:
         """Each nn.Linear holding trained parameters -> (index in `named`, "weight"/"bias");
-        _NotByLayers when some trained parameter lives elsewhere."""
+        NotByLayers when some trained parameter lives elsewhere."""
         owner = {}
         for module in self.model.modules():
             if isinstance(module, nn.Linear):
@@ -104,7 +104,7 @@ class FlatParams:
         out: dict[nn.Linear, list[tuple[int, str]]] = {}
         for i, (_, p) in enumerate(self.named):
             if id(p) not in owner:
-                raise _NotByLayers
+                raise NotByLayers
             module, kind = owner[id(p)]
             out.setdefault(module, []).append((i, kind))
         return out
@@ -120,7 +120,7 @@ class FlatParams:
 
         def hook(module, inputs, output):
             if module in seen:  # a Linear applied twice: its gradients would mix
-                raise _NotByLayers
+                raise NotByLayers
             seen[module] = (inputs[0].detach(), output)
 
         handles = [m.register_forward_hook(hook) for m in linears]

@@ -151,7 +151,7 @@ def choose(
         if not spec.train.second_order:
             chosen.append(spec)
             continue
-        key = dataclasses.replace(spec, seed=0, data_seed=0).id
+        key = _key(spec)
         est = cache.get(key) or cache.setdefault(key, estimate(spec, rate))
         lm_ok = est.lm_bytes <= room and est.lm_seconds <= LM_ITERATION_LIMIT
         if spec.train.optimizer == "lm" and not lm_ok:
@@ -175,20 +175,21 @@ def choose(
 def _said(chosen, cache, moved, rate: float, workers: int) -> str:
     """One line: which optimizer the fits got, the largest one's cost, and why any moved."""
     lm = [s for s in chosen if s.train.second_order and s.train.optimizer == "lm"]
-    ests = {dataclasses.replace(s, seed=0, data_seed=0).id: s for s in lm}
-    biggest = max((cache[k] for k in ests), key=lambda e: e.params, default=None)
     parts = []
-    if biggest is not None:
-        total = sum(
-            s.train.steps * s.train.restarts * _rungs(s) * cache[k].lm_seconds
-            for s in lm
-            for k in [dataclasses.replace(s, seed=0, data_seed=0).id]
-        )
+    if lm:
+        biggest = max((cache[_key(s)] for s in lm), key=lambda e: e.params)
+        # every rung of a ladder at its own P and N, each chain at most `steps` iterations
+        per: dict[str, float] = {}
+        for s in lm:
+            if _key(s) not in per:
+                per[_key(s)] = sum(e.lm_seconds for e in _rung_estimates(s, rate))
+        total = sum(s.train.steps * s.train.restarts * per[_key(s)] for s in lm)
         parts.append(
             f"Levenberg-Marquardt for {len(lm)} trial(s), the largest P = {biggest.params:,} on "
             f"N = {biggest.examples:,}: about {biggest.lm_seconds:.2g} s and "
             f"{_size(biggest.lm_bytes)} an iteration at {rate:.0f} GFLOP/s (float64), at most "
-            f"{minutes(total / max(1, workers))} on {workers} worker(s), less as fits certify early"
+            f"{minutes(total / max(1, workers))} on {workers} worker(s) without warm starts, "
+            "less as fits certify early"
         )
     if moved:
         worst = max(moved, key=lambda e: e.params)
@@ -202,6 +203,12 @@ def _said(chosen, cache, moved, rate: float, workers: int) -> str:
     return "fits: " + "; ".join(parts) if parts else "fits: L-BFGS, as asked"
 
 
-def _rungs(spec) -> float:
-    """A ladder's rungs cost about 1 + 1/8 + 1/64 ... of its top one (O(P^3) at N ~ P)."""
-    return sum(8.0**-i for i in range(len(spec.ladder))) if spec.ladder else 1.0
+def _key(spec) -> str:
+    return dataclasses.replace(spec, seed=0, data_seed=0).id
+
+
+def _rung_estimates(spec, rate: float) -> list[Estimate]:
+    """A ladder's rungs (one estimate per depth), or the fit itself."""
+    if not spec.ladder:
+        return [estimate(spec, rate)]
+    return [estimate(dataclasses.replace(spec, depth=d, ladder=()), rate) for d in spec.ladder]

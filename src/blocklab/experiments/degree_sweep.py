@@ -185,6 +185,14 @@ class DegreeSweepConfig:
         )
     )
 
+    @classmethod
+    def pilot(cls) -> DegreeSweepConfig:
+        """2 teachers x 4 seeds x 8 chains per arm on the demo's ladder: it measures sigma,
+        alpha and the spread between teachers, and sizes a +-3% run from them. The same
+        design's larger run is sized, not made: it prints the units and hours +-3% needs"""
+        quick = cls()
+        return cls(teachers=2, seeds=4, train=replace(quick.train, restarts=8))
+
     def __post_init__(self):
         from blocklab.tasks import make_task
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from blocklab.analysis.capacity import CapacityResult, Outcome
 from blocklab.analysis.capacity import analyze as analyze_capacity
+from blocklab.analysis.pilot import pilot
 from blocklab.analysis.stats import (
     TEST,
     Summary,
@@ -35,6 +36,7 @@ from blocklab.reports.capacity import (
 from blocklab.reports.capacity_plots import efficiency, fit_curves, scaling_curves
 from blocklab.reports.markdown import failures, require_finished
 from blocklab.reports.multipliers import multiplier_lines, status_line
+from blocklab.reports.pilot import pilot_json, pilot_lines
 from blocklab.reports.verdicts import claim, verdict_json
 from blocklab.theory import degree_proxy_log10, h, layers_at_budget, optimal_degree
 
@@ -349,10 +351,14 @@ def write(out_dir, cfg, trials) -> Report:
         referee=referee.summary_json(cap.referee),
     )
     payload.update(ladder=cfg.ladder if cfg.staged else "off", input_rank=result.input_rank)
+    spreads = pilot(result.rows, cap.model, cap.decision.units_for_3pct)
+    payload["pilot"] = pilot_json(spreads)
     verdict, line = status_line(cap)
     lines = [table(result.summaries)]
     if cap.model is not None:
         lines += ["", *multiplier_lines(cap)]
+    if cap.second_order:
+        lines += pilot_lines(spreads)
     lines += ["\ndesign checks:", *check_lines(cap)]
     if converged := converged_line(cap):
         lines.append(converged)

@@ -1,0 +1,111 @@
+"""The spreads a degree run must be sized by, measured on its rows: what a run of +-3% would take.
+
+- `sigma`: per arm, the spread of log test loss between (teacher, seed) units within a cell
+  (after the best of the trial's K chains), pooled over the arm's cells as a root mean square.
+- `teacher_spread`: per arm, the standard deviation between teachers of its difference from the
+  reference (d = 3) in mean log loss over the shared cells' budgets ranks; NaN with one teacher.
+- `units_for_3pct`: the (teacher, seed) units a +-3% interval on the widest decisive multiplier
+  needs (`multiplier.units_for`), and `core_seconds_per_unit`: what one unit cost here, the fit
+  seconds of every rung of every arm summed over the units. Their product is the run's cost in
+  core-seconds, which `estimate` divides among cores or by a GPU's measured speed-up.
+
+The multiplier model's standard error is about sqrt(2 sigma^2 / n) / alpha per multiplier, so
+sigma, alpha and the spread between teachers are what a larger run's size rests on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from blocklab.analysis.cells import loss
+
+# a GPU's speed over one CPU core on the degree sweep's ladder trials, as the results log
+# measured it: a demo d=4 trial (2 chains, depths 1, 2, 4, 8) took 55 s on an H200 against
+# 160-190 s on one core of the 2-core reference machine (docs/results/degree.md, 2026-11-26)
+GPU_OVER_CORE = 3.1
+
+
+@dataclass(frozen=True)
+class Pilot:
+    sigma: dict[str, float]  # arm -> pooled within-cell SD of log loss between units
+    sigma_pooled: float  # over every arm's cells
+    teacher_spread: dict[str, float]  # arm -> SD between teachers of its log-loss gap to d=3
+    alpha: float  # the shared exponent (NaN: no model)
+    units: int  # (teacher, seed) units this run holds
+    units_for_3pct: int | None  # what +-3% on the widest decisive multiplier needs
+    core_seconds_per_unit: float  # fit seconds per unit, every rung of every arm
+
+    def core_seconds(self) -> float | None:
+        """The +-3% run's fit time in core-seconds, at this run's cost per unit."""
+        if self.units_for_3pct is None or not math.isfinite(self.core_seconds_per_unit):
+            return None
+        return self.units_for_3pct * self.core_seconds_per_unit
+
+    def estimate(self, cores: int = 1, gpu: bool = False) -> float | None:
+        """Seconds of the +-3% run on `cores` CPU cores (one trial per core: Ray, Slurm or the
+        local pool), or on one GPU (`GPU_OVER_CORE`, trials one at a time)."""
+        total = self.core_seconds()
+        if total is None:
+            return None
+        return total / GPU_OVER_CORE if gpu else total / max(1, cores)
+
+
+def _unit(r: dict[str, Any]) -> tuple[Any, Any]:
+    return (r.get("teacher"), r["seed"])
+
+
+def pilot(rows, model, units_for_3pct: int | None, reference: str = "d=3") -> Pilot:
+    """The spreads of the finished `rows` (one per rung) and the shared `model` (None: not
+    fitted); `units_for_3pct` as the capacity analysis computed it."""
+    cells: dict[tuple[str, int], list[float]] = defaultdict(list)
+    by_unit: dict[tuple[str, Any, int], list[float]] = defaultdict(list)
+    seconds, units = 0.0, set()
+    for r in rows:
+        value = loss(r)
+        seconds += r.get("seconds") or 0.0
+        units.add(_unit(r))
+        if value is None or not value > 0:
+            continue
+        cells[(r["arm"], int(r["budget"]))].append(math.log(value))
+        by_unit[(r["arm"], r.get("teacher"), int(r["budget"]))].append(math.log(value))
+    sigma = {}
+    pooled = []
+    for arm in sorted({a for a, _ in cells}):
+        variances = [np.var(v, ddof=1) for (a, _), v in cells.items() if a == arm and len(v) > 1]
+        pooled += variances
+        sigma[arm] = float(np.sqrt(np.mean(variances))) if variances else math.nan
+    alpha = model.alpha.value if model is not None else math.nan
+    return Pilot(
+        sigma=sigma,
+        sigma_pooled=float(np.sqrt(np.mean(pooled))) if pooled else math.nan,
+        teacher_spread=_teacher_spread(by_unit, reference),
+        alpha=alpha,
+        units=len(units),
+        units_for_3pct=units_for_3pct,
+        core_seconds_per_unit=seconds / len(units) if units else math.nan,
+    )
+
+
+def _teacher_spread(by_unit, reference: str) -> dict[str, float]:
+    """Per arm, the SD between teachers of (arm - reference) mean log loss, averaged over the
+    budget ranks both hold (the arms' budgets differ: rank k is each arm's k-th depth)."""
+    means: dict[tuple[str, Any], list[float]] = defaultdict(list)
+    for arm, teacher in sorted({(a, t) for a, t, _ in by_unit}, key=str):
+        budgets = sorted(b for a, t, b in by_unit if (a, t) == (arm, teacher))
+        means[(arm, teacher)] = [float(np.mean(by_unit[(arm, teacher, b)])) for b in budgets]
+    teachers = sorted({t for _, t in means}, key=str)
+    out = {}
+    for arm in sorted({a for a, _ in means if a != reference}):
+        gaps = []
+        for t in teachers:
+            mine, ref = means.get((arm, t)), means.get((reference, t))
+            if mine and ref:
+                k = min(len(mine), len(ref))
+                gaps.append(float(np.mean(np.subtract(mine[:k], ref[:k]))))
+        out[arm] = float(np.std(gaps, ddof=1)) if len(gaps) > 1 else math.nan
+    return out
