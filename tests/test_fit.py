@@ -287,6 +287,10 @@ def test_gram_by_syrk_equals_the_matrix_product():
     a = gram(jac)
     torch.testing.assert_close(a, jac.T @ jac, rtol=1e-12, atol=1e-10)
     assert torch.equal(a, a.T)
+    # the layer rule's layout: the transpose of a C-ordered J^T, read by syrk without a copy
+    jac_t = jac.T.contiguous()
+    assert not jac_t.T.is_contiguous()
+    torch.testing.assert_close(gram(jac_t.T), a, rtol=1e-12, atol=1e-10)
 
 
 def test_a_fit_at_float64s_floor_ends_there_certified_and_one_still_falling_does_not():
@@ -300,3 +304,23 @@ def test_a_fit_at_float64s_floor_ends_there_certified_and_one_still_falling_does
     lm = LevenbergMarquardt(_student(0), x, y)
     cert = converged(lm, 2, tol=1e-9)
     assert not lm.floored and not cert.passed and cert.iterations == 4
+
+
+def test_an_lbfgs_fit_of_a_realizable_target_ends_certified_at_the_targets_rounding():
+    # one degree-2 monomial, fitted exactly by a d=2 layer without norm or residual: L-BFGS
+    # reaches the rounding of the targets, where it gains nothing more and, before the floor,
+    # was certified in none of its runs
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(512, 2, generator=g, dtype=torch.float64) * 2 - 1
+    y = (x[:, 0] * x[:, 1]).unsqueeze(1)  # (N, 1)
+    torch.manual_seed(1)
+    net = Net(parse_arm("2"), 1, 4, 2, 1, norm="none", residual=False).double()
+    fitter = LBFGS(net, x, y)
+    cert = converged(fitter, 64, tol=0.03, until=1024)
+    assert fitter.floored and cert.passed and cert.second <= fitter.floor
+    assert cert.iterations == fitter.iterations < 128
+    # the planted bad case: label noise keeps the loss far above the floor
+    noisy = y + 0.1 * torch.randn(y.shape, generator=g, dtype=torch.float64)
+    fitter = LBFGS(Net(parse_arm("2"), 1, 4, 2, 1, norm="none", residual=False).double(), x, noisy)
+    converged(fitter, 16, tol=0.03, until=64)
+    assert not fitter.floored

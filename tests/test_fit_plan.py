@@ -84,3 +84,28 @@ def test_the_command_refuses_it_in_one_line(monkeypatch, tmp_path, capsys):
     assert main([*argv, "--out", str(tmp_path / "r"), "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "needs about" in err and "Traceback" not in err
+
+
+def test_a_referee_that_would_compare_lbfgs_with_itself_is_dropped(monkeypatch):
+    cfg = DegreeSweepConfig(degrees=("3",), baselines=(), depths=(1, 8), seeds=1, ladder="off")
+    shapes = _degree_plan.plan(cfg)
+    planned = [({}, _spec(cfg, arm, shape, cfg.train.lr, 0)) for arm, shape in shapes.values()]
+    planned += [({"referee": True}, s) for s in _degree_plan.referees(cfg, shapes, _spec)]
+    assert len(planned) == 4
+
+    def chosen(rate: float):
+        monkeypatch.setattr(fit_plan, "gemm64", lambda device: rate)
+        return _degree_plan.optimizers(planned, None, progress=False)
+
+    # fast: both cells on Levenberg-Marquardt, each with its L-BFGS referee
+    assert [(bool(k), s.train.optimizer) for k, s in chosen(1e5)] == [
+        (False, "lm"), (False, "lm"), (True, "lbfgs"), (True, "lbfgs")
+    ]  # fmt: skip
+    # slow: the depth-8 cell moves to L-BFGS and loses its referee, the depth-1 cell keeps both
+    # at 1 GFLOP/s an iteration takes t seconds, so at t / 2 GFLOP/s it takes 2 s: a rate
+    # between the two cells' puts the limit between them
+    t1, t8 = sorted(fit_plan.estimate(s, 1.0).lm_seconds for k, s in planned if not k)
+    kept = chosen((t1 * t8) ** 0.5 / 2)
+    by = [(bool(k), s.depth, s.train.optimizer) for k, s in kept]
+    assert (False, 8, "lbfgs") in by and (True, 8, "lbfgs") not in by
+    assert (False, 1, "lm") in by and (True, 1, "lbfgs") in by

@@ -82,6 +82,28 @@ def test_each_rung_starts_where_the_rung_below_ended(monkeypatch):
     assert rungs[0].result.examples < second.examples
 
 
+def test_batched_chains_fit_as_the_chains_do_one_at_a_time(monkeypatch):
+    """A rung's chains as one batched fit (a GPU's path, forced here on the CPU) take the steps
+    and certificates they take one at a time: the same losses to float64 rounding, every rung,
+    and the record says which ran."""
+    data = make_task("teacher", n_in=3, n_train=256, n_val=64, n_test=64).make(0)
+    cfg = TrainConfig(optimizer="lm", steps=16, restarts=3, data_ratio=4, warm_start=0)
+
+    def ladder():
+        return converge.fit_ladder((1, 2), lambda d, s: _net("3", d, s), data, cfg, 0, 10.0)
+
+    alone = ladder()
+    monkeypatch.setattr(converge, "batch_chains", lambda device, cfg: True)
+    batched = ladder()
+    for a, b in zip(alone, batched, strict=True):
+        assert (a.result.batched, b.result.batched) == (False, True)
+        assert a.result.jacobian == b.result.jacobian == "layers"
+        for ca, cb in zip(a.result.restarts, b.result.restarts, strict=True):
+            assert cb["train_loss"] == pytest.approx(ca["train_loss"], rel=1e-8)
+            assert (cb["iterations"], cb["converged"]) == (ca["iterations"], ca["converged"])
+        assert b.result.test_loss == pytest.approx(a.result.test_loss, rel=1e-6)
+
+
 TINY = [
     "--task-option", "n_train=256", "--task-option", "n_val=64", "--task-option", "n_test=256",
     "--degrees", "2", "3", "--baselines", "--width", "4", "--norm", "rms", "--depths", "1", "2",

@@ -34,9 +34,12 @@ def _rows(gaps=(0.2, 0.6), noise=(-0.1, 0.1)):
 
 def test_sigma_and_the_spread_between_teachers_are_the_planted_ones():
     p = pilot(_rows(), None, units_for_3pct=400)
-    # within a cell the units differ by the seed's noise and the teacher's gap (d=2)
-    assert p.sigma["d=3"] == pytest.approx(np.std([-0.1, 0.1, -0.1, 0.1], ddof=1))
-    assert p.sigma["d=2"] == pytest.approx(np.std([0.1, 0.3, 0.5, 0.7], ddof=1))
+    # sigma: between seeds of one teacher, the seed's noise alone; the units of a cell also
+    # differ by the teacher's gap (d=2)
+    assert p.sigma == {"d=2": pytest.approx(0.02**0.5), "d=3": pytest.approx(0.02**0.5)}
+    assert p.sigma_pooled == pytest.approx(0.02**0.5)  # SD of (-0.1, 0.1)
+    assert p.unit_spread["d=3"] == pytest.approx(np.std([-0.1, 0.1, -0.1, 0.1], ddof=1))
+    assert p.unit_spread["d=2"] == pytest.approx(np.std([0.1, 0.3, 0.5, 0.7], ddof=1))
     assert p.teacher_spread == {"d=2": pytest.approx(np.std([0.2, 0.6], ddof=1))}
     assert p.units == 4 and p.core_seconds_per_unit == pytest.approx(16 * 10 / 4)
     assert p.estimate(cores=2) == pytest.approx(400 * 40 / 2)

@@ -1,7 +1,9 @@
 """The spreads a degree run must be sized by, measured on its rows: what a run of +-3% would take.
 
-- `sigma`: per arm, the spread of log test loss between (teacher, seed) units within a cell
-  (after the best of the trial's K chains), pooled over the arm's cells as a root mean square.
+- `sigma`: per arm, the spread of log test loss between seeds of one teacher within a cell (after
+  the best of the trial's K chains), pooled over the arm's cells and teachers as a root mean
+  square: the per-unit noise once the teacher is known. Teachers differ in difficulty by far more
+  (`teacher_spread` and the raw spread between units, `unit_spread`).
 - `teacher_spread`: per arm, the standard deviation between teachers of its difference from the
   reference (d = 3) in mean log loss over the shared cells' budgets ranks; NaN with one teacher.
 - `units_for_3pct`: the (teacher, seed) units a +-3% interval on the widest decisive multiplier
@@ -32,8 +34,9 @@ GPU_OVER_CORE = 3.1
 
 @dataclass(frozen=True)
 class Pilot:
-    sigma: dict[str, float]  # arm -> pooled within-cell SD of log loss between units
-    sigma_pooled: float  # over every arm's cells
+    sigma: dict[str, float]  # arm -> pooled SD of log loss between seeds of one teacher
+    sigma_pooled: float  # over every arm's cells and teachers
+    unit_spread: dict[str, float]  # arm -> pooled SD between all units of a cell, teachers mixed
     teacher_spread: dict[str, float]  # arm -> SD between teachers of its log-loss gap to d=3
     alpha: float  # the shared exponent (NaN: no model)
     units: int  # (teacher, seed) units this run holds
@@ -73,22 +76,29 @@ def pilot(rows, model, units_for_3pct: int | None, reference: str = "d=3") -> Pi
             continue
         cells[(r["arm"], int(r["budget"]))].append(math.log(value))
         by_unit[(r["arm"], r.get("teacher"), int(r["budget"]))].append(math.log(value))
-    sigma = {}
-    pooled = []
-    for arm in sorted({a for a, _ in cells}):
-        variances = [np.var(v, ddof=1) for (a, _), v in cells.items() if a == arm and len(v) > 1]
-        pooled += variances
-        sigma[arm] = float(np.sqrt(np.mean(variances))) if variances else math.nan
+    sigma, pooled = _pooled_sd(by_unit)
     alpha = model.alpha.value if model is not None else math.nan
     return Pilot(
         sigma=sigma,
-        sigma_pooled=float(np.sqrt(np.mean(pooled))) if pooled else math.nan,
+        sigma_pooled=pooled,
+        unit_spread=_pooled_sd(cells)[0],
         teacher_spread=_teacher_spread(by_unit, reference),
         alpha=alpha,
         units=len(units),
         units_for_3pct=units_for_3pct,
         core_seconds_per_unit=seconds / len(units) if units else math.nan,
     )
+
+
+def _pooled_sd(groups: dict[tuple, list[float]]) -> tuple[dict[str, float], float]:
+    """Per arm (each key's first entry), the root mean square of the groups' sample SDs (groups
+    of one have none), and the same over every arm."""
+    out, every = {}, []
+    for arm in sorted({k[0] for k in groups}):
+        variances = [np.var(v, ddof=1) for k, v in groups.items() if k[0] == arm and len(v) > 1]
+        every += variances
+        out[arm] = float(np.sqrt(np.mean(variances))) if variances else math.nan
+    return out, float(np.sqrt(np.mean(every))) if every else math.nan
 
 
 def _teacher_spread(by_unit, reference: str) -> dict[str, float]:

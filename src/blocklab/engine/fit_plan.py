@@ -121,6 +121,10 @@ def estimate(spec, rate: float) -> Estimate:
     )
 
 
+def _secs(x: float) -> str:
+    return f"{x:,.0f} s" if x >= 10 else f"{x:.2g} s"
+
+
 def _size(b: float) -> str:
     return f"{b / 2**30:.1f} GB" if b >= 2**30 else f"{b / 2**20:.0f} MB"
 
@@ -186,7 +190,7 @@ def _said(chosen, cache, moved, rate: float, workers: int) -> str:
         total = sum(s.train.steps * s.train.restarts * per[_key(s)] for s in lm)
         parts.append(
             f"Levenberg-Marquardt for {len(lm)} trial(s), the largest P = {biggest.params:,} on "
-            f"N = {biggest.examples:,}: about {biggest.lm_seconds:.2g} s and "
+            f"N = {biggest.examples:,}: about {_secs(biggest.lm_seconds)} and "
             f"{_size(biggest.lm_bytes)} an iteration at {rate:.0f} GFLOP/s (float64), at most "
             f"{minutes(total / max(1, workers))} on {workers} worker(s) without warm starts, "
             "less as fits certify early"
@@ -197,7 +201,7 @@ def _said(chosen, cache, moved, rate: float, workers: int) -> str:
         parts.append(
             f"L-BFGS for {len(moved)} trial(s) of P = {low:,}-{worst.params:,}: a "
             f"Levenberg-Marquardt iteration at P = {worst.params:,} would take about "
-            f"{worst.lm_seconds:.2g} s and {_size(worst.lm_bytes)} (its limit: "
+            f"{_secs(worst.lm_seconds)} and {_size(worst.lm_bytes)} (its limit: "
             f"{LM_ITERATION_LIMIT:g} s and a worker's memory)"
         )
     return "fits: " + "; ".join(parts) if parts else "fits: L-BFGS, as asked"

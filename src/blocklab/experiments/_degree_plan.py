@@ -1,6 +1,6 @@
 """What the degree sweep plans before it fits: every (budget, arm) shape (`plan`), the depth
-ladder's trials (`ladders`), the referees' (`referees`) and the rank of every arm's input
-Jacobian (`input_ranks`)."""
+ladder's trials (`ladders`), the referees' (`referees`), the rank of every arm's input
+Jacobian (`input_ranks`) and each fit's optimizer from its cost (`optimizers`)."""
 
 from __future__ import annotations
 
@@ -142,3 +142,38 @@ def referees(cfg, shapes, spec) -> list[TrialSpec]:
     train = replace(cfg.train, optimizer=other, restarts=1)
     cells = [spec(cfg, arm, shape, cfg.train.lr, 0) for arm, shape in shapes.values()]
     return [replace(s, train=train) for s in cells]
+
+
+def optimizers(planned, resources, progress: bool):
+    """The planned (keys, spec) fits with each one's optimizer chosen from its estimated cost on
+    the device in use (`engine.fit_plan.choose`), said on stderr unless quiet; `resources` the
+    sweep's (None: the defaults)."""
+    import sys
+
+    import torch
+
+    from blocklab.engine import fit_plan
+    from blocklab.engine.executors import Resources
+    from blocklab.engine.sweep import device_name
+
+    resources = resources or Resources()
+    threads = int(resources.executor_options.get("threads", 1))
+    device = device_name(resources.device)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)  # the rate a worker of that many threads sees
+    try:
+        specs = fit_plan.choose(
+            [s for _, s in planned], device, resources.workers, out=sys.stderr if progress else None
+        )
+    finally:
+        torch.set_num_threads(before)
+    chosen = [(keys, spec) for (keys, _), spec in zip(planned, specs, strict=True)]
+    # a referee refits a cell by the other optimizer: where the cell's own fit moved to
+    # L-BFGS as well, it would compare L-BFGS with itself, and is dropped
+    mains = {(s.arm.label, s.budget): s.train.optimizer for k, s in chosen if not k.get("referee")}
+    return [
+        (keys, spec)
+        for keys, spec in chosen
+        if not keys.get("referee")
+        or mains.get((spec.arm.label, spec.budget)) != spec.train.optimizer
+    ]

@@ -338,7 +338,7 @@ def run(
         planned = finals({key: cfg.train.lr for key in shapes})
         planned += [({"referee": True}, s) for s in _degree_plan.referees(cfg, shapes, _spec)]
     if cfg.train.second_order:
-        planned = _fit_plan(planned, resources, progress)
+        planned = _degree_plan.optimizers(planned, resources, progress)
         # the largest first: a fit's cost grows as N P^2 = O(P^3), so two workers that start on
         # the dearest fits finish together instead of one waiting on a late large fit
         planned.sort(key=lambda keyed: -keyed[1].budget)
@@ -353,31 +353,6 @@ def run(
         cfg, at, finals, store, EXPERIMENT, resources=resources, progress=progress, higher=higher
     )
     return DegreeSweepTrials(trials.rows, trials.failed, lr_choice, input_rank=seen)
-
-
-def _fit_plan(planned, resources: Resources | None, progress: bool):
-    """The planned fits with each one's optimizer chosen from its estimated cost on the device
-    in use (`fit_plan.choose`), said on stderr unless quiet."""
-    import sys
-
-    import torch
-
-    from blocklab.engine import fit_plan
-    from blocklab.engine.executors import Resources
-    from blocklab.engine.sweep import device_name
-
-    resources = resources or Resources()
-    threads = int(resources.executor_options.get("threads", 1))
-    device = device_name(resources.device)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)  # the rate a worker of that many threads sees
-    try:
-        specs = fit_plan.choose(
-            [s for _, s in planned], device, resources.workers, out=sys.stderr if progress else None
-        )
-    finally:
-        torch.set_num_threads(before)
-    return [(keys, spec) for (keys, _), spec in zip(planned, specs, strict=True)]
 
 
 @EXPERIMENTS.register

@@ -347,7 +347,11 @@ def write(out_dir, cfg, trials) -> Report:
     payload.update(
         lr_choice=result.lr_choice,
         failed=result.failed,
-        optimizer=cfg.train.optimizer,
+        # what the fits ran: the config's optimizer, or L-BFGS where a fit's cost moved it there
+        # (`engine.fit_plan`); both, joined, when the cells differ
+        optimizer="+".join(
+            sorted({r.get("optimizer") or cfg.train.optimizer for r in result.rows})
+        ),
         referee=referee.summary_json(cap.referee),
     )
     payload.update(ladder=cfg.ladder if cfg.staged else "off", input_rank=result.input_rank)

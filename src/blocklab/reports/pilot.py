@@ -27,7 +27,7 @@ def _by_arm(values: dict[str, float]) -> str:
 def pilot_lines(p: Pilot) -> list[str]:
     """What the spreads were and what +-3% would cost, or why it cannot be sized."""
     lines = [
-        f"spreads: sigma (SD of log loss between units, best chain) {_by_arm(p.sigma)}; "
+        f"spreads of log loss (best chain): sigma, between seeds of a teacher, {_by_arm(p.sigma)}; "
         f"between teachers, each arm's gap to d=3: {_by_arm(p.teacher_spread)}"
     ]
     total = p.core_seconds()
@@ -49,6 +49,7 @@ def pilot_json(p: Pilot) -> dict[str, Any]:
         {
             "sigma": p.sigma,
             "sigma_pooled": p.sigma_pooled,
+            "unit_spread": p.unit_spread,
             "teacher_spread": p.teacher_spread,
             "alpha": p.alpha,
             "units": p.units,
