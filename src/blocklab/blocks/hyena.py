@@ -178,7 +178,8 @@ class Hyena(Block):
         ensemble, whose FFN weights and sine frequencies carry a member axis, (E, N, T, D)."""
         # in full precision under autocast: bf16 would round the filter's sines coarsely
         with torch.autocast(like.device.type, enabled=False):
-            h = positions(t, like)  # (T, EMB)
+            # in the filter's own dtype: under autocast `like` may be bf16, and autocast is off
+            h = positions(t, self.freq)  # (T, EMB)
             if self.freq.dim() == 2:  # an ensemble's (E, W): every member reads the positions
                 h = h.expand(self.freq.shape[0], *h.shape)  # (E, T, EMB)
             for layer in self.ffn[:-1]:

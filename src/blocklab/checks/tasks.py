@@ -185,7 +185,7 @@ def balance(case: Case) -> None:
 
 def disjoint(case: Case) -> None:
     d = case.data(0)
-    rows = {k: {r.numpy().tobytes() for r in s.x.flatten(1)} for k, s in splits(d).items()}
+    rows = {k: {r.tobytes() for r in s.x.flatten(1).cpu().numpy()} for k, s in splits(d).items()}
     if d.info.get("split_by") in ("file", "position"):
         # windows of a text are held out by their source: validation windows come from the
         # training text (they may overlap training windows), test windows from text the training

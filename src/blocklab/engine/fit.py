@@ -196,9 +196,9 @@ def gram(jac: torch.Tensor) -> torch.Tensor:
     _blas_threads(torch.get_num_threads())
     if jac.is_contiguous():
         # a C-ordered (n, P) array is a Fortran-ordered (P, n) one: syrk reads it without a copy
-        upper = blas.dsyrk(1.0, jac.numpy().T, trans=0, lower=0)  # (P, P), upper triangle
+        upper = blas.dsyrk(1.0, jac.numpy().T, trans=0, lower=0)  # host: (P, P), upper triangle
     else:  # a C-ordered (P, n) J^T: its transpose is a Fortran-ordered (n, P) J
-        upper = blas.dsyrk(1.0, jac.T.numpy().T, trans=1, lower=0)
+        upper = blas.dsyrk(1.0, jac.T.numpy().T, trans=1, lower=0)  # host: the CPU branch
     a = torch.from_numpy(upper)
     return a.triu() + a.triu(1).T
 

@@ -19,22 +19,37 @@ from blocklab.models import Net
 
 class _StackedMatmul(torch.autograd.Function):
     """x W^T + b for E members. Written out so the weight gradient comes out contiguous in the
-    weight's own layout (E, out, in); autograd's transpose would cost a copy per weight."""
+    weight's own layout (E, out, in); autograd's transpose would cost a copy per weight.
+
+    Under autocast it computes as nn.Linear does: inputs cast to autocast's dtype, saved in it,
+    and the backward's matmuls in that dtype too. The backward runs after the autocast region
+    has exited, so it cannot rely on autocast to cast for it (a bf16 gradient against a float32
+    weight fails: "expected scalar type BFloat16 but found Float"); the gradients return in each
+    input's own dtype."""
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
+        if torch.is_autocast_enabled(x.device.type):
+            dtype = torch.get_autocast_dtype(x.device.type)
+            x, weight = x.to(dtype), weight.to(dtype)
+            bias = None if bias is None else bias.to(dtype)
         ctx.save_for_backward(x, weight)
         ctx.has_bias = bias is not None
-        if bias is None:
-            return torch.bmm(x, weight.mT)  # (E, N, out)
-        return torch.baddbmm(bias.unsqueeze(1), x, weight.mT)  # (E, N, out)
+        with torch.autocast(x.device.type, enabled=False):
+            if bias is None:
+                return torch.bmm(x, weight.mT)  # (E, N, out)
+            return torch.baddbmm(bias.unsqueeze(1), x, weight.mT)  # (E, N, out)
 
     @staticmethod
     def backward(ctx, grad: Tensor):  # (E, N, out)
         x, weight = ctx.saved_tensors
-        grad_x = torch.bmm(grad, weight) if ctx.needs_input_grad[0] else None  # (E, N, in)
-        grad_w = torch.bmm(grad.mT, x)  # (E, out, in)
-        return grad_x, grad_w, grad.sum(1) if ctx.has_bias else None
+        grad = grad.to(x.dtype)
+        x_dtype, w_dtype, b_dtype = ctx.dtypes
+        grad_x = torch.bmm(grad, weight).to(x_dtype) if ctx.needs_input_grad[0] else None
+        grad_w = torch.bmm(grad.mT, x).to(w_dtype)  # (E, out, in)
+        grad_b = grad.sum(1).to(b_dtype) if ctx.has_bias else None
+        return grad_x, grad_w, grad_b
 
 
 class StackedLinear(nn.Module):

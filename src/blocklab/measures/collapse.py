@@ -161,8 +161,8 @@ def rank_collapse(
             raise UserError(
                 "an input sequence has identical tokens: res(X_0) = 0 and the ratio is undefined"
             )
-        ratios[norm] = (sizes / sizes[0]).numpy()
-        residual0[norm] = sizes[0].numpy()
+        ratios[norm] = (sizes / sizes[0]).cpu().numpy()  # the model's device: to the host
+        residual0[norm] = sizes[0].cpu().numpy()
     bound = seed003_bound(model, residual0["composite"]) if "composite" in norms else None
     return CollapseResult(ratios, residual0, bound)
 

@@ -220,7 +220,7 @@ def exact_grid_rank(
     grid = torch.from_numpy(grid).double()
     fn = scalar_function(ExactNet(net, seed), position, entry, vector)
     matrix = matricize(grid_tensor(fn, grid, chunk), a, b)  # (M^|A|, M^|B|)
-    rank = rank_mod_p(matrix.numpy())
+    rank = rank_mod_p(matrix.cpu().numpy())
     shape = (matrix.shape[0], matrix.shape[1])
     return ExactRank(rank, shape, rank == min(shape))
 

@@ -128,7 +128,7 @@ def separation_rank(
     if not torch.isfinite(tensor).all():
         raise UserError("the function returned non-finite values on the grid (overflow?)")
     matrix = matricize(tensor, a, b)  # (M^|A|, M^|B|)
-    s = torch.linalg.svdvals(matrix).numpy()  # descending
+    s = torch.linalg.svdvals(matrix).cpu().numpy()  # descending
     rank = int((s > rtol * s[0]).sum()) if s[0] > 0 else 0
     shape = (matrix.shape[0], matrix.shape[1])
     return SeparationRank(rank, s, shape, rank == min(shape) > 0, rtol, (a, b), m)

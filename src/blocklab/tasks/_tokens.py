@@ -74,7 +74,7 @@ def distinct(draw: Draw, sizes: dict[str, int], g: torch.Generator) -> dict[str,
             need = n - have
             x, y = draw(need + need // 8 + 16, g, name)  # (m, T) each
             keep = []
-            for i, row in enumerate(x.numpy()):
+            for i, row in enumerate(x.numpy()):  # host: drawn by a CPU generator
                 key = row.tobytes()
                 if key not in seen and have + len(keep) < n:
                     seen.add(key)
