@@ -25,6 +25,9 @@ BUDGET_TOLERANCE = 0.02
 # how a trial fits its network: AdamW on minibatches (`engine.train`), or a full-batch float64
 # second-order fit of a regression task to convergence (`engine.converge`, `engine.fit`)
 OPTIMIZERS = ("adam", "lbfgs", "lm")
+# an Adam step's precision: "auto" bf16 autocast on a CUDA device that supports it, else float32;
+# "fp32"; "tf32" (CUDA matmuls in TF32; float32 elsewhere); "bf16" autocast on any device
+PRECISIONS = ("auto", "fp32", "tf32", "bf16")
 SECOND_ORDER = ("lbfgs", "lm")
 # the Adam loop's settings, which a second-order fit reads only for its Adam warm start
 ADAM_ONLY = ("batch_size", "lr", "weight_decay", "warmup", "schedule", "decay", "clip")
@@ -169,6 +172,15 @@ class TrainConfig:
         default=0,
         metadata=meta("lbfgs, lm: AdamW steps (lr, batch size, schedule) before the fit", ge=0),
     )
+    precision: str = field(
+        default="auto",
+        metadata=meta(
+            "an Adam step's precision: 'auto' (bf16 autocast on a CUDA device that supports it, "
+            "else float32), 'fp32', 'tf32' (CUDA matmuls in TF32), 'bf16' (autocast, on the CPU "
+            "too); evaluation and second-order fits stay in float32 and float64",
+            choices=PRECISIONS,
+        ),
+    )
 
     def __post_init__(self):
         validate(self)
@@ -192,6 +204,8 @@ class TrainConfig:
             out = {k: why for k in ADAM_ONLY}
         else:
             out = {}
+        if self.second_order and not self.warm_start:
+            out["precision"] = "a fit runs in float64 (an Adam --warm-start reads it)"
         if self.schedule != "wsd" and "decay" not in out:
             out["decay"] = "it shapes the wsd schedule alone (--schedule wsd)"
         return out
@@ -239,6 +253,9 @@ class TrialSpec:
         elif not self.train.warm_start:  # a fit reads no Adam setting, whatever they hold
             for name in ADAM_ONLY:
                 del train[name]
+        # how a step computes, like the device, is not the trial: the store checks the
+        # precision a trial ran at against the one asked for (`engine.reuse.other_precision`)
+        train.pop("precision", None)
         if train.get("schedule") == "cosine":  # decay is read by wsd alone
             del train["schedule"], train["decay"]
         return config

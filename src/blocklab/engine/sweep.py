@@ -31,6 +31,7 @@ from blocklab.engine.executors import Resources, WorkerLost, make_executor
 from blocklab.engine.monitor import as_record
 from blocklab.engine.progress import Progress, display
 from blocklab.engine.provenance import provenance
+from blocklab.engine.reuse import other_precision, stored_since
 from blocklab.engine.train import precision, train
 from blocklab.errors import Interrupted, UserError, WorkerDied
 from blocklab.fingerprint import code
@@ -128,7 +129,7 @@ def _record(spec: TrialSpec, p: _Prepared, result, device: str) -> dict[str, Any
         higher_is_better=p.task.higher_is_better,
         params=p.model.param_counts(),
         device=device,
-        precision="float64" if spec.train.second_order else precision(device),
+        precision="float64" if spec.train.second_order else precision(device, spec.train.precision),
     )
     return record
 
@@ -324,6 +325,7 @@ def run(
     done, stale = store.reusable({i: c["fingerprint"] for i, c in codes.items()})
     store.say_stale(stale)
     device = device_name(res.device)
+    done -= other_precision(specs, store, done, device)
     check_builds([s for s in specs if s.id not in done], store.told)
     prov = provenance(device)
     workers = 1 if device == "cuda" and res.executor == "local" else res.workers  # one owns the GPU
@@ -382,19 +384,15 @@ def _claim(units, store: Store, claims: Claims, done: set[str], since: float, ta
     it."""
     for unit in units:
         left = {s.id for s in unit} - done
-        left -= _stored_since(store, left, since)
+        left -= stored_since(store, left, since)
         if not left:
             continue
         if not claims.claim(left):
             waiting.append(unit)
             continue
-        stored = _stored_since(store, left, since)  # by another sweep just before it let go
+        stored = stored_since(store, left, since)  # by another sweep just before it let go
         claims.release(stored)
         left -= stored
         if left:
             taken.append([s for s in unit if s.id in left])
             yield taken[-1]
-
-
-def _stored_since(store: Store, ids: set[str], since: float) -> set[str]:
-    return {r["id"] for r in store.records(ids=sorted(ids)) if r["finished_at"] >= since}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import itertools
 import math
 import time
@@ -58,21 +59,35 @@ def lr_factor(step: int, cfg: TrainConfig) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def precision(device: torch.device | str) -> str:
-    """The training-step precision on a device: bf16 autocast on a CUDA device that supports it
-    (the matmuls in bf16, reductions and the loss in float32), else float32. Evaluation is
-    always float32, so reported scores do not depend on it."""
+def precision(device: torch.device | str, setting: str = "auto") -> str:
+    """The training-step precision a `setting` (`specs.PRECISIONS`) gives on a device: "bf16"
+    (autocast: matmuls in bf16, reductions and the loss in float32), "tf32" (CUDA matmuls in
+    TF32) or "float32". "auto": bf16 on a CUDA device that supports it, else float32; "tf32" is
+    float32 off CUDA. Evaluation is always float32, so reported scores do not depend on it."""
     device = torch.device(device)
-    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+    cuda = device.type == "cuda"
+    if setting == "bf16" or (setting == "auto" and cuda and torch.cuda.is_bf16_supported()):
         return "bf16"
-    return "float32"
+    return "tf32" if setting == "tf32" and cuda else "float32"
 
 
-def autocast(device: torch.device | str):
-    """The context a training step's forward pass runs in (see `precision`)."""
-    if precision(device) == "bf16":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+@contextlib.contextmanager
+def autocast(device: torch.device | str, setting: str = "auto"):
+    """The context a training step's forward and backward run in (see `precision`)."""
+    device = torch.device(device)
+    chosen = precision(device, setting)
+    if chosen == "bf16":
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            yield
+    elif chosen == "tf32":
+        before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        try:
+            yield
+        finally:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+    else:
+        yield
 
 
 EVAL_OUTPUTS = 1 << 22  # output numbers per evaluation batch: bounds memory for large vocabularies
@@ -143,12 +158,12 @@ def train(
         order = batches(len(train_split), cfg.batch_size, seed)
         draw = ((train_split.x[i], train_split.y[i]) for i in order)
     monitor = TrialMonitor(cfg, threshold)
-    cast = autocast(device)  # entered every step; chosen once
+    cast = functools.partial(autocast, device, cfg.precision)  # entered every step
     branch = half_run(cfg)
 
     def backward(x: torch.Tensor, y: torch.Tensor) -> tuple[float, torch.Tensor]:
         """The batch loss before the update, and the gradient norm before clipping."""
-        with cast:
+        with cast():
             out = model(x)
         batch_loss = loss(out.float(), y, kind)
         opt.zero_grad(set_to_none=True)
