@@ -3,8 +3,6 @@ form in it; and a store never answers one precision with another."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 

@@ -47,7 +47,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blocklab import plugins as plugin_loader
-from blocklab.engine.processes import hangup_held, init_worker, interruptible_children
+from blocklab.engine.processes import (
+    check_main_importable,
+    hangup_held,
+    init_worker,
+    interruptible_children,
+)
 from blocklab.errors import UserError
 
 EXECUTORS = ("local", "ray", "slurm")
@@ -119,6 +124,7 @@ class LocalExecutor(Executor):
                     torch.set_num_threads(before)
                 yield i, result
             return
+        check_main_importable()  # before any worker starts: a worker that cannot import it hangs
         with hangup_held():  # the pool starts multiprocessing's resource tracker
             pool = ProcessPoolExecutor(
                 max_workers=self.workers,

@@ -13,6 +13,7 @@ import threading
 import time
 
 from blocklab import plugins as plugin_loader
+from blocklab.errors import UserError
 
 PARENT_POLL = 1.0  # seconds between a pool worker's looks at whether its parent still lives
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -77,3 +78,46 @@ def interruptible_children():
         yield
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+GUARD = 'if __name__ == "__main__":'
+
+
+def check_main_importable() -> None:
+    """Refuse, before a worker starts, a main script the workers cannot import as it should be.
+    Spawned workers import the script that started them: one read on standard input cannot be
+    imported (they died, reported as lost), and one that calls blocklab at its top level, outside
+    the guard, would start the sweep again in every worker (the parent waited for ever). A
+    UserError names the fix instead. A module run with -m, -c or an interactive session is fine."""
+    import ast
+
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path is None or getattr(main, "__spec__", None) is not None:
+        return  # -c, a REPL, or -m: multiprocessing imports no script
+    if path == "<stdin>" or not os.path.isfile(path):
+        raise UserError(
+            "worker processes import the script that started them, and a script read on standard "
+            "input cannot be imported: save it to a file (its blocklab calls under "
+            f"`{GUARD}`), or run with one worker"
+        )
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return
+    for node in tree.body:  # statements at the top level, outside any guard
+        if isinstance(node, ast.If) and "__name__" in ast.unparse(node.test):
+            continue
+        if any(_calls_blocklab(n) for n in ast.walk(node)):
+            raise UserError(
+                f"{os.path.basename(path)} calls blocklab at its top level, and every worker "
+                f"process imports it again: put the call under `{GUARD}`, or run with one worker"
+            )
+
+
+def _calls_blocklab(node) -> bool:
+    """A call of `blocklab.run` (or `run`, imported from it): what starts a sweep's workers."""
+    import ast
+
+    return isinstance(node, ast.Call) and ast.unparse(node.func) in ("run", "blocklab.run")
