@@ -43,11 +43,13 @@ def test_a_small_bench_measures_both_loops():
         assert w["ensemble_gflops"] == pytest.approx(gflops)
         assert w["fraction_of_ceiling"] == pytest.approx(gflops / r["matmul_ceiling_gflops"])
         assert w["sequential_1_thread_steps_per_s"] is None  # one thread already
+        assert w["precision"] == "float32"  # and the ceiling measured in it
         # the profiled kernels carry the names counted: a renamed kernel would read as zero
         assert 0 < w["matmul_share"] <= 1
     assert [w["width"] for w in r["lm_widths"]] == [8]
     for w in r["lm_widths"]:
-        assert set(w) == {"width", "sequential", "ensemble", "speedup"}
+        assert set(w) == {"width", "sequential", "ensemble", "speedup", "precision"}
+        assert w["precision"] == "float32"  # the CPU's default step
         assert w["sequential"] > 0 and w["ensemble"] > 0
         assert w["speedup"] == pytest.approx(w["ensemble"] / w["sequential"])
     assert r["lm"] == {"depth": 2, "heads": 2, "vocab": 16, "seq_len": 8, "batch_size": 4}

@@ -35,7 +35,7 @@ from torch import nn
 from blocklab.engine.ensemble import train_ensemble
 from blocklab.engine.fit_bench import FIT_TASK, fit_rows, split_rows
 from blocklab.engine.fit_plan import matmul_rate
-from blocklab.engine.train import train
+from blocklab.engine.train import precision, train
 from blocklab.models import Net, parse_arm
 from blocklab.specs import TrainConfig
 from blocklab.tasks.base import Split, TaskData
@@ -76,8 +76,10 @@ class BenchConfig:
 
 
 def matmul_ceiling(device: str = "cpu", n: int = 2048, repeats: int = 5) -> float:
-    """GFLOP/s of the best of `repeats` n x n float32 matmuls."""
-    return matmul_rate(device, torch.float32, n, repeats)
+    """GFLOP/s of the best of `repeats` n x n matmuls in the dtype the training steps' matmuls
+    run in on `device` (`train.precision`): bf16 where they autocast to it, else float32."""
+    dtype = torch.bfloat16 if precision(device) == "bf16" else torch.float32
+    return matmul_rate(device, dtype, n, repeats)
 
 
 def _sync(device: str) -> None:
@@ -235,7 +237,15 @@ def lm_rows(cfg: BenchConfig) -> list[dict]:
         loops["ensemble"] = _Timing(load, _time_ensemble)
         _interleaved(loops, cfg.repeats)
         seq, ens = loops["sequential"].rate, loops["ensemble"].rate
-        rows.append({"width": width, "sequential": seq, "ensemble": ens, "speedup": ens / seq})
+        rows.append(
+            {
+                "width": width,
+                "sequential": seq,
+                "ensemble": ens,
+                "speedup": ens / seq,
+                "precision": precision(cfg.device),
+            }
+        )
     return rows
 
 
@@ -270,6 +280,7 @@ def run_bench(cfg: BenchConfig) -> dict:
                     "ensemble_gflops": ens * flops / 1e9,
                     "flops_per_step": flops,
                     "matmul_share": share,
+                    "precision": precision(cfg.device),
                 }
             )
         lm = lm_rows(cfg)

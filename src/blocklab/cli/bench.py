@@ -81,7 +81,8 @@ def _table(r: dict) -> str:
         f"{r['device']}, {r['threads']} torch threads; E = {r['members']} networks of degree "
         f"{r['degree']}, depth {r['depth']}, batch {r['batch_size']}; the fastest of "
         f"{r['repeats']} runs of each length",
-        f"float32 matmul ceiling: {r['matmul_ceiling_gflops']:.1f} GFLOP/s",
+        f"{(r['widths'] or [{}])[0].get('precision', 'float32')} matmul ceiling: "
+        f"{r['matmul_ceiling_gflops']:.1f} GFLOP/s",
         "",
         "width  sequential  (1 thread)  ensemble  speed-up  ensemble GFLOP/s  of ceiling  "
         "matmul share",
