@@ -34,7 +34,7 @@ from torch import nn
 
 from blocklab.engine.ensemble import train_ensemble
 from blocklab.engine.fit_bench import FIT_TASK, fit_rows, split_rows
-from blocklab.engine.fit_plan import matmul_rate
+from blocklab.engine.fit_plan import matmul_rate, sync
 from blocklab.engine.train import precision, train
 from blocklab.models import Net, parse_arm
 from blocklab.specs import TrainConfig
@@ -80,11 +80,6 @@ def matmul_ceiling(device: str = "cpu", n: int = 2048, repeats: int = 5) -> floa
     run in on `device` (`train.precision`): bf16 where they autocast to it, else float32."""
     dtype = torch.bfloat16 if precision(device) == "bf16" else torch.float32
     return matmul_rate(device, dtype, n, repeats)
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def _data(width: int, n: int, device: str) -> TaskData:
@@ -151,21 +146,21 @@ def step_flops(net: nn.Module, batch: int) -> int:
 
 def _time_sequential(load: _Load, steps: int) -> float:
     train_cfg, nets, device = load.train_cfg(steps), load.nets(), load.cfg.device
-    _sync(device)
+    sync(device)
     start = time.perf_counter()
     for seed, net in enumerate(nets):
         train(net, load.data, train_cfg, seed, threshold=0.0)
-    _sync(device)
+    sync(device)
     return time.perf_counter() - start
 
 
 def _time_ensemble(load: _Load, steps: int) -> float:
     train_cfg, nets, device = load.train_cfg(steps), load.nets(), load.cfg.device
     e = len(nets)
-    _sync(device)
+    sync(device)
     start = time.perf_counter()
     train_ensemble(nets, [load.data] * e, [train_cfg] * e, list(range(e)), [0.0] * e)
-    _sync(device)
+    sync(device)
     return time.perf_counter() - start
 
 

@@ -176,8 +176,9 @@ class TrainConfig:
         default="auto",
         metadata=meta(
             "an Adam step's precision: 'auto' (bf16 autocast on a CUDA device that supports it, "
-            "else float32), 'fp32', 'tf32' (CUDA matmuls in TF32), 'bf16' (autocast, on the CPU "
-            "too); evaluation and second-order fits stay in float32 and float64",
+            "else float32), 'fp32', 'tf32' (the forward's CUDA matmuls in TF32), 'bf16' "
+            "(autocast, on the CPU too); evaluation and second-order fits stay in float32 and "
+            "float64",
             choices=PRECISIONS,
         ),
     )

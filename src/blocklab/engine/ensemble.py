@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import itertools
 import math
 import time
@@ -277,7 +276,7 @@ def train_ensemble(
     opt = StackedAdamW([p for p in ens.params.values() if p.requires_grad], cfg.weight_decay)
     monitors = [TrialMonitor(cfg, t) for t in thresholds]
     alive = list(range(size))
-    cast = functools.partial(autocast, device, cfg.precision)  # entered every step
+    cast = autocast(device, cfg.precision)  # entered every step; chosen once
 
     def checkpoint(step: int) -> None:
         scores = evaluate_ensemble(ens, [d.val for d in datas], kind, tol)
@@ -287,7 +286,7 @@ def train_ensemble(
     def backward(x: Tensor, y: Tensor, alive: list[int]) -> tuple[list[float], Tensor]:
         """Every member's batch loss before the update, and the gradient norms (E,) of the
         members in `alive`: the others get no gradient."""
-        with cast():
+        with cast:
             out = ens(x)  # (E, b, ...)
         losses = member_losses(out.float(), y, kind)  # (E,)
         values = losses.tolist()

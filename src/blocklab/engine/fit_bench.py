@@ -19,18 +19,12 @@ from blocklab.engine import converge
 from blocklab.engine.certify import converged
 from blocklab.engine.fit import LevenbergMarquardt, gram
 from blocklab.engine.fit_batched import BatchedLevenbergMarquardt, converged_batched
-from blocklab.engine.fit_plan import gemm64
+from blocklab.engine.fit_plan import gemm64, sync
 from blocklab.engine.sweep import init_model
 from blocklab.models import parse_arm
 from blocklab.specs import TrainConfig, TrialSpec
 from blocklab.tasks import make_task
 from blocklab.tasks.base import TaskData
-
-
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
 
 FIT_TASK = ("teacher", {"n_in": 4})
 
@@ -54,7 +48,7 @@ def _fit_models(cfg: Any, spec: TrialSpec, data: TaskData) -> list[nn.Module]:
 def _time_fits(models: list[nn.Module], x, y, iterations: int, batched: bool, device: str):
     """Seconds of K certified fits, and how many of them the certificate passed."""
     half = max(1, iterations // 2)
-    _sync(device)
+    sync(device)
     start = time.perf_counter()
     if batched:
         fitter = BatchedLevenbergMarquardt(models, x, y)
@@ -63,7 +57,7 @@ def _time_fits(models: list[nn.Module], x, y, iterations: int, batched: bool, de
         certificates = [
             converged(LevenbergMarquardt(m, x, y), half, iterations - half) for m in models
         ]
-    _sync(device)
+    sync(device)
     return time.perf_counter() - start, sum(c.passed for c in certificates)
 
 
@@ -114,10 +108,10 @@ def _best_ms(f, device: str, repeats: int):
     out = f()
     best = float("inf")
     for _ in range(repeats):
-        _sync(device)
+        sync(device)
         start = time.perf_counter()
         out = f()
-        _sync(device)
+        sync(device)
         best = min(best, time.perf_counter() - start)
     return 1e3 * best, out
 

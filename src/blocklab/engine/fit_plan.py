@@ -60,15 +60,16 @@ def matmul_rate(device: str, dtype: torch.dtype, n: int, repeats: int) -> float:
     a, b = (torch.randn(n, n, dtype=dtype, device=device) for _ in range(2))
     best = math.inf
     for _ in range(repeats + 2):  # the first two warm up the kernels
-        _sync(device)
+        sync(device)
         start = time.perf_counter()
         a @ b
-        _sync(device)
+        sync(device)
         best = min(best, time.perf_counter() - start)
     return 2 * n**3 / best / 1e9
 
 
-def _sync(device: str) -> None:
+def sync(device: str) -> None:
+    """Wait for `device`'s queued work (a CUDA device; the CPU runs in order), for timing."""
     if str(device).startswith("cuda"):
         torch.cuda.synchronize()
 

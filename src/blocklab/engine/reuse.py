@@ -10,15 +10,17 @@ from blocklab.engine.train import precision
 from blocklab.store import Store
 
 
+def trial_precision(spec, device: str) -> str:
+    """What a trial computes in on `device`: float64 for a second-order fit, else its Adam
+    step's precision (`train.precision`). Its record's `metrics.precision`."""
+    return "float64" if spec.train.second_order else precision(device, spec.train.precision)
+
+
 def other_precision(specs, store: Store, done: set[str], device: str) -> set[str]:
     """The stored trials among `done` that ran at another precision than their spec asks on
     `device` (`train.precision`): a bf16 result is no answer to a float32 request, nor the
     reverse, so they rerun, and the run says so once."""
-    wanted = {
-        s.id: "float64" if s.train.second_order else precision(device, s.train.precision)
-        for s in specs
-        if s.id in done
-    }
+    wanted = {s.id: trial_precision(s, device) for s in specs if s.id in done}
     if not wanted:
         return set()
     ran = {r["id"]: r.get("metrics", {}).get("precision") for r in store.records(ids=list(wanted))}

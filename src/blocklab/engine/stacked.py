@@ -30,16 +30,16 @@ class _StackedMatmul(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
-        if torch.is_autocast_enabled(x.device.type):
-            dtype = torch.get_autocast_dtype(x.device.type)
-            x, weight = x.to(dtype), weight.to(dtype)
-            bias = None if bias is None else bias.to(dtype)
-        ctx.save_for_backward(x, weight)
         ctx.has_bias = bias is not None
+        if not torch.is_autocast_enabled(x.device.type):
+            ctx.save_for_backward(x, weight)
+            return _matmul(x, weight, bias)
+        dtype = torch.get_autocast_dtype(x.device.type)
+        x, weight = x.to(dtype), weight.to(dtype)
+        bias = None if bias is None else bias.to(dtype)
+        ctx.save_for_backward(x, weight)
         with torch.autocast(x.device.type, enabled=False):
-            if bias is None:
-                return torch.bmm(x, weight.mT)  # (E, N, out)
-            return torch.baddbmm(bias.unsqueeze(1), x, weight.mT)  # (E, N, out)
+            return _matmul(x, weight, bias)
 
     @staticmethod
     def backward(ctx, grad: Tensor):  # (E, N, out)
@@ -50,6 +50,12 @@ class _StackedMatmul(torch.autograd.Function):
         grad_w = torch.bmm(grad.mT, x).to(w_dtype)  # (E, out, in)
         grad_b = grad.sum(1).to(b_dtype) if ctx.has_bias else None
         return grad_x, grad_w, grad_b
+
+
+def _matmul(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    if bias is None:
+        return torch.bmm(x, weight.mT)  # (E, N, out)
+    return torch.baddbmm(bias.unsqueeze(1), x, weight.mT)  # (E, N, out)
 
 
 class StackedLinear(nn.Module):

@@ -31,8 +31,8 @@ from blocklab.engine.executors import Resources, WorkerLost, make_executor
 from blocklab.engine.monitor import as_record
 from blocklab.engine.progress import Progress, display
 from blocklab.engine.provenance import provenance
-from blocklab.engine.reuse import other_precision, stored_since
-from blocklab.engine.train import precision, train
+from blocklab.engine.reuse import other_precision, stored_since, trial_precision
+from blocklab.engine.train import train
 from blocklab.errors import Interrupted, UserError, WorkerDied
 from blocklab.fingerprint import code
 from blocklab.models import Net
@@ -129,7 +129,7 @@ def _record(spec: TrialSpec, p: _Prepared, result, device: str) -> dict[str, Any
         higher_is_better=p.task.higher_is_better,
         params=p.model.param_counts(),
         device=device,
-        precision="float64" if spec.train.second_order else precision(device, spec.train.precision),
+        precision=trial_precision(spec, device),
     )
     return record
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 import itertools
 import math
 import time
@@ -71,23 +70,27 @@ def precision(device: torch.device | str, setting: str = "auto") -> str:
     return "tf32" if setting == "tf32" and cuda else "float32"
 
 
-@contextlib.contextmanager
 def autocast(device: torch.device | str, setting: str = "auto"):
-    """The context a training step's forward and backward run in (see `precision`)."""
+    """The context a training step's forward pass runs in (see `precision`), chosen once and
+    entered every step."""
     device = torch.device(device)
     chosen = precision(device, setting)
     if chosen == "bf16":
-        with torch.autocast(device.type, dtype=torch.bfloat16):
-            yield
-    elif chosen == "tf32":
-        before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return _TF32() if chosen == "tf32" else contextlib.nullcontext()
+
+
+class _TF32:
+    """CUDA matmuls in TF32 inside, the process's settings restored on the way out. Entered, as
+    autocast is, around a step's forward pass: its backward runs the forward's matmuls' gradient
+    in float32 (TF32 for the backward too would hold the flags over `backward()`)."""
+
+    def __enter__(self):
+        self.before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        try:
-            yield
-        finally:
-            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
-    else:
-        yield
+
+    def __exit__(self, *exc):
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = self.before
 
 
 EVAL_OUTPUTS = 1 << 22  # output numbers per evaluation batch: bounds memory for large vocabularies
@@ -158,12 +161,12 @@ def train(
         order = batches(len(train_split), cfg.batch_size, seed)
         draw = ((train_split.x[i], train_split.y[i]) for i in order)
     monitor = TrialMonitor(cfg, threshold)
-    cast = functools.partial(autocast, device, cfg.precision)  # entered every step
+    cast = autocast(device, cfg.precision)  # entered every step; chosen once
     branch = half_run(cfg)
 
     def backward(x: torch.Tensor, y: torch.Tensor) -> tuple[float, torch.Tensor]:
         """The batch loss before the update, and the gradient norm before clipping."""
-        with cast():
+        with cast:
             out = model(x)
         batch_loss = loss(out.float(), y, kind)
         opt.zero_grad(set_to_none=True)
