@@ -1,23 +1,30 @@
 """Check a machine's accelerator in one command: every training experiment's tiny form and the bench
-on one device, a line each (trials done / failed, seconds), then seed 001's quick and medium
-depth-width forms timed. It runs from a plain checkout, with no installation, since a GPU machine
-may have no network:
+on one device, a line each (trials done / failed, seconds); every registered measure on a network
+there; the host reads of an ensemble's training (on CUDA: the syncs torch reports, which must not
+grow with the steps); then seed 001's quick and medium depth-width forms timed, with `--workers`
+processes sharing the device. It runs from a plain checkout, with no installation, since a GPU
+machine may have no network:
 
     PYTHONPATH=src python benchmarks/gpu_check.py                  # --device cuda
     PYTHONPATH=src python benchmarks/gpu_check.py --device cpu --no-forms --precision bf16
 
-Exit status 0 when every tiny form finished every trial and the bench ran; 1 otherwise.
+Exit status 0 when every tiny form finished every trial, the bench ran, every measure ran and the
+syncs did not grow with the steps; 1 otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
+
+import torch
 
 import blocklab
 from blocklab.cli import main
@@ -66,7 +73,57 @@ def _trials(out: Path) -> tuple[int, int]:
     return done, len(runs) - done
 
 
-def check(device: str, precision: str | None, forms: bool) -> bool:
+def measures(device: str) -> bool:
+    """Every registered measure, with its first example, on the contract networks moved to the
+    device: one line each, ok where it ran on at least one network it accepts."""
+    from blocklab.checks.measures import NETS, D, T, cases, net
+    from blocklab.errors import UserError
+
+    ok = True
+    for case in cases():
+        ran, error = [], ""
+        for kind in NETS:
+            try:
+                case.make().measure(net(kind).to(device), T, D, seed=3)
+                ran.append(kind)
+            except UserError:  # a network this measure refuses, on any device
+                continue
+            except Exception as exc:  # noqa: BLE001 -- reported, the check goes on
+                error = f"{type(exc).__name__}: {exc}"
+        good = bool(ran) and not error
+        ok &= good
+        print(f"{'ok  ' if good else 'FAIL'} measure {case}: ran on {', '.join(ran) or 'none'}"
+              f"{' (' + error[:200] + ')' if error else ''}", flush=True)  # fmt: skip
+    return ok
+
+
+def syncs(device: str, steps: int) -> int:
+    """Host reads while a two-member ensemble trains `steps` steps with two checkpoints: on
+    CUDA the synchronizations torch warns of (`torch.cuda.set_sync_debug_mode`)."""
+    from blocklab.engine import sweep
+    from blocklab.models import parse_arm
+    from blocklab.specs import TrainConfig, TrialSpec
+
+    cfg = TrainConfig(steps=steps, batch_size=16, eval_points=2)
+    specs = [
+        TrialSpec("teacher", {}, parse_arm("3"), 0, 2, 8, False, "layer", "none", True,
+                  dataclasses.replace(cfg, lr=lr), seed, None)
+        for seed, lr in ((0, 3e-3), (1, 1e-2))
+    ]  # fmt: skip
+    cuda = device.startswith("cuda")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if cuda:
+            torch.cuda.set_sync_debug_mode("warn")
+        try:
+            sweep.train_group(specs, device)
+        finally:
+            if cuda:
+                torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
+def check(device: str, precision: str | None, forms: bool, workers: int) -> bool:
     ok = True
     extra = ["--device", device, "--workers", "1", "--quiet"]
     extra += ["--precision", precision] if precision else []
@@ -88,15 +145,24 @@ def check(device: str, precision: str | None, forms: bool) -> bool:
         ok &= code == 0
         print(f"{'ok  ' if code == 0 else 'FAIL'} bench: {time.perf_counter() - start:.1f} s "
               f"(exit {code})", flush=True)  # fmt: skip
+        ok &= measures(device)
+        if device.startswith("cuda"):
+            short, long = syncs(device, 40), syncs(device, 400)
+            good = long == short
+            ok &= good
+            print(f"{'ok  ' if good else 'FAIL'} ensemble syncs: {short} in 40 steps, {long} in "
+                  "400 (two checkpoints each)", flush=True)  # fmt: skip
         if forms:
+            shared = [*extra[:2], "--workers", str(workers), *extra[4:]]
             for form in ([], ["--medium"]):
                 out = Path(tmp) / f"dw{len(form)}"
                 start = time.perf_counter()
-                code = _quiet_main(["depth-width", *form, *extra, "--out", str(out)])
+                code = _quiet_main(["depth-width", *form, *shared, "--out", str(out)])
                 done, failed = _trials(out)
                 print(
-                    f"depth-width {form[0] if form else 'quick'} form: {done} done / {failed} "
-                    f"failed in {time.perf_counter() - start:.1f} s (exit {code})",
+                    f"depth-width {form[0] if form else 'quick'} form, {workers} worker(s): "
+                    f"{done} done / {failed} failed in {time.perf_counter() - start:.1f} s "
+                    f"(exit {code})",
                     flush=True,
                 )
     return ok
@@ -109,9 +175,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--no-forms", dest="forms", action="store_false", help="skip the timed depth-width forms"
     )
+    p.add_argument(
+        "--workers", type=int, default=4, help="processes sharing the device in the timed forms"
+    )
     return p.parse_args(argv)
 
 
 if __name__ == "__main__":
     args = parse()
-    sys.exit(0 if check(args.device, args.precision, args.forms) else 1)
+    sys.exit(0 if check(args.device, args.precision, args.forms, args.workers) else 1)

@@ -54,3 +54,28 @@ def test_cuda_without_a_device_is_one_line(tmp_path, capsys):
     code = main(["depth-width", "--out", str(tmp_path), "--device", "cuda", *SHORT])
     err = capsys.readouterr().err
     assert code == 2 and "no CUDA device is available" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("device", ["cuda:0", "cuda:7", "gpu", "cuda:x", "cuda:"])
+def test_a_device_that_is_not_there_or_not_a_device_is_one_line(device, tmp_path, capsys):
+    """ "cuda:N" names one GPU; N past the machine's count, or on a machine with none, and any
+    other word are one-line errors (exit 2) naming what is wrong."""
+    if CUDA and device == "cuda:0":
+        pytest.skip("a CUDA device is present")
+    code = main(["depth-width", "--out", str(tmp_path), "--device", device, *SHORT])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    if device.startswith("cuda:") and device[5:].isdigit():
+        assert ("no CUDA device" if not CUDA else "CUDA device(s)") in err
+    else:
+        assert "must be auto, cpu, cuda or cuda:N" in err
+
+
+def test_each_pool_worker_takes_the_next_gpu_in_turn():
+    """Under "cuda" on a machine of several GPUs, workers started one after another take them in
+    turn; with one GPU they all use the default one (None: no device is set)."""
+    from blocklab.engine.processes import worker_gpu
+
+    assert [worker_gpu(slot, 2) for slot in range(5)] == [0, 1, 0, 1, 0]
+    assert [worker_gpu(slot, 3) for slot in range(4)] == [0, 1, 2, 0]
+    assert {worker_gpu(slot, 1) for slot in range(4)} == {None}

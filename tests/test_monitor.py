@@ -114,3 +114,27 @@ def test_the_plateau_under_wsd_is_what_the_half_run_lost():
     assert result.half_val_loss == 1.1
     m.record_half_run(None)  # the half run went non-finite
     assert m.plateau() is None
+
+
+def test_the_device_rule_agrees_with_the_host_rule_value_for_value():
+    """`diverging` (tensors, never read back) calls the same steps diverged as `diverges`, at
+    the blow-up boundary too: float32 losses just under and just over 10 times the start."""
+    import torch
+
+    from blocklab.engine.monitor import diverging
+
+    start = torch.tensor(0.3, dtype=torch.float32)
+    bar = float(start) * 10.0
+    below, above = (torch.tensor(bar).nextafter(torch.tensor(d)) for d in (0.0, 1e9))
+    cases = [(2.0, 2.0, 1.0), (19.9, 2.0, 1.0), (0.0, 2.0, 1.0), (0.009, 0.0, 1.0)]
+    cases += [(loss, start, norm) for loss, start, norm in [(NAN, 2.0, 1.0), (INF, 2.0, 1.0)]]
+    cases += [(20.1, 2.0, 1.0), (1.0, 2.0, NAN), (1.0, 2.0, INF), (0.011, 0.0, 1.0)]
+    cases += [(float(below), float(start), 1.0), (float(above), float(start), 1.0)]
+    losses, starts, norms = (
+        torch.tensor(c, dtype=torch.float32) for c in zip(*cases, strict=False)
+    )
+    on_device = diverging(losses, starts, 10.0, norms).tolist()
+    on_host = [diverges(*(float(torch.tensor(v, dtype=torch.float32)) for v in (l, s)), 10.0, n)
+               for l, s, n in cases]  # fmt: skip
+    assert on_device == on_host
+    assert on_host[-2:] == [False, True]  # the boundary is inside the cases

@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
         "--seconds", type=number(float, gt=0), help="time of the shorter timed run (0.5)"
     )
     p.add_argument("--repeats", type=count, help="timed runs per length, fastest kept (3)")
-    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda or cuda:N")
     p.add_argument("--threads", type=count, help="torch threads (default: torch's, all cores)")
     p.add_argument(
         "--lm-widths",

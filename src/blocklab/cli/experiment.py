@@ -130,7 +130,7 @@ def _pool_flags(p) -> None:
         default=default_workers(),  # os.cpu_count(): the help states it, never the number
         help="processes (default: one per CPU core, at most 8)",
     )
-    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda or cuda:N")
     p.add_argument(
         "--ensemble",
         type=count,

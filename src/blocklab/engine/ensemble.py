@@ -32,7 +32,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
-import math
 import time
 from collections.abc import Iterator
 
@@ -40,11 +39,11 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
-from blocklab.engine.monitor import TrainResult, TrialMonitor
+from blocklab.engine.monitor import TrainResult, TrialMonitor, diverging
 from blocklab.engine.stacked import parent_of, stack_weights, stackable
 from blocklab.engine.train import EVAL_OUTPUTS, ONLINE_CHUNK, autocast, half_run, lr_factor
 from blocklab.specs import TrainConfig
-from blocklab.tasks.base import Split, TaskData, member_losses, score
+from blocklab.tasks.base import Split, TaskData, member_losses, score_sums
 
 PATHS = ("auto", "stacked", "vmap")
 
@@ -105,15 +104,39 @@ class Ensemble(nn.Module):
 
 
 class StackedAdamW:
-    """AdamW over stacked parameters [E, ...] with a learning rate per member: torch's fused AdamW
-    kernel, once for all members when they share a rate and are all training, else per member.
-    Gradients are clipped per member, by the norm over that member's parameters."""
+    """AdamW over stacked parameters [E, ...], each member at its own learning rate: torch's
+    fused AdamW kernel once per member, on views of the stacked tensors made once. Everything a
+    call reads lives on the device: the member's clipping factor (its gradient norm over all its
+    parameters), its rate (`lr`) and whether it is frozen (`found_inf`). A step therefore reads
+    nothing back to the host, and a member `live` marks False is skipped by the kernel itself: it
+    stays where it stands, even with a NaN gradient. Gradients stay in place between steps
+    (`zero_grad`), so the views stay valid."""
 
-    def __init__(self, params: list[Tensor], weight_decay: float, betas=(0.9, 0.999), eps=1e-8):
-        self.params, self.weight_decay, self.betas, self.eps = params, weight_decay, betas, eps
+    def __init__(self, params: list[Tensor], lrs: list[float], weight_decay: float, eps=1e-8):
+        self.params, self.weight_decay, self.eps = params, weight_decay, eps
+        self.betas = (0.9, 0.999)  # torch's defaults, as `train.train`'s AdamW
+        size = params[0].shape[0]
+        for p in params:
+            p.grad = torch.zeros_like(p)
+        self.grads = [p.grad for p in params]  # the tensors the member views below read
         self.exp_avg = [torch.zeros_like(p) for p in params]
         self.exp_avg_sq = [torch.zeros_like(p) for p in params]
+        # the kernels read float32 scalars where the parameters live, whatever their dtype
+        like = {"dtype": torch.float32, "device": params[0].device}
+        # the rate: a CPU kernel reads it as a double, a GPU kernel as a float32 on the GPU
+        rate = {**like, "dtype": torch.float64 if like["device"].type == "cpu" else torch.float32}
+        self.base = torch.tensor(lrs, **rate)  # (E,)
+        self.lr = torch.zeros(size, **rate)  # (E,) this step's rates
+        # (E,) gradients are multiplied by it, in their own dtype
+        self.clip = torch.ones(size, dtype=params[0].dtype, device=params[0].device)
+        self.frozen = torch.zeros(size, **like)  # (E,) 1.0: the kernel skips the member
+        self.count = torch.zeros((), **like)  # the step the kernels read, not advance
         self.t = 0  # members step together until they stop, so one count serves all
+        self.members = [
+            tuple([t.detach()[e] for t in group] for group in self._state(grads=True))
+            + (self.lr[e], self.clip[e], self.frozen[e])
+            for e in range(size)
+        ]
 
     def snapshot(self) -> list[list[Tensor] | int]:
         """Copies of the parameters and the optimizer's state, for `restore`."""
@@ -127,40 +150,41 @@ class StackedAdamW:
                 t.copy_(value)
         self.t = snap[-1]
 
-    def _state(self) -> list[list[Tensor]]:
-        return [[p.detach() for p in self.params], self.exp_avg, self.exp_avg_sq]
+    def _state(self, grads: bool = False) -> list[list[Tensor]]:
+        params = [p.detach() for p in self.params]
+        gradients = [self.grads] if grads else []
+        return [params, *gradients, self.exp_avg, self.exp_avg_sq]
+
+    def zero_grad(self) -> None:
+        torch._foreach_zero_(self.grads)
 
     @torch.no_grad()
     def grad_norms(self) -> Tensor:
-        for p in self.params:  # a parameter this batch did not reach moves by decay alone
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-        grads = [p.grad.reshape(p.shape[0], -1) for p in self.params]  # (E, n_i)
+        grads = [g.reshape(g.shape[0], -1) for g in self.grads]  # (E, n_i)
         per_param = torch.stack([torch.linalg.vector_norm(g, dim=1) for g in grads])  # (k, E)
         return torch.linalg.vector_norm(per_param, dim=0)  # (E,)
 
     @torch.no_grad()
-    def step(self, members: list[int], lrs: list[float], norms: Tensor, clip: float) -> None:
-        coef = (clip / (norms + 1e-6)).clamp(max=1.0)  # (E,) as nn.utils.clip_grad_norm_
-        for p in self.params:
-            p.grad.mul_(coef.view(-1, *[1] * (p.dim() - 1)))
+    def step(self, factor: float, live: Tensor, norms: Tensor, clip: float) -> None:
+        """One AdamW step at each member's rate times `factor` (the schedule's), for the members
+        `live` (E,) marks; `norms` (E,) are the gradient norms before clipping."""
+        if any(p.grad is not g for p, g in zip(self.params, self.grads, strict=True)):
+            raise RuntimeError("a gradient was replaced, not accumulated: use zero_grad()")
         self.t += 1
-        size = self.params[0].shape[0]
-        if len(members) == size and len(set(lrs)) == 1:
-            groups = [(slice(None), lrs[0])]
-        else:
-            groups = list(zip(members, lrs, strict=True))
-        for index, lr in groups:
-            ps = [p.detach()[index] for p in self.params]
-            step = torch.tensor(float(self.t), device=ps[0].device)
-            steps = [step] * len(ps)  # read, not advanced, by the kernel
+        self.count.fill_(self.t)
+        torch.mul(self.base, factor, out=self.lr)
+        # nn.utils.clip_grad_norm_'s factor
+        torch.clamp(clip / (norms.to(self.clip.dtype) + 1e-6), max=1.0, out=self.clip)
+        self.frozen.copy_(~live)
+        for ps, grads, exp_avg, exp_avg_sq, lr, coef, frozen in self.members:
+            torch._foreach_mul_(grads, coef)
             torch._fused_adamw_(
                 ps,
-                [p.grad[index] for p in self.params],
-                [m[index] for m in self.exp_avg],
-                [v[index] for v in self.exp_avg_sq],
+                grads,
+                exp_avg,
+                exp_avg_sq,
                 [],
-                steps,
+                [self.count] * len(ps),
                 lr=lr,
                 beta1=self.betas[0],
                 beta2=self.betas[1],
@@ -168,27 +192,30 @@ class StackedAdamW:
                 eps=self.eps,
                 amsgrad=False,
                 maximize=False,
+                found_inf=frozen,
             )
 
 
-def stacked_batches(n: int, batch_size: int, seeds: list[int]):
-    """`train.batches` for every seed at once: (E, b) indices, one epoch's orders drawn together."""
+def stacked_batches(n: int, batch_size: int, seeds: list[int], device: torch.device):
+    """`train.batches` for every seed at once: (E, b) indices on `device`, each epoch's orders
+    drawn together and copied there once, not once a step."""
     gens = [torch.Generator().manual_seed(s) for s in seeds]
     bs = min(batch_size, n)
     while True:
-        perms = torch.stack([torch.randperm(n, generator=g) for g in gens])  # (E, n)
+        perms = torch.stack([torch.randperm(n, generator=g) for g in gens]).to(device)  # (E, n)
         for pos in range(0, n - bs + 1, bs):
             yield perms[:, pos : pos + bs]
 
 
-def stacked_online(datas: list[TaskData], batch_size: int, seeds: list[int]):
-    """`train.online_batches` for every member at once: (E, b, ...) fresh batches, each member
-    drawing from its own generator exactly as it would alone."""
+def stacked_online(datas: list[TaskData], batch_size: int, seeds: list[int], device: torch.device):
+    """`train.online_batches` for every member at once: (E, b, ...) fresh batches on `device`,
+    each member drawing from its own generator exactly as it would alone; each chunk of
+    ONLINE_CHUNK batches is copied there once."""
     gens = [torch.Generator().manual_seed(s) for s in seeds]
     while True:
         draws = [d.sample(ONLINE_CHUNK * batch_size, g) for d, g in zip(datas, gens, strict=True)]
-        xs = torch.stack([x for x, _ in draws])  # (E, chunk * b, ...)
-        ys = torch.stack([y for _, y in draws])
+        xs = torch.stack([x for x, _ in draws]).to(device)  # (E, chunk * b, ...)
+        ys = torch.stack([y for _, y in draws]).to(device)
         for i in range(0, xs.shape[1], batch_size):
             yield xs[:, i : i + batch_size], ys[:, i : i + batch_size]
 
@@ -216,7 +243,7 @@ def evaluate_ensemble(
     x, _ = _inputs(splits, shared)
     per_example = ens.members[0](splits[0].x[:1]).numel()
     batch = max(1, min(batch, EVAL_OUTPUTS // per_example))
-    sums = [[0.0, 0.0, 0] for _ in range(size)]
+    sums = [0.0] * size
     ens.train(False)
     for i in range(0, len(splits[0]), batch):
         xb = (
@@ -226,10 +253,10 @@ def evaluate_ensemble(
         )
         out = ens(xb)  # (E, b, n_out) or (E, b, T, n_out)
         for e, s in enumerate(splits):
-            part = score(out[e], s.y[i : i + batch], kind, tolerance)
-            sums[e] = [a + b for a, b in zip(sums[e], part, strict=True)]
+            sums[e] = sums[e] + score_sums(out[e], s.y[i : i + batch], kind, tolerance)  # (3,)
     ens.train(True)
-    return [(total / units, hits / units) for total, hits, units in sums]
+    read = torch.stack(sums).tolist()  # (E, 3): the one transfer
+    return [(total / units, hits / units) for total, hits, units in read]
 
 
 def _batches(
@@ -237,22 +264,57 @@ def _batches(
 ) -> tuple[Iterator[tuple[Tensor, Tensor]], torch.device]:
     """Every member's training batches, stacked (E, b, ...), as each would draw them alone:
     fresh examples from a generative task's sampler, or its own shuffle of the train split (one
-    copy of it when the members share their data). Also the device the data live on."""
+    copy of it when the members share their data), indexed where the data live. Also that
+    device."""
     shared = all(d is datas[0] for d in datas)
     train_x, train_y = _inputs([d.train for d in datas], shared)
     device = train_x.device
     if datas[0].online:
-        fresh = stacked_online(datas, batch_size, seeds)
-        return ((x.to(device), y.to(device)) for x, y in fresh), device
+        return stacked_online(datas, batch_size, seeds, device), device
     rows = torch.arange(len(datas), device=device).unsqueeze(1)  # (E, 1): each its own data
-    order = stacked_batches(len(datas[0].train), batch_size, seeds)
+    order = stacked_batches(len(datas[0].train), batch_size, seeds, device)
     draw = (
         (_pick(train_x, idx), _pick(train_y, idx))
         if shared
         else (train_x[rows, idx], train_y[rows, idx])
-        for idx in (i.to(device) for i in order)
+        for idx in order
     )
     return draw, device
+
+
+READ_EVERY = 64  # steps between host reads of the losses, besides the checkpoints
+
+
+class _Pending:
+    """The training losses and gradient norms of the steps since the last read, kept on the
+    device, and the device-side divergence mask (`monitor.diverging`) that freezes a member at
+    the step the monitors will later say it diverged. `read` hands them to the monitors in one
+    transfer; the monitors' verdicts and the mask agree by construction (the same rule)."""
+
+    def __init__(self, monitors: list[TrialMonitor], blowup: float, device: torch.device):
+        self.monitors, self.blowup = monitors, blowup
+        self.live = torch.ones(len(monitors), dtype=torch.bool, device=device)  # (E,)
+        self.alive = list(range(len(monitors)))  # the host's view, as of the last read
+        self.starts: Tensor | None = None  # (E,) each member's first training loss
+        self.steps: list[int] = []
+        self.values: list[Tensor] = []
+
+    def add(self, step: int, losses: Tensor, norms: Tensor) -> None:
+        losses = losses.detach()
+        self.starts = losses if self.starts is None else self.starts
+        self.live &= ~diverging(losses, self.starts, self.blowup, norms)
+        self.steps.append(step)
+        self.values.append(torch.stack([losses.double(), norms.double()]))  # (2, E)
+
+    def read(self) -> list[int]:
+        """Hand the pending steps to the monitors, in order; the members still training."""
+        if self.steps:
+            read = torch.stack(self.values).tolist()  # (steps, 2, E): the one transfer
+            for step, (losses, norms) in zip(self.steps, read, strict=True):
+                monitors = self.monitors
+                self.alive = [e for e in self.alive if monitors[e].step(step, losses[e], norms[e])]
+            self.steps, self.values = [], []
+        return self.alive
 
 
 def train_ensemble(
@@ -264,7 +326,10 @@ def train_ensemble(
     path: str = "auto",
 ) -> tuple[list[TrainResult], str]:
     """Train the members in place as one ensemble; their configs may differ in `lr` alone.
-    Returns each member's result (seconds: its share of the time) and the forward path used."""
+    Returns each member's result (seconds: its share of the time) and the forward path used.
+
+    A step reads nothing back to the host: losses, norms and who diverged stay on the device,
+    and the monitors read them at the checkpoints and every READ_EVERY steps (`_Pending`)."""
     start = time.perf_counter()
     cfg = cfgs[0]
     if any(dataclasses.replace(c, lr=cfg.lr) != cfg for c in cfgs):
@@ -273,47 +338,39 @@ def train_ensemble(
     ens = Ensemble(members, path)
     kind, tol = datas[0].kind, datas[0].tolerance
     draw, device = _batches(datas, cfg.batch_size, seeds)
-    opt = StackedAdamW([p for p in ens.params.values() if p.requires_grad], cfg.weight_decay)
+    trained = [p for p in ens.params.values() if p.requires_grad]
+    opt = StackedAdamW(trained, [c.lr for c in cfgs], cfg.weight_decay)
     monitors = [TrialMonitor(cfg, t) for t in thresholds]
-    alive = list(range(size))
+    pending = _Pending(monitors, cfg.blowup, device)
     cast = autocast(device, cfg.precision)  # entered every step; chosen once
 
     def checkpoint(step: int) -> None:
         scores = evaluate_ensemble(ens, [d.val for d in datas], kind, tol)
-        for e in alive:
+        for e in pending.alive:
             monitors[e].checkpoint(step, scores[e][0])
 
-    def backward(x: Tensor, y: Tensor, alive: list[int]) -> tuple[list[float], Tensor]:
-        """Every member's batch loss before the update, and the gradient norms (E,) of the
-        members in `alive`: the others get no gradient."""
+    def backward(x: Tensor, y: Tensor, live: Tensor) -> tuple[Tensor, Tensor]:
+        """Every member's batch loss before the update (E,), and the gradient norms (E,) of
+        the members `live` marks whose loss is finite: the others get no gradient."""
         with cast:
             out = ens(x)  # (E, b, ...)
         losses = member_losses(out.float(), y, kind)  # (E,)
-        values = losses.tolist()
-        alive = [e for e in alive if math.isfinite(values[e])]
-        for p in opt.params:
-            p.grad = None
-        if len(alive) < size:  # stopped members get no gradient
-            keep = torch.zeros(size, dtype=torch.bool, device=losses.device)
-            keep[alive] = True
-            losses = torch.where(keep, losses, 0.0)
-        if alive:
-            losses.sum().backward()
-        return values, opt.grad_norms()
+        opt.zero_grad()
+        torch.where(live & torch.isfinite(losses), losses, 0.0).sum().backward()
+        return losses, opt.grad_norms()
 
-    def half_run_losses(ahead, alive: list[int]) -> list[float | None]:
+    def half_run_losses(ahead) -> list[float | None]:
         """`train.train`'s branch for every member at once: the half-length run's decay on the
         batches ahead, each member's validation loss (None where it went non-finite), then
         parameters and optimizer state put back."""
         first, end, half = branch
         snap = opt.snapshot()
+        live = pending.live.clone()
         for s in range(first, end):
-            values, norms = backward(*next(ahead), alive)
-            norm = norms.tolist()
-            alive = [e for e in alive if math.isfinite(values[e]) and math.isfinite(norm[e])]
-            if not alive:
-                break
-            opt.step(alive, [cfgs[e].lr * lr_factor(s, half) for e in alive], norms, cfg.clip)
+            losses, norms = backward(*next(ahead), live)
+            live &= torch.isfinite(losses) & torch.isfinite(norms)
+            opt.step(lr_factor(s, half), live, norms, cfg.clip)
+        alive = [e for e, ok in enumerate(live.tolist()) if ok]
         scores = evaluate_ensemble(ens, [d.val for d in datas], kind, tol) if alive else []
         opt.restore(snap)
         return [scores[e][0] if e in alive else None for e in range(size)]
@@ -321,19 +378,20 @@ def train_ensemble(
     branch = half_run(cfg)
     checkpoint(0)
     for step in range(1, cfg.steps + 1):
-        values, norms = backward(*next(draw), alive)
-        norm = norms.tolist()
-        alive = [e for e in alive if monitors[e].step(step, values[e], norm[e])]
-        if not alive:
-            break
-        factor = lr_factor(step - 1, cfg)
-        opt.step(alive, [cfgs[e].lr * factor for e in alive], norms, cfg.clip)
-        if monitors[0].due(step):  # the members share one config, so one schedule of checkpoints
+        losses, norms = backward(*next(draw), pending.live)
+        pending.add(step, losses, norms)
+        opt.step(lr_factor(step - 1, cfg), pending.live, norms, cfg.clip)
+        due = monitors[0].due(step)  # the members share one config, one schedule of checkpoints
+        at_branch = branch and step == branch[0]
+        if (due or at_branch or step % READ_EVERY == 0) and not pending.read():
+            break  # every member diverged
+        if due:
             checkpoint(step)
-        if branch and step == branch[0]:
+        if at_branch:
             draw, ahead = itertools.tee(draw)  # the branch reads the batches ahead, tee replays
-            for monitor, value in zip(monitors, half_run_losses(ahead, alive), strict=True):
+            for monitor, value in zip(monitors, half_run_losses(ahead), strict=True):
                 monitor.record_half_run(value)
+    pending.read()
 
     val = evaluate_ensemble(ens, [d.val for d in datas], kind, tol)
     test = evaluate_ensemble(ens, [d.test for d in datas], kind, tol)

@@ -125,12 +125,13 @@ class LocalExecutor(Executor):
                 yield i, result
             return
         check_main_importable()  # before any worker starts: a worker that cannot import it hangs
+        context = multiprocessing.get_context("spawn")
         with hangup_held():  # the pool starts multiprocessing's resource tracker
             pool = ProcessPoolExecutor(
                 max_workers=self.workers,
-                mp_context=multiprocessing.get_context("spawn"),
+                mp_context=context,
                 initializer=init_worker,
-                initargs=(os.getpid(), self.plugins, threads),
+                initargs=(os.getpid(), self.plugins, threads, device, context.Value("i", 0)),
             )
         queue = enumerate(itertools.chain(first, items))
         pending: dict = {}

@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from blocklab.specs import TrainConfig
 
 
@@ -95,6 +97,17 @@ def diverges(loss: float, start: float, blowup: float, grad_norm: float = 0.0) -
     if not (math.isfinite(loss) and math.isfinite(grad_norm)):
         return True
     return loss > blowup * max(start, START_FLOOR)
+
+
+def diverging(
+    losses: torch.Tensor, starts: torch.Tensor, blowup: float, grad_norms: torch.Tensor
+) -> torch.Tensor:
+    """`diverges` for many trials at once where their losses live, (E,) -> (E,) bool, nothing
+    read back to the host. In float64, as `diverges` reads each float32 value, so the two agree
+    value for value (tests/test_monitor.py)."""
+    losses, starts, grad_norms = losses.double(), starts.double(), grad_norms.double()
+    finite = torch.isfinite(losses) & torch.isfinite(grad_norms)
+    return ~finite | (losses > blowup * starts.clamp(min=START_FLOOR))
 
 
 class TrialMonitor:

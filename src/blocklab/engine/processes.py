@@ -19,7 +19,12 @@ PARENT_POLL = 1.0  # seconds between a pool worker's looks at whether its parent
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def init_worker(parent: int, plugins: tuple[str, ...] = (), threads: int = 1) -> None:
+def init_worker(
+    parent: int, plugins: tuple[str, ...] = (), threads: int = 1, device: str = "cpu", slots=None
+) -> None:
+    """A pool worker's start: signals left to the parent, death with it, `threads` torch
+    threads, the plugins imported, and under device "cuda" on a machine with several GPUs its
+    own GPU, the next in turn (`slots`, a shared counter, numbers the workers as they start)."""
     import torch
 
     # the parent handles Ctrl-C and a closed terminal, and stops the pool
@@ -28,7 +33,19 @@ def init_worker(parent: int, plugins: tuple[str, ...] = (), threads: int = 1) ->
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
     _die_with(parent)
     torch.set_num_threads(threads)
+    if device == "cuda" and slots is not None:
+        with slots.get_lock():
+            slot, slots.value = slots.value, slots.value + 1
+        gpu = worker_gpu(slot, torch.cuda.device_count())
+        if gpu is not None:  # "cuda" in this worker now means its own GPU
+            torch.cuda.set_device(gpu)
     plugin_loader.load(plugins)
+
+
+def worker_gpu(slot: int, gpus: int) -> int | None:
+    """The GPU of the `slot`-th worker started: the GPUs in turn, so each holds an equal share of
+    the workers; None on a machine with one GPU or none (every worker uses the default one)."""
+    return slot % gpus if gpus > 1 else None
 
 
 def _die_with(parent: int) -> None:

@@ -35,7 +35,7 @@ def provenance(device: str = "cpu") -> dict[str, Any]:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "numpy": numpy.__version__,
-        "device": device if device != "cuda" else torch.cuda.get_device_name(0),
+        "device": torch.cuda.get_device_name(device) if device.startswith("cuda") else device,
         "host": platform.node(),
         "platform": platform.platform(),
         "cuda": _cuda(device),
@@ -61,6 +61,7 @@ def _cuda(device: str) -> dict[str, Any] | None:
         "capability": f"{props.major}.{props.minor}",
         "memory_gb": round(props.total_memory / 2**30, 1),
         "bf16": torch.cuda.is_bf16_supported(),
+        "gpus": torch.cuda.device_count(),  # under "cuda" a pool's workers take them in turn
     }
 
 

@@ -49,12 +49,18 @@ def task_data(task: str, options_json: str, seed: int) -> TaskData:
 
 
 def device_name(requested: str = "auto") -> str:
-    """ "auto" (CUDA when present), "cpu" or "cuda" -> the device to use; anything else, or
-    CUDA where there is none, is a one-line error."""
-    if requested not in ("auto", "cpu", "cuda"):
-        raise UserError(f"--device must be auto, cpu or cuda, got {requested!r}")
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda: no CUDA device is available")
+    """ "auto" (CUDA when present), "cpu", "cuda" or "cuda:N" -> the device to use; anything
+    else, or a CUDA device that is not there, is a one-line error. Under "cuda" the workers of a
+    local pool share the GPUs, each worker one (`processes.init_worker`); "cuda:N" puts them all
+    on GPU N."""
+    match = re.fullmatch(r"cuda(?::(\d+))?", requested)
+    if requested not in ("auto", "cpu") and not match:
+        raise UserError(f"--device must be auto, cpu, cuda or cuda:N, got {requested!r}")
+    if match and not torch.cuda.is_available():
+        raise UserError(f"--device {requested}: no CUDA device is available")
+    if match and match.group(1) is not None and int(match.group(1)) >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise UserError(f"--device {requested}: this machine has {count} CUDA device(s)")
     if requested == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return requested
@@ -328,7 +334,7 @@ def run(
     done -= other_precision(specs, store, done, device)
     check_builds([s for s in specs if s.id not in done], store.told)
     prov = provenance(device)
-    workers = 1 if device == "cuda" and res.executor == "local" else res.workers  # one owns the GPU
+    workers = res.workers  # several share a GPU: a small model's step waits on launches, not math
     # planned from every spec, finished or not, and each unit stored whole: a resumed sweep trains
     # each trial left in the unit an undisturbed one trains it in, and stores the same numbers
     units = plan_units(specs, res.ensemble, workers)

@@ -25,7 +25,7 @@ from torch import nn
 
 from blocklab.engine.monitor import TrainResult, TrialMonitor
 from blocklab.specs import TrainConfig
-from blocklab.tasks.base import Split, TaskData, loss, score
+from blocklab.tasks.base import Split, TaskData, loss, score_sums
 
 
 def half_run(cfg: TrainConfig) -> tuple[int, int, TrainConfig] | None:
@@ -106,23 +106,25 @@ def evaluate(
     model.eval()
     per_example = model(split.x[:1]).numel()
     batch = max(1, min(batch, EVAL_OUTPUTS // per_example))
-    total, hits, units = 0.0, 0.0, 0
+    sums = 0.0
     for i in range(0, len(split), batch):
         out = model(split.x[i : i + batch])  # (b, n_out) or (b, T, n_out)
-        s_loss, s_metric, n = score(out, split.y[i : i + batch], kind, tolerance)
-        total, hits, units = total + s_loss, hits + s_metric, units + n
+        sums = sums + score_sums(out, split.y[i : i + batch], kind, tolerance)  # (3,)
     model.train()
+    total, hits, units = sums.tolist()  # read back once
     return total / units, hits / units
 
 
-def batches(n: int, batch_size: int, seed: int):
-    """Endless example indices: reshuffled every epoch by a generator seeded by `seed`."""
+def batches(n: int, batch_size: int, seed: int, device: torch.device | str = "cpu"):
+    """Endless example indices on `device`: reshuffled every epoch by a generator seeded by
+    `seed` (drawn on the CPU, so every device draws the same), each epoch's order copied there
+    once."""
     gen = torch.Generator().manual_seed(seed)
     bs = min(batch_size, n)
-    perm, pos = torch.randperm(n, generator=gen), 0
+    perm, pos = torch.randperm(n, generator=gen).to(device), 0
     while True:
         if pos + bs > n:
-            perm, pos = torch.randperm(n, generator=gen), 0
+            perm, pos = torch.randperm(n, generator=gen).to(device), 0
         yield perm[pos : pos + bs]
         pos += bs
 
@@ -130,13 +132,14 @@ def batches(n: int, batch_size: int, seed: int):
 ONLINE_CHUNK = 64  # batches of fresh examples drawn at once: one call labels many steps
 
 
-def online_batches(data: TaskData, batch_size: int, seed: int):
+def online_batches(data: TaskData, batch_size: int, seed: int, device: torch.device | str = "cpu"):
     """Endless fresh (x, y) batches of a generative task (`TaskData.sample`) from a generator
-    seeded by `seed`. They are drawn ONLINE_CHUNK batches at a time; the chunk shapes the random
-    stream, so it is a constant, not a setting."""
+    seeded by `seed`, on `device`. They are drawn ONLINE_CHUNK batches at a time, and each chunk
+    copied there once; the chunk shapes the random stream, so it is a constant, not a setting."""
     gen = torch.Generator().manual_seed(seed)
     while True:
         x, y = data.sample(ONLINE_CHUNK * batch_size, gen)  # (chunk * b, ...)
+        x, y = x.to(device), y.to(device)
         yield from zip(x.split(batch_size), y.split(batch_size), strict=True)
 
 
@@ -155,23 +158,23 @@ def train(
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
     if data.online:
-        fresh = online_batches(data, cfg.batch_size, seed)
-        draw = ((x.to(device), y.to(device)) for x, y in fresh)
+        draw = online_batches(data, cfg.batch_size, seed, device)
     else:
-        order = batches(len(train_split), cfg.batch_size, seed)
+        order = batches(len(train_split), cfg.batch_size, seed, device)
         draw = ((train_split.x[i], train_split.y[i]) for i in order)
     monitor = TrialMonitor(cfg, threshold)
     cast = autocast(device, cfg.precision)  # entered every step; chosen once
     branch = half_run(cfg)
 
-    def backward(x: torch.Tensor, y: torch.Tensor) -> tuple[float, torch.Tensor]:
+    def backward(x: torch.Tensor, y: torch.Tensor) -> list[float]:
         """The batch loss before the update, and the gradient norm before clipping."""
         with cast:
             out = model(x)
         batch_loss = loss(out.float(), y, kind)
         opt.zero_grad(set_to_none=True)
         batch_loss.backward()
-        return batch_loss.item(), nn.utils.clip_grad_norm_(params, cfg.clip)
+        norm = nn.utils.clip_grad_norm_(params, cfg.clip)
+        return torch.stack([batch_loss.detach().double(), norm.double()]).tolist()  # one read
 
     def half_run_loss(ahead) -> float | None:
         """Run the half-length run's decay on the batches ahead, read its validation loss, and
@@ -183,7 +186,7 @@ def train(
                 for group in opt.param_groups:
                     group["lr"] = cfg.lr * lr_factor(s, half)
                 value, norm = backward(*next(ahead))
-                if not (math.isfinite(value) and torch.isfinite(norm)):
+                if not (math.isfinite(value) and math.isfinite(norm)):
                     return None
                 opt.step()
             return evaluate(model, data.val, kind, tol)[0]
@@ -195,7 +198,7 @@ def train(
     model.train()
     for step in range(1, cfg.steps + 1):
         value, grad_norm = backward(*next(draw))
-        if not monitor.step(step, value, grad_norm.item()):
+        if not monitor.step(step, value, grad_norm):
             break
         opt.step()
         sched.step()

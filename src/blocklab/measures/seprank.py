@@ -218,11 +218,15 @@ def scalar_function(
     fn: Callable[[torch.Tensor], torch.Tensor] | nn.Module, position: int, entry: int, vector: bool
 ) -> Callable[[torch.Tensor], torch.Tensor]:
     """fn as a map (B, N, D) -> (B,) in float64: picks the output entry, flattens vector inputs."""
+    device = None  # a plain function takes the grid where it is built: on the CPU
     if isinstance(fn, nn.Module):
         fn = copy.deepcopy(fn).double().eval()  # float64 without touching the caller's module
+        device = next(fn.parameters(), torch.empty(0)).device  # the grid goes to the network
 
     def f(x: torch.Tensor) -> torch.Tensor:
-        out = fn(x.flatten(1) if vector else x)
+        out = fn((x.flatten(1) if vector else x).to(device))
+        if device is not None and isinstance(out, torch.Tensor):
+            out = out.cpu()  # host: the grid tensor is assembled on the CPU
         if not isinstance(out, torch.Tensor) or out.dim() == 0 or out.shape[0] != x.shape[0]:
             got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
             raise UserError(f"the function must return a batch of outputs (B, ...), got {got}")

@@ -118,6 +118,25 @@ class Task(abc.ABC):
         return self.metric == "accuracy"
 
 
+def score_sums(
+    out: torch.Tensor, y: torch.Tensor, kind: str, tolerance: float | None = None
+) -> torch.Tensor:
+    """`score` as a float64 tensor (3,) on the outputs' device: sums that add up over batches
+    and are read back once, not three times a batch."""
+    if kind == "classification":
+        logits, labels = out.reshape(-1, out.shape[-1]), y.reshape(-1)  # (units, C), (units,)
+        scored = labels != IGNORE  # unscored units add nothing and do not count
+        loss = F.cross_entropy(logits, labels, ignore_index=IGNORE, reduction="sum")
+        hits = ((logits.argmax(-1) == labels) & scored).sum()
+        return torch.stack([loss.double(), hits.double(), scored.sum().double()])
+    diff = (out - y).reshape(-1, y.shape[-1])  # (units, n_out)
+    sq = diff.double().square().sum() / diff.shape[1]
+    units = diff.new_full((), diff.shape[0], dtype=torch.float64)  # filled there, not copied
+    if tolerance is None:
+        return torch.stack([sq, sq, units])
+    return torch.stack([sq, (diff.norm(dim=-1) <= tolerance).sum().double(), units])
+
+
 def score(
     out: torch.Tensor, y: torch.Tensor, kind: str, tolerance: float | None = None
 ) -> tuple[float, float, int]:
@@ -126,18 +145,8 @@ def score(
     A unit is one target: an example, or one position of a per-position task. The loss is MSE
     per output (regression) or cross-entropy (classification); the metric is squared error per
     output, or 1 per correct unit (argmax for classes, within `tolerance` for regression)."""
-    if kind == "classification":
-        logits, labels = out.reshape(-1, out.shape[-1]), y.reshape(-1)  # (units, C), (units,)
-        scored = labels != IGNORE
-        if not scored.all():
-            logits, labels = logits[scored], labels[scored]
-        loss = F.cross_entropy(logits, labels, reduction="sum").item()
-        return loss, (logits.argmax(-1) == labels).sum().item(), labels.numel()
-    diff = (out - y).reshape(-1, y.shape[-1])  # (units, n_out)
-    sq = diff.square().sum().item() / diff.shape[1]
-    if tolerance is None:
-        return sq, sq, diff.shape[0]
-    return sq, (diff.norm(dim=-1) <= tolerance).sum().item(), diff.shape[0]
+    loss, metric, units = score_sums(out, y, kind, tolerance).tolist()
+    return loss, metric, int(units)
 
 
 def loss(out: torch.Tensor, y: torch.Tensor, kind: str) -> torch.Tensor:
@@ -149,17 +158,25 @@ def loss(out: torch.Tensor, y: torch.Tensor, kind: str) -> torch.Tensor:
 
 def member_losses(out: torch.Tensor, y: torch.Tensor, kind: str) -> torch.Tensor:
     """`loss` for each member of an ensemble: outputs and targets (E, B, ...) -> (E,), the mean
-    squared error per output or cross-entropy per scored unit."""
+    squared error per output or cross-entropy per scored unit. Nothing is read back to the host
+    (whether any unit is unscored included), so a GPU step does not wait here."""
     size = out.shape[0]
     if kind != "classification":
         return (out - y).square().reshape(size, -1).mean(1)
     labels = y.reshape(-1)  # (E * units,)
     scored = labels != IGNORE
-    if scored.all():
-        return UnitCrossEntropy.apply(out.reshape(-1, out.shape[-1]), labels).view(size, -1).mean(1)
     units = UnitCrossEntropy.apply(out.reshape(-1, out.shape[-1]), labels.clamp_min(0))
     units = torch.where(scored, units, 0.0).view(size, -1)  # (E, units): ignored rows get no grad
     return units.sum(1) / scored.view(size, -1).sum(1).clamp_min(1)
+
+
+def underflow_free(logits: torch.Tensor, p: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """-log p_y of every row (n, C) -> (n,) from its logits and softmax, without the underflow of
+    a tiny p_y: log sum exp z - z_y, the log-sum read off the largest probability (at least 1/C,
+    so it never underflows) as max z - log p_max."""
+    top, at = logits.max(-1)  # (n,), (n,)
+    largest = p.gather(-1, at.unsqueeze(-1)).squeeze(-1)
+    return top - largest.log() - logits.gather(-1, rows).squeeze(-1)
 
 
 class UnitCrossEntropy(torch.autograd.Function):
@@ -179,7 +196,9 @@ class UnitCrossEntropy(torch.autograd.Function):
         losses = -picked.log()
         # a label far below the top logit underflows its probability: those rows go the long way
         tiny = picked < 1e-30
-        if tiny.any():
+        if logits.is_cuda:  # asking whether any row is tiny would make the GPU wait: all go both
+            losses = torch.where(tiny, underflow_free(logits, p, rows), losses)
+        elif tiny.any():
             z = logits[tiny]  # (k, C)
             losses[tiny] = torch.logsumexp(z, -1) - z.gather(-1, rows[tiny]).squeeze(-1)
         ctx.save_for_backward(p, rows)
