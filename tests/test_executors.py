@@ -71,8 +71,23 @@ def test_local_pool():
 
 
 def test_local_pool_worker_killed():
-    with pytest.raises(WorkerLost):
+    with pytest.raises(WorkerLost, match="killed by SIGKILL .killed, or out of memory"):
         list(make_executor("local", 2).imap_unordered(fns.die_on_one, ITEMS, "cpu"))
+
+
+def test_a_worker_whose_start_fails_is_reported_as_that_cause(tmp_path, monkeypatch):
+    """A plugin that imports in the parent but fails in a worker: the parent names the worker's
+    error, not a death by memory."""
+    (tmp_path / "worker_only_fails.py").write_text(
+        "import multiprocessing\n"
+        "if multiprocessing.parent_process() is not None:\n"
+        "    raise ImportError('no such library in a worker')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    runner = make_executor("local", 2, plugins=("worker_only_fails",))
+    with pytest.raises(WorkerLost, match="failed to start: UserError: plugin 'worker_only_fails' "
+                       "failed to import: ImportError: no such library in a worker"):  # fmt: skip
+        list(runner.imap_unordered(fns.compute, ITEMS, "cpu"))
 
 
 def test_local_pool_raises_the_work_error():

@@ -11,11 +11,12 @@ class StoreError(UserError):
     message names the file and what to do about it."""
 
 
+DIED = "a worker process died (killed, or out of memory)"  # when nothing more is known
+
+
 class WorkerDied(RuntimeError):
-    def __init__(self, finished: int):
-        super().__init__(
-            f"a worker process died (killed, or out of memory); {finished} finished trials are kept"
-        )
+    def __init__(self, finished: int, cause: str = DIED):
+        super().__init__(f"{cause}; {finished} finished trials are kept")
         self.finished = finished
 
 

@@ -38,7 +38,9 @@ import itertools
 import logging
 import multiprocessing
 import os
+import signal
 import socket
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -52,8 +54,9 @@ from blocklab.engine.processes import (
     hangup_held,
     init_worker,
     interruptible_children,
+    start_failure,
 )
-from blocklab.errors import UserError
+from blocklab.errors import DIED, UserError
 
 EXECUTORS = ("local", "ray", "slurm")
 ENSEMBLE = 16  # most members per ensemble: past this, batching gains little and holds memory
@@ -126,21 +129,26 @@ class LocalExecutor(Executor):
             return
         check_main_importable()  # before any worker starts: a worker that cannot import it hangs
         context = multiprocessing.get_context("spawn")
+        fd, report = tempfile.mkstemp(prefix="blocklab-worker-")  # where a failed start says why
+        os.close(fd)
+        slots = context.Value("i", 0)
         with hangup_held():  # the pool starts multiprocessing's resource tracker
             pool = ProcessPoolExecutor(
                 max_workers=self.workers,
                 mp_context=context,
                 initializer=init_worker,
-                initargs=(os.getpid(), self.plugins, threads, device, context.Value("i", 0)),
+                initargs=(os.getpid(), self.plugins, threads, device, slots, report),
             )
         queue = enumerate(itertools.chain(first, items))
         pending: dict = {}
+        started: dict = {}  # pid -> process: the pool forgets a dead one, its exit code with it
         try:
             while True:
                 # one item per free worker: the next is read only when a worker can start it
                 for i, item in itertools.islice(queue, self.workers - len(pending)):
                     with hangup_held():  # a submit may start a worker
                         pending[pool.submit(fn, item, device)] = i
+                    started.update(pool._processes or {})
                 if not pending:
                     break
                 ready, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -148,11 +156,35 @@ class LocalExecutor(Executor):
                     yield pending.pop(future), future.result()
         except BrokenProcessPool as exc:
             _stop(pool)
-            raise WorkerLost("a worker process died (killed or out of memory?)") from exc
+            raise WorkerLost(_why_died(report, started.values())) from exc
         except BaseException:
             _stop(pool)
             raise
+        finally:
+            with contextlib.suppress(OSError):
+                os.remove(report)
         pool.shutdown()
+
+
+def _why_died(report: str, processes) -> str:
+    """What the parent can see of a pool worker's death: the cause a failed start wrote
+    (`processes.init_worker`), else the exit of the first dead worker: a signal (SIGKILL is how
+    the kernel's out-of-memory killer ends a process), or a status (an import that failed before
+    the worker could start prints its traceback above)."""
+    failed = start_failure(report)
+    if failed:
+        return f"a worker process failed to start: {failed}"
+    codes = []
+    for process in processes:  # stopped by `_stop` by now, the dead one first of all
+        process.join(timeout=2)
+        codes.append(process.exitcode)
+    # SIGTERM is how `_stop` ended the live ones: another exit is the cause
+    for code in sorted((c for c in codes if c), key=lambda c: c == -signal.SIGTERM):
+        if code < 0:
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else -code
+            return f"a worker process was killed by {name} (killed, or out of memory)"
+        return f"a worker process exited with status {code} (its output above says why)"
+    return DIED
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:

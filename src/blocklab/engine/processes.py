@@ -20,11 +20,35 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def init_worker(
-    parent: int, plugins: tuple[str, ...] = (), threads: int = 1, device: str = "cpu", slots=None
+    parent: int,
+    plugins: tuple[str, ...] = (),
+    threads: int = 1,
+    device: str = "cpu",
+    slots=None,
+    report: str | None = None,
 ) -> None:
     """A pool worker's start: signals left to the parent, death with it, `threads` torch
     threads, the plugins imported, and under device "cuda" on a machine with several GPUs its
-    own GPU, the next in turn (`slots`, a shared counter, numbers the workers as they start)."""
+    own GPU, the next in turn (`slots`, a shared counter, numbers the workers as they start).
+    A start that fails writes its cause to the file `report`, where the parent reads it
+    (`start_failure`): the pool only tells the parent that a worker died."""
+    try:
+        _start(parent, plugins, threads, device, slots)
+    except BaseException as exc:
+        if report:
+            with contextlib.suppress(OSError), open(report, "a", encoding="utf-8") as f:
+                f.write(f"{type(exc).__name__}: {exc}".replace("\n", " ") + "\n")
+        raise
+
+
+def start_failure(report: str) -> str | None:
+    """The first cause a worker wrote to `report` as its start failed (`init_worker`), if any."""
+    with contextlib.suppress(OSError), open(report, encoding="utf-8") as f:
+        return f.readline().strip() or None
+    return None
+
+
+def _start(parent: int, plugins: tuple[str, ...], threads: int, device: str, slots) -> None:
     import torch
 
     # the parent handles Ctrl-C and a closed terminal, and stops the pool

@@ -373,8 +373,8 @@ def run(
     # the count is the command's, not this sweep's: a command runs several sweeps on one store
     except KeyboardInterrupt:
         raise Interrupted(store.stored) from None
-    except WorkerLost:
-        raise WorkerDied(store.stored) from None
+    except WorkerLost as exc:
+        raise WorkerDied(store.stored, str(exc)) from None
     finally:
         if own:
             bar.close()
