@@ -74,8 +74,20 @@ def test_a_device_that_is_not_there_or_not_a_device_is_one_line(device, tmp_path
 def test_each_pool_worker_takes_the_next_gpu_in_turn():
     """Under "cuda" on a machine of several GPUs, workers started one after another take them in
     turn; with one GPU they all use the default one (None: no device is set)."""
-    from blocklab.engine.processes import worker_gpu
+    from blocklab.engine.devices import worker_gpu
 
     assert [worker_gpu(slot, 2) for slot in range(5)] == [0, 1, 0, 1, 0]
     assert [worker_gpu(slot, 3) for slot in range(4)] == [0, 1, 2, 0]
     assert {worker_gpu(slot, 1) for slot in range(4)} == {None}
+
+
+def test_workers_starting_at_once_count_themselves_in_turn(tmp_path):
+    """The count behind the GPU each worker takes: 8 processes at once get 0..7, once each."""
+    import multiprocessing
+
+    from blocklab.engine.devices import next_slot
+
+    path = str(tmp_path / "slots")
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        slots = pool.map(next_slot, [path] * 8)
+    assert sorted(slots) == list(range(8))

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from blocklab.engine import ensemble, sweep
+from blocklab.engine import ensemble, monitor, sweep
 from blocklab.engine.ensemble import StackedAdamW
 from blocklab.engine.monitor import eval_steps
 from blocklab.models import parse_arm
@@ -97,7 +97,7 @@ def _host_reads(monkeypatch, steps: int) -> int:
 def test_host_reads_do_not_grow_with_the_steps_between_checkpoints(monkeypatch, read_every):
     """Four checkpoints either way: training 80 steps reads back as often as training 20, save
     the READ_EVERY reads; a diverging member is still found (every member reads the same)."""
-    monkeypatch.setattr(ensemble, "READ_EVERY", read_every)
+    monkeypatch.setattr(monitor, "READ_EVERY", read_every)
     short, long = _host_reads(monkeypatch, 20), _host_reads(monkeypatch, 80)
 
     def extra(steps):  # READ_EVERY's reads at steps that are not checkpoints anyway

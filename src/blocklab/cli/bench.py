@@ -60,7 +60,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from blocklab.bench import BenchConfig, run_bench
-    from blocklab.engine.sweep import device_name
+    from blocklab.engine.devices import device_name
 
     device = device_name(args.device)
     given = {k: getattr(args, k) for k in SETTINGS if getattr(args, k) is not None}

@@ -276,7 +276,7 @@ def resolve(experiment: type[Experiment], args: argparse.Namespace) -> Any:
 def _open_run(out: str | Path, reuse: str, device: str) -> tuple[Path, Store]:
     """Check the run flags and the output directory, then open the store in it: a check that
     fails leaves nothing behind. --out always names a directory, whatever its name."""
-    from blocklab.engine.sweep import device_name
+    from blocklab.engine.devices import device_name
 
     device_name(device)  # a bad or missing device fails here
     out = Path(out)

@@ -39,7 +39,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
-from blocklab.engine.monitor import TrainResult, TrialMonitor, diverging
+from blocklab.engine.monitor import DeviceMonitors, TrainResult, TrialMonitor
 from blocklab.engine.stacked import parent_of, stack_weights, stackable
 from blocklab.engine.train import EVAL_OUTPUTS, ONLINE_CHUNK, autocast, half_run, lr_factor
 from blocklab.specs import TrainConfig
@@ -282,41 +282,6 @@ def _batches(
     return draw, device
 
 
-READ_EVERY = 64  # steps between host reads of the losses, besides the checkpoints
-
-
-class _Pending:
-    """The training losses and gradient norms of the steps since the last read, kept on the
-    device, and the device-side divergence mask (`monitor.diverging`) that freezes a member at
-    the step the monitors will later say it diverged. `read` hands them to the monitors in one
-    transfer; the monitors' verdicts and the mask agree by construction (the same rule)."""
-
-    def __init__(self, monitors: list[TrialMonitor], blowup: float, device: torch.device):
-        self.monitors, self.blowup = monitors, blowup
-        self.live = torch.ones(len(monitors), dtype=torch.bool, device=device)  # (E,)
-        self.alive = list(range(len(monitors)))  # the host's view, as of the last read
-        self.starts: Tensor | None = None  # (E,) each member's first training loss
-        self.steps: list[int] = []
-        self.values: list[Tensor] = []
-
-    def add(self, step: int, losses: Tensor, norms: Tensor) -> None:
-        losses = losses.detach()
-        self.starts = losses if self.starts is None else self.starts
-        self.live &= ~diverging(losses, self.starts, self.blowup, norms)
-        self.steps.append(step)
-        self.values.append(torch.stack([losses.double(), norms.double()]))  # (2, E)
-
-    def read(self) -> list[int]:
-        """Hand the pending steps to the monitors, in order; the members still training."""
-        if self.steps:
-            read = torch.stack(self.values).tolist()  # (steps, 2, E): the one transfer
-            for step, (losses, norms) in zip(self.steps, read, strict=True):
-                monitors = self.monitors
-                self.alive = [e for e in self.alive if monitors[e].step(step, losses[e], norms[e])]
-            self.steps, self.values = [], []
-        return self.alive
-
-
 def train_ensemble(
     members: list[nn.Module],
     datas: list[TaskData],
@@ -329,7 +294,8 @@ def train_ensemble(
     Returns each member's result (seconds: its share of the time) and the forward path used.
 
     A step reads nothing back to the host: losses, norms and who diverged stay on the device,
-    and the monitors read them at the checkpoints and every READ_EVERY steps (`_Pending`)."""
+    and the monitors read them at the checkpoints and every `monitor.READ_EVERY` steps
+    (`monitor.DeviceMonitors`)."""
     start = time.perf_counter()
     cfg = cfgs[0]
     if any(dataclasses.replace(c, lr=cfg.lr) != cfg for c in cfgs):
@@ -341,7 +307,7 @@ def train_ensemble(
     trained = [p for p in ens.params.values() if p.requires_grad]
     opt = StackedAdamW(trained, [c.lr for c in cfgs], cfg.weight_decay)
     monitors = [TrialMonitor(cfg, t) for t in thresholds]
-    pending = _Pending(monitors, cfg.blowup, device)
+    pending = DeviceMonitors(monitors, cfg.blowup, device)
     cast = autocast(device, cfg.precision)  # entered every step; chosen once
 
     def checkpoint(step: int) -> None:
@@ -383,7 +349,7 @@ def train_ensemble(
         opt.step(lr_factor(step - 1, cfg), pending.live, norms, cfg.clip)
         due = monitors[0].due(step)  # the members share one config, one schedule of checkpoints
         at_branch = branch and step == branch[0]
-        if (due or at_branch or step % READ_EVERY == 0) and not pending.read():
+        if (due or at_branch or pending.read_due(step)) and not pending.read():
             break  # every member diverged
         if due:
             checkpoint(step)

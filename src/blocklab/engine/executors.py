@@ -131,7 +131,9 @@ class LocalExecutor(Executor):
         context = multiprocessing.get_context("spawn")
         fd, report = tempfile.mkstemp(prefix="blocklab-worker-")  # where a failed start says why
         os.close(fd)
-        slots = context.Value("i", 0)
+        # a file the workers count themselves in as they start, each to take the next GPU (a file
+        # lock, not a semaphore: multiprocessing's tracker complains of those on a hangup)
+        slots = f"{report}.slots" if device == "cuda" else None
         with hangup_held():  # the pool starts multiprocessing's resource tracker
             pool = ProcessPoolExecutor(
                 max_workers=self.workers,
@@ -161,8 +163,9 @@ class LocalExecutor(Executor):
             _stop(pool)
             raise
         finally:
-            with contextlib.suppress(OSError):
-                os.remove(report)
+            for path in (report, slots):
+                with contextlib.suppress(OSError, TypeError):
+                    os.remove(path)
         pool.shutdown()
 
 

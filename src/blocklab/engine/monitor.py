@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from blocklab.specs import TrainConfig
 
@@ -214,3 +215,45 @@ def as_record(result: TrainResult) -> dict[str, Any]:
     if result.optimizer is not None:  # an Adam trial's record keeps the fields it always had
         metrics.update({k: getattr(result, k) for k in FIT_FIELDS})
     return {"status": result.status, "metrics": metrics, "curves": result.curves}
+
+
+READ_EVERY = 64  # steps between host reads of the losses, besides the checkpoints
+
+
+class DeviceMonitors:
+    """Many trials' monitors fed from the device: the training losses and gradient norms of the
+    steps since the last read stay where they were computed, beside the mask `live` that the
+    divergence rule (`diverging`) updates there, so a loop can freeze a trial at the step its
+    monitor will later say it diverged without reading anything back. `read` hands the steps to
+    the monitors in one transfer; their verdicts and the mask agree (the same rule, value for
+    value)."""
+
+    def __init__(self, monitors: list[TrialMonitor], blowup: float, device: torch.device):
+        self.monitors, self.blowup = monitors, blowup
+        self.live = torch.ones(len(monitors), dtype=torch.bool, device=device)  # (E,)
+        self.alive = list(range(len(monitors)))  # the host's view, as of the last read
+        self.starts: Tensor | None = None  # (E,) each member's first training loss
+        self.steps: list[int] = []
+        self.values: list[Tensor] = []
+
+    def add(self, step: int, losses: Tensor, norms: Tensor) -> None:
+        losses = losses.detach()
+        self.starts = losses if self.starts is None else self.starts
+        self.live &= ~diverging(losses, self.starts, self.blowup, norms)
+        self.steps.append(step)
+        self.values.append(torch.stack([losses.double(), norms.double()]))  # (2, E)
+
+    def read_due(self, step: int) -> bool:
+        """Whether `step` ends a stretch of READ_EVERY steps, besides the checkpoints: a loop
+        whose every trial diverged learns it within that many steps."""
+        return step % READ_EVERY == 0
+
+    def read(self) -> list[int]:
+        """Hand the pending steps to the monitors, in order; the members still training."""
+        if self.steps:
+            read = torch.stack(self.values).tolist()  # (steps, 2, E): the one transfer
+            for step, (losses, norms) in zip(self.steps, read, strict=True):
+                monitors = self.monitors
+                self.alive = [e for e in self.alive if monitors[e].step(step, losses[e], norms[e])]
+            self.steps, self.values = [], []
+        return self.alive

@@ -13,6 +13,7 @@ import threading
 import time
 
 from blocklab import plugins as plugin_loader
+from blocklab.engine.devices import next_slot, worker_gpu
 from blocklab.errors import UserError
 
 PARENT_POLL = 1.0  # seconds between a pool worker's looks at whether its parent still lives
@@ -29,7 +30,7 @@ def init_worker(
 ) -> None:
     """A pool worker's start: signals left to the parent, death with it, `threads` torch
     threads, the plugins imported, and under device "cuda" on a machine with several GPUs its
-    own GPU, the next in turn (`slots`, a shared counter, numbers the workers as they start).
+    own GPU, the next in turn (`slots`, a file, numbers the workers as they start).
     A start that fails writes its cause to the file `report`, where the parent reads it
     (`start_failure`): the pool only tells the parent that a worker died."""
     try:
@@ -58,18 +59,10 @@ def _start(parent: int, plugins: tuple[str, ...], threads: int, device: str, slo
     _die_with(parent)
     torch.set_num_threads(threads)
     if device == "cuda" and slots is not None:
-        with slots.get_lock():
-            slot, slots.value = slots.value, slots.value + 1
-        gpu = worker_gpu(slot, torch.cuda.device_count())
+        gpu = worker_gpu(next_slot(slots), torch.cuda.device_count())
         if gpu is not None:  # "cuda" in this worker now means its own GPU
             torch.cuda.set_device(gpu)
     plugin_loader.load(plugins)
-
-
-def worker_gpu(slot: int, gpus: int) -> int | None:
-    """The GPU of the `slot`-th worker started: the GPUs in turn, so each holds an equal share of
-    the workers; None on a machine with one GPU or none (every worker uses the default one)."""
-    return slot % gpus if gpus > 1 else None
 
 
 def _die_with(parent: int) -> None:

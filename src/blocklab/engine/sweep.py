@@ -26,6 +26,7 @@ import torch
 
 from blocklab.engine import converge
 from blocklab.engine.claims import POLL, Claims
+from blocklab.engine.devices import device_name
 from blocklab.engine.ensemble import train_ensemble
 from blocklab.engine.executors import Resources, WorkerLost, make_executor
 from blocklab.engine.monitor import as_record
@@ -46,24 +47,6 @@ from blocklab.tasks import TaskData, make_task
 def task_data(task: str, options_json: str, seed: int) -> TaskData:
     """A task's data, cached: trials and shape checks that share a task make it once."""
     return make_task(task, **json.loads(options_json)).make(seed)
-
-
-def device_name(requested: str = "auto") -> str:
-    """ "auto" (CUDA when present), "cpu", "cuda" or "cuda:N" -> the device to use; anything
-    else, or a CUDA device that is not there, is a one-line error. Under "cuda" the workers of a
-    local pool share the GPUs, each worker one (`processes.init_worker`); "cuda:N" puts them all
-    on GPU N."""
-    match = re.fullmatch(r"cuda(?::(\d+))?", requested)
-    if requested not in ("auto", "cpu") and not match:
-        raise UserError(f"--device must be auto, cpu, cuda or cuda:N, got {requested!r}")
-    if match and not torch.cuda.is_available():
-        raise UserError(f"--device {requested}: no CUDA device is available")
-    if match and match.group(1) is not None and int(match.group(1)) >= torch.cuda.device_count():
-        count = torch.cuda.device_count()
-        raise UserError(f"--device {requested}: this machine has {count} CUDA device(s)")
-    if requested == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return requested
 
 
 def _to(split, device):

@@ -153,8 +153,8 @@ def optimizers(planned, resources, progress: bool):
     import torch
 
     from blocklab.engine import fit_plan
+    from blocklab.engine.devices import device_name
     from blocklab.engine.executors import Resources
-    from blocklab.engine.sweep import device_name
 
     resources = resources or Resources()
     threads = int(resources.executor_options.get("threads", 1))
