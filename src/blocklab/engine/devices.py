@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import re
 
-import torch
-
 from blocklab.errors import UserError
 
 
@@ -20,6 +18,8 @@ def device_name(requested: str = "auto") -> str:
     else, or a CUDA device that is not there, is a one-line error. Under "cuda" the workers of a
     local pool share the GPUs, each worker one (`processes.init_worker`); "cuda:N" puts them all
     on GPU N."""
+    import torch  # here: `--help` imports this module, and must not wait for torch
+
     match = re.fullmatch(r"cuda(?::(\d+))?", requested)
     if requested not in ("auto", "cpu") and not match:
         raise UserError(f"--device must be auto, cpu, cuda or cuda:N, got {requested!r}")
