@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from blocklab.engine import sweep
+from blocklab.engine import trial
 from blocklab.models import parse_arm
 from blocklab.specs import TrainConfig, TrialSpec
 
@@ -38,7 +38,7 @@ if __name__ == "__main__":
             best = float("inf")
             for _ in range(3):
                 start = time.perf_counter()
-                _, results, path = sweep.train_group(specs(task, arm, width, lrs), "cpu")
+                _, results, path = trial.train_group(specs(task, arm, width, lrs), "cpu")
                 best = min(best, time.perf_counter() - start)
             metrics = [round(r.test_metric, 4) if r.test_metric else None for r in results]
             print(f"{task} {arm} width {width}, rates {name}, {path}: {best:.2f} s, {metrics}")

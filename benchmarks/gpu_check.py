@@ -100,7 +100,7 @@ def measures(device: str) -> bool:
 def syncs(device: str, steps: int) -> int:
     """Host reads while a two-member ensemble trains `steps` steps with two checkpoints: on
     CUDA the synchronizations torch warns of (`torch.cuda.set_sync_debug_mode`)."""
-    from blocklab.engine import sweep
+    from blocklab.engine import trial
     from blocklab.models import parse_arm
     from blocklab.specs import TrainConfig, TrialSpec
 
@@ -116,7 +116,7 @@ def syncs(device: str, steps: int) -> int:
         if cuda:
             torch.cuda.set_sync_debug_mode("warn")
         try:
-            sweep.train_group(specs, device)
+            trial.train_group(specs, device)
         finally:
             if cuda:
                 torch.cuda.set_sync_debug_mode("default")

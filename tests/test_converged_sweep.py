@@ -7,7 +7,7 @@ import json
 import pytest
 
 import blocklab
-from blocklab.engine import converge, sweep
+from blocklab.engine import converge, trial
 from blocklab.errors import UserError
 from blocklab.experiments import degree_sweep
 from blocklab.experiments.degree_sweep import DegreeSweepConfig
@@ -70,7 +70,7 @@ def test_the_training_set_grows_with_the_network_and_stops_at_its_cap():
 @pytest.mark.parametrize("optimizer", ["lm", "lbfgs"])
 def test_a_realizable_target_is_fitted_to_near_zero_through_the_trial_path(optimizer):
     steps = 60 if optimizer == "lm" else 150
-    record = sweep.run_trial(spec(TrainConfig(optimizer=optimizer, steps=steps, restarts=2)))
+    record = trial.run_trial(spec(TrainConfig(optimizer=optimizer, steps=steps, restarts=2)))
     assert record["status"] == "done", record.get("error")
     m = record["metrics"]
     assert m["optimizer"] == optimizer and m["precision"] == "float64"
@@ -84,7 +84,7 @@ def test_a_realizable_target_is_fitted_to_near_zero_through_the_trial_path(optim
 
 
 def test_an_under_iterated_fit_is_not_certified():
-    record = sweep.run_trial(spec(TrainConfig(optimizer="lm", steps=8)))
+    record = trial.run_trial(spec(TrainConfig(optimizer="lm", steps=8)))
     m = record["metrics"]
     assert record["status"] == "done" and m["converged"] is False
     assert m["restart_spread"] is None  # one restart measures no spread
@@ -92,14 +92,14 @@ def test_an_under_iterated_fit_is_not_certified():
     assert record["curves"]["step"][0] == 0 and record["curves"]["step"][-1] == 8
     # two and two: LM rejects its first steps while its damping grows, so the second stretch
     # gains nothing, which is a stall, not a certificate
-    stalled = sweep.run_trial(spec(TrainConfig(optimizer="lm", steps=4)))["metrics"]
+    stalled = trial.run_trial(spec(TrainConfig(optimizer="lm", steps=4)))["metrics"]
     assert stalled["plateau_improvement"] == 0.0 and stalled["converged"] is False
 
 
 def test_a_fit_of_a_classification_task_is_one_line(tmp_path):
     with pytest.raises(UserError, match="fits regression"):
         DegreeSweepConfig(task="mnist1d", train=TrainConfig(optimizer="lm"))
-    data = sweep.task_data("match2", json.dumps({"n_train": 64}), 0)
+    data = trial.task_data("match2", {"n_train": 64}, 0)
     with pytest.raises(UserError, match="use --optimizer adam"):
         converge.check_fits(data, "lm")
 
@@ -138,8 +138,8 @@ def test_a_sweep_of_fits_searches_no_rate_and_referees_each_cell(tmp_path):
 
 
 def test_the_warm_start_trains_with_adam_before_the_fit():
-    cold = sweep.run_trial(spec(TrainConfig(optimizer="lm", steps=2)))
-    warm = sweep.run_trial(spec(TrainConfig(optimizer="lm", steps=2, warm_start=30, lr=0.05)))
+    cold = trial.run_trial(spec(TrainConfig(optimizer="lm", steps=2)))
+    warm = trial.run_trial(spec(TrainConfig(optimizer="lm", steps=2, warm_start=30, lr=0.05)))
     assert warm["status"] == cold["status"] == "done"
     # thirty Adam steps move the start, so two iterations from there land elsewhere
     assert warm["metrics"]["train_loss"] != cold["metrics"]["train_loss"]

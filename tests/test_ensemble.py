@@ -12,7 +12,7 @@ from torch import nn
 from blocklab.blocks import BLOCKS
 from blocklab.checks import label
 from blocklab.checks.blocks import cases
-from blocklab.engine import sweep
+from blocklab.engine import trial
 from blocklab.engine.ensemble import Ensemble, stackable, train_ensemble
 from blocklab.engine.train import train
 from blocklab.errors import UserError
@@ -69,10 +69,10 @@ def test_members_equal_training_alone(task, arm, path, request):
     marker = request.node.get_closest_marker("rtol")
     rtol = marker.args[0] if marker else 1e-4
     specs = [_spec(task, arm, seed, lr) for seed, lr in ((0, 3e-3), (1, 1e-2), (2, 3e-3))]
-    together = sweep.run_group(specs, "cpu")
+    together = trial.run_group(specs, "cpu")
     for spec, record in zip(specs, together, strict=True):
         assert record["metrics"]["ensemble"] == {"members": 3, "path": path}
-        _close(sweep.run_trial(spec, "cpu"), record, rtol)
+        _close(trial.run_trial(spec, "cpu"), record, rtol)
 
 
 def test_members_equal_training_alone_under_wsd():
@@ -80,9 +80,9 @@ def test_members_equal_training_alone_under_wsd():
     record, its plateau reading included, equals the trial trained alone."""
     wsd = {"schedule": "wsd", "decay": 0.25, "eval_points": 12}
     specs = [_spec("teacher", "3", seed, lr, **wsd) for seed, lr in ((0, 3e-3), (1, 1e-2))]
-    together = sweep.run_group(specs, "cpu")
+    together = trial.run_group(specs, "cpu")
     for spec, record in zip(specs, together, strict=True):
-        alone = sweep.run_trial(spec, "cpu")
+        alone = trial.run_trial(spec, "cpu")
         _close(alone, record)
         assert alone["metrics"]["plateau_improvement"] is not None
         assert record["metrics"]["plateau_improvement"] == pytest.approx(
@@ -98,11 +98,11 @@ def test_shared_data_and_the_vmap_fallback_agree():
     stackable network gives the stacked path's results."""
     specs = [_spec("teacher", "3", seed, data_seed=7) for seed in range(3)]
     cache: dict = {}
-    prepared = [sweep._prepare(s, "cpu", cache) for s in specs]
+    prepared = [trial._prepare(s, "cpu", cache) for s in specs]
     assert all(p.data is prepared[0].data for p in prepared)
     runs = {}
     for path in ("stacked", "vmap"):
-        _, results, used = sweep.train_group(specs, "cpu", path=path)
+        _, results, used = trial.train_group(specs, "cpu", path=path)
         assert used == path
         runs[path] = results
     for a, b in zip(runs["stacked"], runs["vmap"], strict=True):
@@ -114,12 +114,12 @@ def test_one_member_diverging_leaves_the_others_untouched():
     """A learning rate that blows up stops that member at the step it would stop alone; the
     others match their lone runs exactly as if it were not there."""
     specs = [_spec("teacher", "3", 0), _spec("teacher", "3", 1, lr=1e4), _spec("teacher", "3", 2)]
-    together = sweep.run_group(specs, "cpu")
-    alone = [sweep.run_trial(s, "cpu") for s in specs]
+    together = trial.run_group(specs, "cpu")
+    alone = [trial.run_trial(s, "cpu") for s in specs]
     assert alone[1]["status"] == "diverged" and together[1]["status"] == "diverged"
     for a, b in zip(alone, together, strict=True):
         _close(a, b)
-    solo_pair = sweep.run_group([specs[0], specs[2]], "cpu")
+    solo_pair = trial.run_group([specs[0], specs[2]], "cpu")
     assert together[0]["metrics"]["test_metric"] == solo_pair[0]["metrics"]["test_metric"]
     assert together[2]["metrics"]["test_metric"] == solo_pair[1]["metrics"]["test_metric"]
 
@@ -143,8 +143,8 @@ def test_nan_inputs_of_one_member_do_not_reach_the_others(online):
     """Per-member divergence on the engine itself: a member whose data are NaN diverges at its
     first step; the other members finish with finite weights and their lone results."""
     spec = _spec("teacher", "3", 0, options={"online": online})
-    good = sweep._prepare(spec, "cpu")
-    bad = sweep._prepare(dataclasses.replace(spec, seed=1), "cpu")
+    good = trial._prepare(spec, "cpu")
+    bad = trial._prepare(dataclasses.replace(spec, seed=1), "cpu")
     assert good.data.online == online
     results, _ = train_ensemble(
         [good.model, bad.model], [good.data, _poisoned(bad.data)], [TRAIN] * 2, [0, 1], [0.0, 0.0]
@@ -152,7 +152,7 @@ def test_nan_inputs_of_one_member_do_not_reach_the_others(online):
     assert results[1].status == "diverged" and results[1].diverged_step == 1
     assert results[0].status == "done"
     assert all(torch.isfinite(p).all() for p in good.model.parameters())
-    ref = sweep._prepare(spec, "cpu")
+    ref = trial._prepare(spec, "cpu")
     alone = train(ref.model, ref.data, TRAIN, 0, 0.0)
     assert results[0].test_metric == pytest.approx(alone.test_metric, rel=1e-4)
 
@@ -225,7 +225,7 @@ def test_units_group_by_architecture_and_fill_the_workers():
 
 def test_configs_may_differ_in_learning_rate_only():
     specs = [_spec("teacher", "3", 0), _spec("teacher", "3", 1, steps=20)]
-    prepared = [sweep._prepare(s, "cpu") for s in specs]
+    prepared = [trial._prepare(s, "cpu") for s in specs]
     with pytest.raises(ValueError, match="learning rate only"):
         train_ensemble(
             [p.model for p in prepared],

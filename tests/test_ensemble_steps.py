@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from blocklab.engine import ensemble, monitor, sweep
+from blocklab.engine import ensemble, monitor, trial
 from blocklab.engine.ensemble import StackedAdamW
 from blocklab.engine.monitor import eval_steps
 from blocklab.models import parse_arm
@@ -74,7 +74,7 @@ READS = ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "num
 def _host_reads(monkeypatch, steps: int) -> int:
     """How often a tensor is read back to the host while an ensemble trains `steps` steps."""
     specs = _specs(steps)
-    prepared = [sweep._prepare(s, "cpu") for s in specs]
+    prepared = [trial._prepare(s, "cpu") for s in specs]
     count = [0]
     with monkeypatch.context() as patch:
         for name in READS:

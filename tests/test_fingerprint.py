@@ -15,7 +15,7 @@ import torch
 from blocklab import fingerprint
 from blocklab.blocks import BLOCKS
 from blocklab.cli import main
-from blocklab.engine import sweep
+from blocklab.engine import sweep, trial
 from blocklab.engine.executors import Resources
 from blocklab.engine.train import train
 from blocklab.errors import UserError
@@ -250,11 +250,11 @@ def test_parameters_without_gradient_train_frozen(tmp_path, plugin, capsys, path
 
     # the frozen weights keep their initial values, the others train
     torch.manual_seed(0)
-    initial = sweep.build_model(todo[0], sweep.task_data("teacher", "{}", 0))
+    initial = trial.build_model(todo[0], trial.task_data("teacher", {}, 0))
     if ensemble > 1:
-        model = sweep.train_group(todo, "cpu")[0][0].model
+        model = trial.train_group(todo, "cpu")[0][0].model
     else:
-        p = sweep._prepare(todo[0], "cpu")
+        p = trial._prepare(todo[0], "cpu")
         train(p.model, p.data, todo[0].train, 0, p.threshold)
         model = p.model
     after, before = model.layers[0].block, initial.layers[0].block

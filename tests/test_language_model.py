@@ -11,7 +11,7 @@ import torch
 
 from blocklab.analysis import depth_width as dw
 from blocklab.cli import main
-from blocklab.engine import sweep, train
+from blocklab.engine import train, trial
 from blocklab.errors import UserError
 from blocklab.experiments import depth_width
 from blocklab.models import Net, parse_arm
@@ -71,11 +71,11 @@ def test_evaluation_batches_bound_memory_and_keep_results(monkeypatch):
 
 
 def test_measures_refuse_token_inputs():
-    data = sweep.task_data("text", json.dumps(SMALL_TEXT, sort_keys=True), 0)
+    data = trial.task_data("text", SMALL_TEXT, 0)
     spec = depth_width.plan(CONFIG)[0][1]
     spec = dataclasses.replace(spec, measures=("collapse",))
     with pytest.raises(UserError, match="token"):
-        sweep.take_measures(spec, sweep.build_model(spec, data), data)
+        trial.take_measures(spec, trial.build_model(spec, data), data)
 
 
 def test_widths_follow_the_budget():

@@ -13,7 +13,7 @@ import torch
 
 from blocklab.analysis import suite
 from blocklab.cli import main
-from blocklab.engine import sweep
+from blocklab.engine import trial
 from blocklab.errors import UserError
 from blocklab.experiments import mad
 from blocklab.models import Net, block_params, parse_arm
@@ -168,10 +168,10 @@ def test_compression_trains_alike_in_an_ensemble_and_alone():
                          "none", True, train, seed)  # fmt: skip
 
     specs = [spec(0), spec(1)]
-    together = sweep.run_group(specs, "cpu")
+    together = trial.run_group(specs, "cpu")
     for s, record in zip(specs, together, strict=True):
         assert record["metrics"]["ensemble"] == {"members": 2, "path": "stacked"}
-        alone = sweep.run_trial(s, "cpu")["metrics"]
+        alone = trial.run_trial(s, "cpu")["metrics"]
         assert record["metrics"]["test_metric"] == pytest.approx(alone["test_metric"], abs=1e-6)
         assert record["metrics"]["test_loss"] == pytest.approx(alone["test_loss"], rel=1e-4)
 

@@ -13,7 +13,7 @@ import torch
 from _contract import contract_test
 from blocklab.checks import measures as contract
 from blocklab.checks.measures import D, T, net
-from blocklab.engine import sweep
+from blocklab.engine import trial
 from blocklab.errors import UserError
 from blocklab.experiments import _trials
 from blocklab.measures import (
@@ -63,7 +63,7 @@ def test_trial_records_measures_at_init_and_after_training():
         seed=0,
         measures=("collapse", "seprank(templates=2)"),
     )
-    record = sweep.run_trial(s)
+    record = trial.run_trial(s)
     assert record["status"] == "done", record.get("error")
     measured = record["metrics"]["measures"]
     assert set(measured) == {"collapse", "seprank(templates=2)"}

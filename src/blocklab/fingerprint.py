@@ -20,6 +20,8 @@ ENGINE = (
     "blocklab.engine.ensemble",
     "blocklab.engine.fit",  # second-order fits: the fitters, the Jacobian, the certificate
     "blocklab.engine.converge",  # restarts and depth ladders of second-order fits
+    "blocklab.engine.certify",  # when a fit has converged
+    "blocklab.engine.trial",  # a trial's data, network, run and record
     "blocklab.models",
     "blocklab.engine.monitor",
     "blocklab.engine.stacked",

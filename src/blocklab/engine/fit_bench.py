@@ -20,7 +20,7 @@ from blocklab.engine.certify import converged
 from blocklab.engine.fit import LevenbergMarquardt, gram
 from blocklab.engine.fit_batched import BatchedLevenbergMarquardt, converged_batched
 from blocklab.engine.fit_plan import gemm64, sync
-from blocklab.engine.sweep import init_model
+from blocklab.engine.trial import init_model
 from blocklab.models import parse_arm
 from blocklab.specs import TrainConfig, TrialSpec
 from blocklab.tasks import make_task

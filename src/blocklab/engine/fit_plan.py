@@ -13,7 +13,6 @@ memory.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import sys
@@ -100,9 +99,9 @@ def estimate(spec, rate: float) -> Estimate:
     iteration as J^T J's N P (P + 1) FLOPs plus a Jacobian of at most as many (`blocklab bench`
     measures both), an L-BFGS iteration as two forward and backward passes (12 N P)."""
     from blocklab.engine import converge
-    from blocklab.engine.sweep import init_model, task_data
+    from blocklab.engine.trial import init_model, task_data
 
-    data = task_data(spec.task, json.dumps(spec.task_options, sort_keys=True), spec.data_seed)
+    data = task_data(spec.task, spec.task_options, spec.data_seed)
     model = init_model(spec, data, "cpu", spec.seed)
     p = sum(q.numel() for q in model.parameters() if q.requires_grad)
     available = None if data.online else len(data.train)

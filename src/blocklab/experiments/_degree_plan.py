@@ -47,12 +47,11 @@ def input_ranks(cfg, shapes, spec) -> dict[str, dict[str, Any]]:
     first test inputs, the lowest over its depths (`measures._jacobian`); a UserError before any
     fit when an arm sees fewer directions than the task has inputs, naming the fix. `spec` as
     for `ladders`."""
-    import json
 
-    from blocklab.engine.sweep import init_model, task_data
+    from blocklab.engine.trial import init_model, task_data
     from blocklab.measures._jacobian import input_rank
 
-    data = task_data(cfg.task, json.dumps(cfg.task_options, sort_keys=True), 0)
+    data = task_data(cfg.task, cfg.task_options, 0)
     if data.vocab is not None:  # token ids have no input gradient
         return {}
     sample = data.test.x[: max(256, 4 * data.test.x[0].numel())]

@@ -10,7 +10,6 @@ budgeted count (blocks and feed-forward sublayers) `block_params` and the networ
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
@@ -77,11 +76,11 @@ def spec(
 
 def total_params(task: str, task_options: dict[str, Any], arm: Arm, shape: NetShape) -> int:
     """Every parameter of the network, embedding and readout included."""
-    from blocklab.engine import sweep
+    from blocklab.engine import trial
 
-    trial = spec(task, task_options, arm, shape, TrainConfig(), seed=0)
-    data = sweep.task_data(task, json.dumps(task_options, sort_keys=True), 0)
-    return sweep.build_model(trial, data).param_counts()["total"]
+    one = spec(task, task_options, arm, shape, TrainConfig(), seed=0)
+    data = trial.task_data(task, task_options, 0)
+    return trial.build_model(one, data).param_counts()["total"]
 
 
 def width_for_params(

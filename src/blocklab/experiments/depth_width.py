@@ -23,7 +23,6 @@ At this scale a and b are not the paper's: the test is whether transitions exist
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -146,11 +145,11 @@ class DepthWidthTrials(Trials):
 
 
 def run(cfg: DepthWidthConfig, store: Store, *, resources=None, progress=True) -> DepthWidthTrials:
-    from blocklab.engine import sweep
+    from blocklab.engine import trial
 
     opts = cfg.task_options()
     # the tokenizer is trained (and cached) here once, not by every worker at the same time
-    corpus = sweep.task_data("text", json.dumps(opts, sort_keys=True), 0).info
+    corpus = trial.task_data("text", opts, 0).info
     trials = _trials.run_planned(
         plan(cfg), store, "depth-width", resources=resources, progress=progress
     )

@@ -1,0 +1,251 @@
+"""One trial, or one ensemble of trials sharing an architecture: its data made (and cached), its
+network built from the spec, trained (`train`, `ensemble`) or fitted (`converge`), measured, and
+turned into the record the store keeps. `blocklab.engine.sweep` schedules these units; nothing
+here knows of stores, claims or executors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from blocklab.engine import converge
+from blocklab.engine.ensemble import train_ensemble
+from blocklab.engine.monitor import as_record
+from blocklab.engine.reuse import trial_precision
+from blocklab.engine.train import train
+from blocklab.errors import UserError
+from blocklab.models import Net
+from blocklab.models import code_modules as arm_modules
+from blocklab.specs import TrialSpec
+from blocklab.tasks import TaskData, make_task
+
+
+def task_data(task: str, options: dict[str, Any], seed: int) -> TaskData:
+    """A task's data made from its options and seed, cached: trials and shape checks that share
+    a task make it once."""
+    return _cached_data(task, json.dumps(options, sort_keys=True), seed)
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_data(task: str, key: str, seed: int) -> TaskData:
+    # the options as canonical JSON: the one cache key, hashable, equal for equal options
+    return make_task(task, **json.loads(key)).make(seed)
+
+
+def _to(split, device):
+    return dataclasses.replace(split, x=split.x.to(device), y=split.y.to(device))
+
+
+def build_model(spec: TrialSpec, data: TaskData) -> Net:
+    """The network a spec describes, shaped for the task's data."""
+    # sequences embed each position's features; vectors are flattened
+    n_in = data.input_shape[-1] if data.sequence else math.prod(data.input_shape)
+    return Net(
+        spec.arm,
+        spec.depth,
+        spec.width,
+        n_in,
+        data.n_out,
+        seq_len=data.seq_len,
+        pooled=data.sequence and not data.per_position,
+        bottleneck=data.bottleneck,
+        flatten=spec.flatten,
+        bias=spec.bias,
+        norm=spec.norm,
+        activation=spec.activation,
+        residual=spec.residual,
+        ff=spec.ff,
+        vocab=data.vocab,
+        scaled_residual=spec.scaled_residual,
+    )
+
+
+@dataclass
+class _Prepared:
+    """A trial's task, data on the device, freshly initialized network and threshold."""
+
+    task: Any
+    data: TaskData
+    model: Net
+    threshold: float
+
+
+def _prepare(spec: TrialSpec, device: str, cache: dict | None = None) -> _Prepared:
+    """The trial's data (shared through `cache` by members reading the same), its network
+    initialized by the trial seed, and its threshold."""
+    task = make_task(spec.task, **spec.task_options)
+    data_seed = spec.seed if spec.data_seed is None else spec.data_seed
+    cache = {} if cache is None else cache
+    if data_seed not in cache:  # members of one ensemble reading the same data share it
+        data = task_data(spec.task, spec.task_options, data_seed)
+        moved = {split: _to(getattr(data, split), device) for split in ("train", "val", "test")}
+        cache[data_seed] = dataclasses.replace(data, **moved)
+    data = cache[data_seed]
+    model = init_model(spec, data, device, spec.seed)  # the initialization follows the trial seed
+    threshold = spec.train.threshold if spec.train.threshold is not None else task.threshold
+    return _Prepared(task, data, model, threshold)
+
+
+def init_model(spec: TrialSpec, data: TaskData, device: str, seed: int) -> Net:
+    """The spec's network, initialized by `seed`, its unused parameters frozen."""
+    torch.manual_seed(seed)
+    model = build_model(spec, data).to(device)
+    model.freeze_unused(data.train.x[:2])
+    return model
+
+
+def _record(spec: TrialSpec, p: _Prepared, result, device: str) -> dict[str, Any]:
+    record = {"id": spec.id, "seed": spec.seed, "config": spec.config(), **as_record(result)}
+    record["metrics"].update(
+        metric=p.task.metric,
+        higher_is_better=p.task.higher_is_better,
+        params=p.model.param_counts(),
+        device=device,
+        precision=trial_precision(spec, device),
+    )
+    return record
+
+
+def _failed(spec: TrialSpec) -> dict[str, Any]:
+    tail = traceback.format_exc(limit=-3)
+    exc = sys.exc_info()[1]
+    return {
+        "id": spec.id,
+        "seed": spec.seed,
+        "config": spec.config(),
+        "status": "failed",
+        "metrics": {},
+        "curves": {},
+        "error": f"{type(exc).__name__}: {exc}\n{tail}",
+    }
+
+
+def run_trial(spec: TrialSpec, device: str = "cpu") -> dict[str, Any]:
+    """Build data and model from the spec and train; exceptions become a 'failed' record."""
+    try:
+        p = _prepare(spec, device)
+        at_init = take_measures(spec, p.model, p.data)
+        if spec.ladder:
+            return _ladder_record(spec, p, device)
+        if spec.train.second_order:
+            p.model, result = converge.fit(
+                p.model,
+                functools.partial(init_model, spec, p.data, device),
+                p.data,
+                spec.train,
+                spec.seed,
+                p.threshold,
+            )
+        else:
+            result = train(p.model, p.data, spec.train, spec.seed, p.threshold)
+        record = _record(spec, p, result, device)
+        if spec.measures:
+            trained = take_measures(spec, p.model, p.data)
+            record["metrics"]["measures"] = {
+                name: {"init": at_init[name], "trained": trained[name]} for name in spec.measures
+            }
+        return record
+    except Exception:  # a broken trial must not stop the sweep; it is retried next run
+        return _failed(spec)
+
+
+def _ladder_record(spec: TrialSpec, p: _Prepared, device: str) -> dict[str, Any]:
+    """A depth ladder's trial (`converge.fit_ladder`): the top rung's record, as a trial fitted at
+    that depth alone records it, with every rung's record under `metrics["ladder"]`."""
+    rungs = converge.fit_ladder(
+        spec.ladder,
+        lambda depth, seed: init_model(
+            dataclasses.replace(spec, depth=depth), p.data, device, seed
+        ),
+        p.data,
+        spec.train,
+        spec.seed,
+        p.threshold,
+    )
+    steps = []
+    for rung in rungs:
+        rec = _record(spec, dataclasses.replace(p, model=rung.model), rung.result, device)
+        steps.append({"depth": rung.depth, "exact_start": rung.exact_start, **rec})
+    top = _record(spec, dataclasses.replace(p, model=rungs[-1].model), rungs[-1].result, device)
+    top["metrics"]["ladder"] = [
+        {k: v for k, v in step.items() if k not in ("id", "seed", "config")} for step in steps
+    ]
+    return top
+
+
+def train_group(specs: list[TrialSpec], device: str = "cpu", path: str = "auto"):
+    """Build the trials of one architecture and train them as one ensemble; returns what was
+    built, the results and the forward path used (`ensemble.train_ensemble`)."""
+    cache: dict = {}  # members reading the same data share one copy
+    prepared = [_prepare(s, device, cache) for s in specs]
+    results, path = train_ensemble(
+        [p.model for p in prepared],
+        [p.data for p in prepared],
+        [s.train for s in specs],
+        [s.seed for s in specs],
+        [p.threshold for p in prepared],
+        path=path,
+    )
+    return prepared, results, path
+
+
+def run_group(specs: list[TrialSpec], device: str = "cpu") -> list[dict[str, Any]]:
+    """One unit of work: a lone trial, trained by `train.train`, or trials sharing an
+    architecture trained as one ensemble (`blocklab.engine.ensemble`). Each gets its own record."""
+    if len(specs) == 1:
+        return [run_trial(specs[0], device)]
+    try:
+        prepared, results, path = train_group(specs, device)
+    except Exception:  # the whole ensemble failed; its trials are retried next run
+        return [_failed(s) for s in specs]
+    records = []
+    for spec, p, result in zip(specs, prepared, results, strict=True):
+        record = _record(spec, p, result, device)
+        record["metrics"]["ensemble"] = {"members": len(specs), "path": path}
+        records.append(record)
+    return records
+
+
+MEASURE_INPUTS = 64  # test sequences a trial's measures read
+
+
+def take_measures(spec: TrialSpec, model: Net, data: TaskData) -> dict[str, dict[str, Any]]:
+    """Each of the spec's measures on the model, fed the first test inputs of the task."""
+    from blocklab.measures import parse_measure
+
+    if not spec.measures:
+        return {}
+    if data.vocab is not None:
+        raise UserError("measures read float inputs; a token task feeds ids")
+    x = data.test.x[:MEASURE_INPUTS]  # (B, T, F)
+    if not data.sequence:  # a vector's coordinates are its variables
+        x = x.reshape(x.shape[0], -1, 1)  # (B, F, 1)
+    seq_len, dim = x.shape[1], x.shape[2]
+    was_training = model.training
+    model.eval()
+    try:
+        return {
+            text: parse_measure(text).measure(model, seq_len, dim, spec.seed, inputs=x)
+            for text in spec.measures
+        }
+    finally:
+        model.train(was_training)
+
+
+def code_modules(spec: TrialSpec) -> list[str]:
+    """The modules whose code makes this trial besides the engine (`fingerprint.ENGINE`): its
+    blocks (and what they name, such as a wrapped factory's module), task and measures."""
+    from blocklab.measures import parse_measure
+
+    modules = [type(make_task(spec.task, **spec.task_options)).__module__]
+    modules += [type(parse_measure(text)).__module__ for text in spec.measures]
+    return modules + arm_modules(spec.arm, spec.bias)
