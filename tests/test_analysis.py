@@ -19,7 +19,7 @@ from blocklab.analysis.stats import (
 )
 from blocklab.analysis.summary import positive_interval
 from blocklab.reports import plots, verdicts
-from blocklab.reports.degree_sweep import table, to_json, write_report
+from blocklab.reports.degree_sweep import table, tabulate, to_json, write_report
 
 DEGREE = {
     "d=2": 2.0,
@@ -206,7 +206,7 @@ def test_summaries_sorted_by_degree_with_mlp_last_and_steps_counted(tmp_path):
     s = summarize(rows)
     assert [x.arm for x in s] == ["d=2", "d=4", "mlp"]
     assert (s[2].n_reached, s[2].steps_mean) == (1, 100)
-    path = write_report(tmp_path, rows, title="t", config={}, provenance={}, alpha=0.05)
+    path = write_report(tmp_path, tabulate(rows, 0.05), title="t", config={}, provenance={})
     assert "reached 1/2" in path.read_text()
 
 
@@ -281,7 +281,7 @@ def test_write_report(tmp_path):
     rows = synthetic_rows()
     path = write_report(
         tmp_path / "out",
-        rows,
+        tabulate(rows),
         title="Degree sweep",
         config={"seeds": 3},
         provenance={"commit": "abc123"},
@@ -307,7 +307,7 @@ def test_write_report(tmp_path):
 def test_to_json_is_strict_json():
     rows = synthetic_rows()
     rows.append(row("d=2", 9, None, status="diverged"))
-    data = to_json(rows)
+    data = to_json(tabulate(rows))
     json.dumps(data, allow_nan=False)
     assert len(data["summaries"]) == 8 and len(data["verdicts"]) == 2
 
@@ -342,7 +342,7 @@ def test_the_terminal_table_fits_100_columns_and_the_report_keeps_every_column(t
     assert text.splitlines()[0].startswith("teacher: test mse")  # named once, above the table
     assert "embed+readout" not in text
     assert "1.5 ± 1.5 [0.0, " in text  # no interval below zero
-    path = write_report(tmp_path, rows, title="t", config={}, provenance={}, alpha=0.05)
+    path = write_report(tmp_path, tabulate(rows, 0.05), title="t", config={}, provenance={})
     assert "embed+readout" in path.read_text() and "| 577 |" in path.read_text()
 
 

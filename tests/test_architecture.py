@@ -253,3 +253,73 @@ def test_the_map_check_fails_on_a_module_left_out():
     """The check above, on a table with `fit_bench` taken out of the engine's row."""
     table = _layer_table((ROOT / "ARCHITECTURE.md").read_text()).replace("`fit_bench`", "fit bench")
     assert _unmapped(table) == ["engine/fit_bench"]
+
+
+def _computing_writers(source: str) -> set[str]:
+    """The functions of a report module that compute a statistic while wording: those reachable
+    from `write` (or `write_report`, `to_json`) without passing through `analyze`, that call a
+    function of `blocklab.analysis` (imported by name, or through its module)."""
+    import importlib
+    import inspect
+
+    tree = ast.parse(source)
+    stats: set[str] = set()  # names bound to analysis functions
+    modules: dict[str, object] = {}  # names bound to analysis modules
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("blocklab.analysis"):
+            for a in node.names:
+                if node.module == "blocklab.analysis":
+                    mod = importlib.import_module(f"blocklab.analysis.{a.name}")
+                    modules[a.asname or a.name] = mod
+                elif inspect.isfunction(getattr(importlib.import_module(node.module), a.name)):
+                    stats.add(a.asname or a.name)
+    defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+
+    def calls(fn: ast.FunctionDef) -> tuple[set[str], bool]:
+        local, computes = set(), False
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Call):
+                f = node.func
+                if isinstance(f, ast.Name):
+                    local.add(f.id)
+                    computes |= f.id in stats
+                elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+                    mod = modules.get(f.value.id)
+                    computes |= mod is not None and inspect.isfunction(getattr(mod, f.attr, None))
+        return local & set(defs), computes
+
+    seen, todo, bad = set(), [n for n in ("write", "write_report", "to_json") if n in defs], set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name == "analyze":
+            continue
+        seen.add(name)
+        callees, computes = calls(defs[name])
+        if computes:
+            bad.add(name)
+        todo += callees
+    return bad
+
+
+def test_report_writers_word_what_analyze_computed():
+    """In every report module, what `write` (or `write_report`, `to_json`) reaches without going
+    through `analyze` calls no function of `analysis/`: the writers word a typed result. The
+    rule follows calls within the module."""
+    found = {}
+    for path in sorted((SRC / "reports").glob("*.py")):
+        bad = _computing_writers(path.read_text())
+        if bad:
+            found[path.stem] = sorted(bad)
+    assert found == {}
+
+
+def test_the_writer_rule_fails_on_a_planted_statistic():
+    planted = (
+        "from blocklab.analysis.summary import summarize\n"
+        "def analyze(cfg, trials):\n    return summarize(trials.rows)\n"
+        "def _table(rows):\n    return summarize(rows)\n"
+        "def write(out, cfg, trials):\n    result = analyze(cfg, trials)\n    return _table([])\n"
+    )
+    assert _computing_writers(planted) == {"_table"}
+    clean = planted.replace("return _table([])", "return result")
+    assert _computing_writers(clean) == set()

@@ -15,6 +15,7 @@ the residual of a pure single-head self-attention network is bounded by Theorem 
 
 import math
 import numbers
+import re
 from collections.abc import Sequence
 from fractions import Fraction
 
@@ -240,3 +241,29 @@ def collapse_bound_ratio_log(L: int, beta: float, d_qk: int, res0: float) -> flo
         return -math.inf
     c, g = _collapse_parts(L, beta, d_qk, res0)
     return c * g if g != 0 else 0.0
+
+
+_MIX = re.compile(r"^mix\[([^\]]+)\]$")  # a mixed stack's label: mix[3,2,3]
+
+
+def layer_degrees(arm, degree):
+    """Per-layer degrees of an arm: read from a mixed label "mix[3,2,3]", else (degree,).
+
+    A mixed stack's theory is not h(mean degree) (see `h`), so the label matters; a
+    label that does not parse, or disagrees with the row's average degree, falls back to (degree,).
+    """
+    match = _MIX.match(arm)
+    if match:
+        try:
+            parsed = tuple(
+                math.e if x.strip() == "e" else float(x) for x in match.group(1).split(",")
+            )
+        except ValueError:
+            parsed = ()
+        if (
+            parsed
+            and degree is not None
+            and math.isclose(sum(parsed) / len(parsed), degree, rel_tol=1e-6)
+        ):
+            return parsed
+    return (float(degree),)

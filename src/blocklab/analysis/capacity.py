@@ -20,9 +20,9 @@ from blocklab.analysis.cells import Check, budget_stats, loss, second_order
 from blocklab.analysis.cells import plateau_rule as plateau_rule  # read here by sanford_match
 from blocklab.analysis.cells import plateaued as plateaued  # read here by sanford_match
 from blocklab.analysis.design import design_checks
-from blocklab.analysis.stats import Verdict, layer_degrees
+from blocklab.analysis.stats import Verdict
 from blocklab.specs import TrainConfig
-from blocklab.theory import h
+from blocklab.theory import h, layer_degrees
 
 REFERENCE = "d=3"
 # what the theory says separates d = 3 from d = 2 and 4: the resolution a verdict must reach

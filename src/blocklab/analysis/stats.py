@@ -6,7 +6,6 @@ threshold, max_steps, block_params, other_params, depth, width, lr (curves are r
 """
 
 import math
-import re
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from enum import Enum
 import numpy as np
 from scipy import stats
 
-from blocklab.theory import h
+from blocklab.theory import h, layer_degrees
 
 TEST = (
     "paired two-sided t-test across (teacher, seed) pairs (scipy.stats.ttest_rel), "
@@ -42,6 +41,16 @@ def interval(values, level=0.95):
     return mean, std, mean - half, mean + half, n
 
 
+def slope_interval(xs, ys, alpha=0.05):
+    """Least squares of ys on xs: the slope, its two-sided (1 - alpha) Student-t half-width
+    (infinite with 2 points) and the number of points; None with fewer than 2 distinct xs."""
+    if len(set(xs)) < 2:
+        return None
+    fit = stats.linregress(xs, ys)
+    half = stats.t.ppf(1 - alpha / 2, len(xs) - 2) * fit.stderr if len(xs) > 2 else math.inf
+    return fit.slope, half, len(xs)
+
+
 def holm(pvalues):
     """Holm-Bonferroni adjusted p-values (step-down), in the order given."""
     p = np.asarray(pvalues, dtype=float)
@@ -50,28 +59,6 @@ def holm(pvalues):
         running = max(running, min(1.0, (len(p) - rank) * p[i]))  # max keeps them monotone
         adjusted[i] = running
     return adjusted
-
-
-_MIX = re.compile(r"^mix\[([^\]]+)\]$")
-
-
-def layer_degrees(arm, degree):
-    """Per-layer degrees of an arm: read from a mixed label "mix[3,2,3]", else (degree,).
-
-    A mixed stack's theory is not h(mean degree) (see blocklab.theory.h), so the label matters; a
-    label that does not parse, or disagrees with the row's average degree, falls back to (degree,).
-    """
-    match = _MIX.match(arm)
-    if match:
-        try:
-            parsed = tuple(
-                math.e if x.strip() == "e" else float(x) for x in match.group(1).split(",")
-            )
-        except ValueError:
-            parsed = ()
-        if parsed and degree is not None and math.isclose(np.mean(parsed), degree, rel_tol=1e-6):
-            return parsed
-    return (float(degree),)
 
 
 def _arm_order(arm, degree):

@@ -6,14 +6,14 @@ bound as a reference curve and the path shares of Theorem 2.1.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
 
 from blocklab.analysis import collapse as stats
-from blocklab.analysis.collapse import LOG_FLOOR, STAGES, curves, depth_mean, slope
+from blocklab.analysis.collapse import LOG_FLOOR, STAGES, depth_mean, slope
 from blocklab.analysis.summary import summarize
 from blocklab.formatting import number, spread
 from blocklab.reports import Report, figures, markdown
@@ -40,6 +40,9 @@ class Result:
     bound: dict[str, Any]  # seed 003 Theorem 2.2 for pure single-head softmax attention
     findings: list[dict[str, Any]]
     failed: list[dict[str, Any]]
+    # (variant, stage) -> each seed's composite curve read two ways: its mean log10 ratio over
+    # the layers, and its slope in decades per layer
+    per_seed: dict[tuple[str, str], tuple[list[float], list[float]]] = field(default_factory=dict)
 
 
 def analyze(cfg, trials) -> Result:
@@ -55,6 +58,14 @@ def analyze(cfg, trials) -> Result:
         bound=bound,
         findings=finding_dicts(stats.findings(cfg, logs), bound),
         failed=trials.failed,
+        per_seed={
+            (variant, stage): (
+                [depth_mean(c) for c in seeds.values()],
+                [slope(c) for c in seeds.values()],
+            )
+            for (variant, stage, norm), seeds in logs.items()
+            if norm == "composite"
+        },
     )
 
 
@@ -199,7 +210,6 @@ def write(out_dir, cfg, trials) -> Report:
 
 def results_table(result, depth: int):
     """(header, rows): one row per (variant, stage) with the statistics the tests use."""
-    per_seed = curves(result.rows)  # (variant, stage, norm) -> {seed: log10 curve}
     last = {
         (s["variant"], s["stage"], s["norm"]): s for s in result.summaries if s["layer"] == depth
     }
@@ -220,7 +230,7 @@ def results_table(result, depth: int):
             comp = last.get((variant, stage, "composite"))
             if comp is None:
                 continue
-            seeds = per_seed.get((variant, stage, "composite"), {}).values()
+            means, slopes = result.per_seed.get((variant, stage), ([], []))
             acc = accuracy.get(variant)
             rows.append(
                 [
@@ -228,8 +238,8 @@ def results_table(result, depth: int):
                     stage,
                     spread(comp),
                     f"{comp['at_floor']}/{comp['n']}",
-                    _mean(depth_mean(c) for c in seeds),
-                    _mean(slope(c) for c in seeds),
+                    _mean(means),
+                    _mean(slopes),
                     spread(last[(variant, stage, "frobenius")]),
                     spread(acc) if stage == "trained" and acc else "-",
                 ]

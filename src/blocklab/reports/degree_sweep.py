@@ -20,7 +20,6 @@ from blocklab.analysis.stats import (
     Summary,
     Verdict,
     compare,
-    layer_degrees,
     ranking_vs_theory,
     summarize,
 )
@@ -38,7 +37,13 @@ from blocklab.reports.markdown import failures, require_finished
 from blocklab.reports.multipliers import multiplier_lines, status_line
 from blocklab.reports.pilot import pilot_json, pilot_lines
 from blocklab.reports.verdicts import claim, verdict_json
-from blocklab.theory import degree_proxy_log10, h, layers_at_budget, optimal_degree
+from blocklab.theory import (
+    degree_proxy_log10,
+    h,
+    layer_degrees,
+    layers_at_budget,
+    optimal_degree,
+)
 
 COLUMNS = (
     "task",
@@ -203,19 +208,36 @@ def _theory_section(summaries, rankings):
     return lines
 
 
+@dataclass
+class Tables:
+    """The sweep's tables, computed once (`tabulate`) and worded by `write_report` and `to_json`:
+    the rows, their summaries over seeds, the paired tests per (task, budget) at level `alpha`,
+    and each budget's ranking beside theory's."""
+
+    rows: list[dict[str, Any]]
+    summaries: list[Summary]
+    verdicts: list[Verdict]
+    rankings: list[Any]
+    alpha: float
+
+
+def tabulate(rows, alpha=0.05) -> Tables:
+    summaries = summarize(rows)
+    return Tables(rows, summaries, compare(rows, alpha), ranking_vs_theory(summaries), alpha)
+
+
 def write_report(
-    out_dir, rows, *, title, config, provenance, alpha=0.05, capacity=None, referee_rows=()
+    out_dir, tables: Tables, *, title, config, provenance, capacity=None, referee_rows=()
 ):
     """Write report.md and its figures into out_dir; return the report's path. With `capacity`
     (blocklab.analysis.capacity) the design checks, verdict, fits and efficiency lead; second-order
     fits add their loss curves, the referee's (`referee_rows`) beside them."""
+    rows, alpha = tables.rows, tables.alpha
     if not rows:
         raise ValueError("no finished trials to report")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    summaries = summarize(rows)
-    verdicts = compare(rows, alpha)
-    rankings = ranking_vs_theory(summaries)
+    summaries, verdicts, rankings = tables.summaries, tables.verdicts, tables.rankings
     plots.metric_vs_degree(summaries, out / "metric_vs_degree.png")
     plots.learning_curves(rows, out / "learning_curves.png")
     plots.ranking_vs_theory(summaries, out / "ranking_vs_theory.png")
@@ -272,17 +294,16 @@ def write_report(
     return path
 
 
-def to_json(rows, alpha=0.05):
+def to_json(tables: Tables):
     """Summaries, verdicts and rankings as JSON-serializable dicts (NaN -> None)."""
-    summaries = summarize(rows)
     return plain(
         {
-            "summaries": [dataclasses.asdict(s) for s in summaries],
-            "verdicts": [verdict_json(v) for v in compare(rows, alpha)],
-            "ranking": [dataclasses.asdict(r) for r in ranking_vs_theory(summaries)],
+            "summaries": [dataclasses.asdict(s) for s in tables.summaries],
+            "verdicts": [verdict_json(v) for v in tables.verdicts],
+            "ranking": [dataclasses.asdict(r) for r in tables.rankings],
             "test": TEST,
             # the paired tests' level; `alpha` is the shared scaling model's exponent
-            "test_level": alpha,
+            "test_level": tables.alpha,
         }
     )
 
@@ -292,9 +313,10 @@ class Result:
     rows: list[dict[str, Any]]
     lr_choice: dict[str, dict[str, Any]]  # "budget/arm" -> the rate chosen and those tried
     failed: list[dict[str, Any]]
-    summaries: list[Summary]  # per (task, budget, arm): the test metric over seeds
-    verdicts: list[Verdict]  # per (task, budget): the paired tests of the best arm
+    # per (task, budget, arm) the test metric over seeds; per (task, budget) the paired tests
+    tables: Tables
     capacity: CapacityResult  # design checks, scaling fits, efficiency and the verdict
+    pilot: Any  # the spreads a larger run is sized by (`analysis.pilot`)
     # second-order fits: each cell's first trial refitted by the other optimizer
     referee: list[dict[str, Any]] = field(default_factory=list)
     # arm -> the rank of its input Jacobian measured before the fits (`input_ranks`)
@@ -302,9 +324,10 @@ class Result:
 
 
 def analyze(cfg, trials) -> Result:
-    """The summaries over seeds, the paired tests and the capacity analysis
-    (`blocklab.analysis.capacity`) of the sweep's rows."""
-    verdicts = compare(trials.rows, alpha=cfg.alpha)
+    """The summaries over seeds, the paired tests, the capacity analysis
+    (`blocklab.analysis.capacity`) and the pilot's spreads of the sweep's rows."""
+    tables = tabulate(trials.rows, alpha=cfg.alpha)
+    verdicts = tables.verdicts
     refitted = getattr(trials, "referee", [])  # trials built before referees have none
     cap = analyze_capacity(
         trials.rows,
@@ -318,10 +341,10 @@ def analyze(cfg, trials) -> Result:
         referee=refitted,
         input_rank=getattr(trials, "input_rank", None),
     )
-    summaries = summarize(trials.rows)
     seen = getattr(trials, "input_rank", {})
+    spreads = pilot(trials.rows, cap.model, cap.decision.units_for_3pct)
     return Result(
-        trials.rows, trials.lr_choice, trials.failed, summaries, verdicts, cap, refitted, seen
+        trials.rows, trials.lr_choice, trials.failed, tables, cap, spreads, refitted, seen
     )
 
 
@@ -334,15 +357,14 @@ def write(out_dir, cfg, trials) -> Report:
     cap = result.capacity
     path = write_report(
         out_dir,
-        result.rows,
+        result.tables,
         title="Degree sweep",
         config=config_json(cfg),
         provenance=provenance(),
-        alpha=cfg.alpha,
         capacity=cap,
         referee_rows=result.referee,
     )
-    payload = to_json(result.rows, alpha=cfg.alpha)
+    payload = to_json(result.tables)
     payload.update(capacity_json(cap))
     payload.update(
         lr_choice=result.lr_choice,
@@ -355,10 +377,10 @@ def write(out_dir, cfg, trials) -> Report:
         referee=referee.summary_json(cap.referee),
     )
     payload.update(ladder=cfg.ladder if cfg.staged else "off", input_rank=result.input_rank)
-    spreads = pilot(result.rows, cap.model, cap.decision.units_for_3pct)
+    spreads = result.pilot
     payload["pilot"] = pilot_json(spreads)
     verdict, line = status_line(cap)
-    lines = [table(result.summaries)]
+    lines = [table(result.tables.summaries)]
     if cap.model is not None:
         lines += ["", *multiplier_lines(cap)]
     if cap.second_order:

@@ -40,6 +40,7 @@ class Result:
     failed: list[dict[str, Any]]
     corpus: dict[str, Any]  # the text task's facts (files, tokens, vocabulary)
     power: dict[str, Any]  # the weakest planned comparison's power (`power_json`)
+    transitions: list[dict[str, Any]]  # `--json`'s transitions, the paper's width beside each
 
 
 def analyze(cfg, trials) -> Result:
@@ -66,6 +67,7 @@ def analyze(cfg, trials) -> Result:
         trials.failed,
         trials.corpus,
         power_json(cfg, summaries),
+        transitions_json(searches),
     )
 
 
@@ -143,7 +145,7 @@ def write(out_dir, cfg, trials) -> Report:
         cfg,
         result,
         extra={
-            "transitions": transitions_json(result.searches),
+            "transitions": result.transitions,
             "fit": fit,
             "fit_error": result.fit_error,
             "power": result.power,

@@ -6,6 +6,7 @@ the suite did not run) and adds `width_sweep` and `min_solving_width`."""
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from blocklab.analysis import width_sweep as ws
 from blocklab.analysis.summary import summarize
 from blocklab.formatting import number, plain
 from blocklab.reports import Report, Status, markdown
+from blocklab.reports._suite import GATED_CLAIM, ZOOLOGY, published, time_note
 from blocklab.reports.figures import save_figure
 from blocklab.reports.markdown import require_finished
 
@@ -62,8 +64,6 @@ def figure(table: list[dict[str, Any]], solved: float, path: Path) -> str:
 
 def claim(cfg, grown: list[ws.Growth], blocks: list[str]) -> dict[str, Any]:
     """Zoology's claim in the published-findings table, marked from the smallest widths."""
-    from blocklab.reports.mad import GATED_CLAIM, ZOOLOGY
-
     status, why = ws.zoology_claim(grown, blocks)
     said = [
         f"{g.block} at {g.seq_len} tokens: {_w(g.widths[0])} for {g.pairs[0]} pairs, "
@@ -80,21 +80,49 @@ def _w(width: int | None) -> str:
     return "unsolved" if width is None else f"width {width}"
 
 
-def write(out_dir, cfg, trials) -> Report:
-    from blocklab.reports.mad import published, time_note
+@dataclass
+class WidthResult:
+    """The width sweep analyzed: each (block, setting, width) cell, the smallest solving width
+    per setting, how it grew with the pairs, zoology's claim marked from it beside the suite's
+    (untested), each block's plateau and where the training time went."""
 
-    require_finished(trials)
-    out = Path(out_dir)
-    blocks = list(trials.degrees)
+    table: list[dict[str, Any]]
+    minimal: list[dict[str, Any]]
+    grown: list[ws.Growth]
+    gated: dict[str, Any]
+    found: list[dict[str, Any]]
+    plateau: dict[str, dict[str, Any]]
+    timing: dict[str, Any]
+    summaries: list[dict[str, Any]]
+
+
+def analyze(cfg, trials) -> WidthResult:
     table = ws.cells(trials.rows)
     minimal = ws.min_solving_widths(table, cfg.solved)
     grown = ws.growth(minimal)
-    gated = claim(cfg, grown, blocks)
+    gated = claim(cfg, grown, list(trials.degrees))
     # the suite's claims read tasks the sweep did not train: untested; zoology's from the sweep
     found = [
         gated if f["claim"] == gated["claim"] else {**f, "evidence": UNTESTED_BY_SWEEP}
         for f in published(cfg, dataclasses.replace(trials, rows=[], degrees={}))
     ]
+    return WidthResult(
+        table,
+        minimal,
+        grown,
+        gated,
+        found,
+        ws.plateau(trials.rows, cfg.plateau_tol),
+        suite.trial_time(trials.rows, trials.lr_choice, by="width"),
+        summarize(trials.rows, SUMMARY_KEYS),
+    )
+
+
+def write(out_dir, cfg, trials) -> Report:
+    require_finished(trials)
+    out = Path(out_dir)
+    result = analyze(cfg, trials)
+    table, minimal, gated, found = result.table, result.minimal, result.gated, result.found
     results = (
         ["block", "pairs", "sequence length", "width", "lr", "test accuracy (mean [95% CI])", "n"],
         [
@@ -112,8 +140,7 @@ def write(out_dir, cfg, trials) -> Report:
         [[f["source"], f["claim"], f["status"], f["evidence"]] for f in found],
     )
     edges = sum(bool(c["at_edge"]) for c in trials.lr_choice.values())
-    plateau = ws.plateau(trials.rows, cfg.plateau_tol)
-    timing = suite.trial_time(trials.rows, trials.lr_choice, by="width")
+    plateau, timing = result.plateau, result.timing
     notes = [
         f"Learning rates: one per (block, width), chosen on validation at the easiest setting; "
         f"{edges} of {len(trials.lr_choice)} choices lie at an edge of the rates tried.",
@@ -143,7 +170,7 @@ def write(out_dir, cfg, trials) -> Report:
         "correlation_h": {"rho": None, "p": None, "against": "h(degree)"},
         "lr_choice": trials.lr_choice, "width_sweep": table, "min_solving_width": minimal,
         "plateau": plateau, "trial_time": timing,
-        "summaries": summarize(trials.rows, SUMMARY_KEYS),
+        "summaries": result.summaries,
         "failed": trials.failed,
     }  # fmt: skip
     lines = [

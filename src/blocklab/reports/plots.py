@@ -14,9 +14,8 @@ import numpy as np
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter
 
-from blocklab.analysis.stats import layer_degrees
 from blocklab.analysis.summary import positive_interval
-from blocklab.theory import h, optimal_degree
+from blocklab.theory import h, layer_degrees, optimal_degree
 
 DPI = 120
 

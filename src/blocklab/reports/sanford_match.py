@@ -5,6 +5,7 @@ sequence length and width."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +39,33 @@ PREDICTIONS = {
 }
 
 
-def analyze(cfg, trials) -> Findings:
+@dataclass
+class MatchResult(Findings):
+    """The run analyzed: the summaries and findings, the paired tests of tensor against standard
+    per (task, N, width) with their power, and the plateau rule the rows were read by."""
+
+    tested: list[dict[str, Any]] = field(default_factory=list)
+    power: dict[str, Any] = field(default_factory=dict)
+    plateau: str = ""
+
+
+def analyze(cfg, trials) -> MatchResult:
     """The summaries over seeds and, per task, N, width and block, what the seed predicts beside
     what was constructed and trained, with the paired test of tensor against standard."""
     summaries = summarize(trials.rows, KEYS)
     for s in summaries:
         group = [r for r in trials.rows if all(r[k] == s[k] for k in KEYS)]
         s["plateaued"] = sum(plateaued(r, cfg.plateau_tol) for r in group) / len(group)
-    return Findings(trials.rows, summaries, findings(cfg, trials, summaries), trials.failed)
+    tested = tests(cfg, summaries)
+    return MatchResult(
+        trials.rows,
+        summaries,
+        findings(cfg, trials, summaries),
+        trials.failed,
+        tested,
+        power_json(cfg, tested),
+        plateau_rule(trials.rows),
+    )
 
 
 def _construction(trials, task: str, seq_len: int, model: str) -> dict[str, Any] | None:
@@ -195,9 +215,9 @@ def write(out_dir, cfg, trials) -> Report:
     out = Path(out_dir)
     extra = {"constructions": trials.constructions, "solving_widths": widths}
     extra |= {"lr_choice": trials.lr_choice, "statement": said}
-    tested = tests(cfg, result.summaries)
+    tested = result.tested
     said += [f"trained: {line}" for line in separation(cfg, tested)]
-    extra |= {"tests": tested, "power": power_json(cfg, tested)}
+    extra |= {"tests": tested, "power": result.power}
     report = markdown.report(
         out,
         cfg,
@@ -283,7 +303,7 @@ def _findings_table(findings: list[dict[str, Any]]) -> tuple[list[str], list[lis
     return header, rows
 
 
-def _notes(cfg, trials, result: Findings, said: list[str], widths) -> list[str]:
+def _notes(cfg, trials, result: MatchResult, said: list[str], widths) -> list[str]:
     """The finding in words, the scaling with N, the constructions, how 'solved' and the
     learning rate were decided, chance per task and the failed trials."""
     notes = [f"Finding: {line}" for line in said]
@@ -307,7 +327,7 @@ def _notes(cfg, trials, result: Findings, said: list[str], widths) -> list[str]:
         "Holm-corrected within each task. The learning rate is the best of "
         f"{list(cfg.lr_grid)} on validation (seed 0), '(edge)' when it stayed at an edge after "
         f"{cfg.lr_extend} extension(s). Plateaued: the share of seeds where "
-        f"{criterion(plateau_rule(trials.rows), cfg.plateau_tol)}."
+        f"{criterion(result.plateau, cfg.plateau_tol)}."
     )
     notes += [
         f"{t} (N = {b['seq_len']}): modulus M = {b['modulus']}, fraction of positive labels "

@@ -10,6 +10,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 
 from blocklab import theory
+from blocklab.analysis.stats import slope_interval
 from blocklab.analysis.summary import spread
 from blocklab.reports import Findings, Report, markdown
 from blocklab.reports._seprank import EXACT_NOTE, FLOAT_NOTE, float_finding, ranks, values_text
@@ -114,8 +115,6 @@ def degree_summaries(cfg, rows) -> list[dict[str, Any]]:
 def slope_fit(summaries, d: float, alpha: float) -> dict[str, Any] | None:
     """Least squares of ln(rank - 1) on p over every unsaturated exact rank (all seeds): rank - 1
     is the polynomial degree D for two scalar variables, so the slope estimates ln d (eq. 16)."""
-    from scipy import stats
-
     xs, ys = [], []
     for s in summaries:
         if s["degree"] == d and not s["exact_saturated"] and s["exact"]["min"] is not None:
@@ -123,11 +122,11 @@ def slope_fit(summaries, d: float, alpha: float) -> dict[str, Any] | None:
                 if r and r > 1:
                     xs.append(s["depth"])
                     ys.append(math.log(r - 1))
-    if len(set(xs)) < 2:
+    fit = slope_interval(xs, ys, alpha)
+    if fit is None:
         return None
-    fit = stats.linregress(xs, ys)
-    half = stats.t.ppf(1 - alpha / 2, len(xs) - 2) * fit.stderr if len(xs) > 2 else math.inf
-    return {"slope": fit.slope, "half_width": half, "points": len(xs), "depths": sorted(set(xs))}
+    slope, half, points = fit
+    return {"slope": slope, "half_width": half, "points": points, "depths": sorted(set(xs))}
 
 
 def _order(values: dict[str, float], tol: dict[str, float]) -> str:
