@@ -29,7 +29,18 @@ SRC = Path(blocklab.__file__).resolve().parent
 # statistic of them is computed above it. Reports write the words over analysis; trackers log
 # what the store holds and never need a report module (nor matplotlib's backend with it).
 LAYERS = [
-    {"", "errors", "options", "registry", "config", "store", "theory", "specs", "numerics"}
+    {
+        "",
+        "errors",
+        "options",
+        "registry",
+        "config",
+        "store",
+        "theory",
+        "specs",
+        "numerics",
+        "rundir",
+    }
     | {"fingerprint", "plugins", "frames", "formatting"},
     {"blocks", "tasks", "measures"},
     {"models", "budget", "checks", "constructions"},

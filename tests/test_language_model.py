@@ -301,6 +301,7 @@ def test_report_draws_a_found_fit(tmp_path, monkeypatch):
         [],
         {"source": "test"},
         report.power_json(cfg, summaries),
+        report.transitions_json(searches),
     )
     # the analysis of these hand-made summaries, as the report receives it
     monkeypatch.setattr(report, "analyze", lambda cfg, trials: result)

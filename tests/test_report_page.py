@@ -12,6 +12,7 @@ import pytest
 
 import blocklab
 from _pages import Page, markdown_tables
+from blocklab import rundir
 from blocklab.cli import main
 from blocklab.frames import curve_points
 from blocklab.reports import html
@@ -40,7 +41,7 @@ def page(run_dir):
 
 @pytest.mark.slow
 def test_the_run_writes_its_page_and_its_command(run_dir, page):
-    recorded = json.loads((run_dir / html.RUN_FILE).read_text())
+    recorded = json.loads((run_dir / rundir.RUN_FILE).read_text())
     assert recorded["experiment"] == "degree_sweep"
     assert recorded["command"].startswith("blocklab degree-sweep --optimizer adam --task teacher")
     assert recorded["config"]["seeds"] == 3

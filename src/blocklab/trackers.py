@@ -33,6 +33,7 @@ from typing import Any
 from blocklab import frames
 from blocklab.errors import UserError
 from blocklab.formatting import markdown_table, plain
+from blocklab.rundir import RunDir
 from blocklab.store import FINISHED
 
 TRACKERS = {"tensorboard": "tensorboard", "mlflow": "mlflow"}  # name -> the extra it needs
@@ -335,7 +336,7 @@ class MLflow(Tracker):
         found = [Param(k.lstrip("."), str(v)[:MAX_PARAM]) for k, v in flat.items()]
         self._batch(self.parent, [], found)
         self.client.log_dict(self.parent, plain(summary), "summary.json")
-        for path in [report, self.run_dir / "index.html", *self.figures()]:
+        for path in [report, RunDir(self.run_dir).page, *self.figures()]:
             if path.is_file():
                 self.client.log_artifact(self.parent, str(path))
         header, rows = seed_summary(records)

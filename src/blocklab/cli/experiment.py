@@ -251,14 +251,11 @@ def _run_and_report(
 def _write_run_file(
     out: Path, experiment: str, command: str, config: dict[str, Any], status=None
 ) -> None:
-    """What the run's page shows of how it was made: the experiment, the command, the config,
-    and once the report is written its status line."""
-    from blocklab.reports.html import RUN_FILE
+    """The run's record of how it was made (`rundir.RunDir.write_record`), with its status line
+    once the report is written."""
+    from blocklab.rundir import RunDir
 
-    record = {"experiment": experiment, "command": command, "config": config}
-    if status is not None:
-        record["status"] = status.as_json()
-    (out / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    RunDir(out).write_record(experiment, command, config, status.as_json() if status else None)
 
 
 def resolve(experiment: type[Experiment], args: argparse.Namespace) -> Any:

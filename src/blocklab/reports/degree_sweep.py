@@ -37,6 +37,7 @@ from blocklab.reports.markdown import failures, require_finished
 from blocklab.reports.multipliers import multiplier_lines, status_line
 from blocklab.reports.pilot import pilot_json, pilot_lines
 from blocklab.reports.verdicts import claim, verdict_json
+from blocklab.rundir import RunDir
 from blocklab.theory import (
     degree_proxy_log10,
     h,
@@ -289,7 +290,7 @@ def write_report(
         "",
     ]
     lines += [f"- {key}: {value}" for key, value in provenance.items()]
-    path = out / "report.md"
+    path = RunDir(out).report
     path.write_text("\n".join(lines) + "\n")
     return path
 

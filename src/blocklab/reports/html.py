@@ -21,10 +21,9 @@ from typing import Any
 
 from blocklab.errors import UserError
 from blocklab.frames import curve_points, run_row, varying
+from blocklab.rundir import PAGE, RunDir
 from blocklab.store import DB_NAME, Store
 
-PAGE = "index.html"
-RUN_FILE = "run.json"  # what the command wrote when the run started: experiment, command, config
 FIGURES = (".png", ".svg")
 MIME = {".png": "image/png", ".svg": "image/svg+xml"}
 # the learning curves a trial stores, in the order and colour the trials table draws them
@@ -206,7 +205,7 @@ def trials_section(records: list[dict[str, Any]]) -> str:
 def run_facts(run_dir: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
     """What the page and the index say of a run: its experiment, command, config, trial counts,
     the code that made it and when it last stored a trial."""
-    meta = read_run_file(run_dir)
+    meta = RunDir(run_dir).record()
     statuses = [r["status"] for r in records]
     experiments = sorted({r["experiment"] for r in records}) or [meta.get("experiment", "-")]
     codes = {((r.get("provenance") or {}).get("code") or {}).get("fingerprint") for r in records}
@@ -223,13 +222,6 @@ def run_facts(run_dir: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
         "last_stored": _when(last),
         "trial_seconds": sum((r["metrics"] or {}).get("seconds") or 0 for r in records),
     }
-
-
-def read_run_file(run_dir: Path) -> dict[str, Any]:
-    try:
-        return json.loads((run_dir / RUN_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def _when(stamp: float | None) -> str:
@@ -273,7 +265,7 @@ def write(run_dir: str | Path, records: list[dict[str, Any]] | None = None) -> P
         ["code fingerprints", _fingerprints(facts["fingerprints"])],
     ]
     parts = [f"<h1>{escape(run_dir.name)}: {escape(facts['experiment'])}</h1>"]
-    if status := read_run_file(run_dir).get("status"):
+    if status := RunDir(run_dir).status():
         kind = status_kind(status)
         parts.append(f'<p class="status {kind}">{escape(status["line"])}</p>')
     parts.append(_table(None, rows, cls="facts"))
@@ -281,7 +273,7 @@ def write(run_dir: str | Path, records: list[dict[str, Any]] | None = None) -> P
         config = escape(json.dumps(facts["config"], indent=2))
         parts.append(f"<details><summary>config</summary><pre>{config}</pre></details>")
     shown: set[str] = set()
-    report = run_dir / "report.md"
+    report = RunDir(run_dir).report
     if report.is_file():
         parts.append(_markdown(report.read_text(), run_dir, shown))
     else:
@@ -337,18 +329,13 @@ def status_kind(status: dict) -> str:
     return "no-verdict"
 
 
-def _summary_line(run_dir: Path) -> tuple[str, str]:
-    """(title, verdict) from report.md: its first heading, and the first line of its Verdict
-    section where it has one."""
+def _title(run_dir: Path) -> str:
+    """The report's first heading; "-" before there is a report."""
     try:
-        lines = (run_dir / "report.md").read_text().splitlines()
+        lines = RunDir(run_dir).report.read_text().splitlines()
     except OSError:
-        return "-", "-"
-    title = next((ln[2:] for ln in lines if ln.startswith("# ")), "-")
-    if "## Verdict" not in lines:
-        return title, "-"
-    after = lines[lines.index("## Verdict") + 1 :]
-    return title, next((ln for ln in after if ln.strip()), "-")
+        return "-"
+    return next((ln[2:] for ln in lines if ln.startswith("# ")), "-")
 
 
 def write_index(parent: str | Path) -> list[Path]:
@@ -360,8 +347,7 @@ def write_index(parent: str | Path) -> list[Path]:
         records = _records(run_dir)
         pages.append(write(run_dir, records))
         facts = run_facts(run_dir, records)
-        title, verdict = _summary_line(run_dir)
-        verdict = (read_run_file(run_dir).get("status") or {}).get("line", verdict)
+        title, verdict = _title(run_dir), RunDir(run_dir).status().get("line", "-")
         link = f'<a href="{escape(run_dir.name)}/{PAGE}">{escape(run_dir.name)}</a>'
         rows.append(
             [link, escape(facts["experiment"]), escape(title), _cell(facts["trials"])]

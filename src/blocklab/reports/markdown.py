@@ -12,6 +12,7 @@ from typing import Any
 from blocklab.errors import UserError
 from blocklab.formatting import config_json, markdown_table, spread
 from blocklab.reports import Report
+from blocklab.rundir import RunDir
 
 
 def write(
@@ -43,7 +44,7 @@ def write(
                 lines.append("")  # a note ending in a table: the blank line ends the table
     lines += ["", "## Configuration", "", "```json", json.dumps(config, indent=2), "```", ""]
     lines += ["## Provenance", ""] + [f"- {k}: {v}" for k, v in provenance().items()]
-    path = Path(out_dir) / "report.md"
+    path = RunDir(out_dir).report
     path.write_text("\n".join(lines) + "\n")
     return path
 
