@@ -82,7 +82,7 @@ def _find(words: str) -> tuple[type[Experiment], Command]:
 def _config(found, command: Command, form, config_file, given: dict[str, Any]) -> Any:
     """Defaults (the quick form or `form`) < TOML < keywords, nested as the flags are."""
     cls = found.Config
-    if form is not None and not hasattr(cls, form):
+    if form is not None and form not in found.forms:
         raise UserError(f"{command.words} has no {form!r} form")
     defaults = getattr(cls, form)() if form else cls()
     toml = str(config_file) if config_file else None

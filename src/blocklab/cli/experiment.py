@@ -26,56 +26,27 @@ from blocklab.options import parse_pairs
 from blocklab.store import DB_NAME, Store
 from blocklab.trackers import TRACKERS
 
-# the forms an experiment's config may offer beside its quick defaults, as classmethods: the
-# larger ones, and other designs of the same experiment (mad's MQAR width sweep)
-FORMS = ("medium", "full", "sweep_width", "pilot")
-
-
-# the quick form's wall time as the README's results measured it on 2 CPU cores, by command
-MEASURED = {
-    "demo": "8 min 15 s from a fresh clone (an AVX-512 machine)",
-    "degree-sweep": "8 min 15 s from a fresh clone (an AVX-512 machine)",
-    "sanford qsa": "2 min 16 s",
-    "needle": "1 min 8 s",
-    "mad": "12 min 5 s from a fresh clone",
-    "depth-width": "25 min 35 s from a fresh clone (2,950 core-seconds)",
-    "seprank depth-width": "1 min 29 s",
-    "seprank degree": "31 s",
-    "collapse": "41 s",
-}
-# a form's wall time, by command and form, where one was measured or estimated (said which)
-PILOT_TIME = (
-    "estimated, not measured: about 1.3 h on 2 CPU cores (the demo's 295 core-seconds per "
-    "(teacher, seed) unit at 2 chains, times 4 for 8 chains, times 8 units) and about 50 min on "
-    "one H100 or H200 (a ladder trial ran 3.1x faster on an H200 than on one CPU core)"
-)
-FORM_TIMES = {("degree-sweep", "pilot"): PILOT_TIME, ("demo", "pilot"): PILOT_TIME}
-
 
 def add_parser(sub, experiment: type[Experiment], command: Command) -> None:
     """`command`'s last word as a subcommand of `sub`, running `experiment`; its flags under
     headings: the experiment's design, its training, where it runs, what it writes."""
     description = f"{command.help}."
-    if command.words in MEASURED:
-        description += f" The quick form (the defaults) took {MEASURED[command.words]} on 2 CPU "
-        description += "cores."
+    if command.measured:
+        description += f" The quick form (the defaults) took {command.measured} on 2 CPU cores."
     p = sub.add_parser(command.words.split()[-1], help=command.help, description=description)
     design = p.add_argument_group("design", "the defaults < a --config file < these flags")
     training = p.add_argument_group("training")
     execution = p.add_argument_group("execution")
     output = p.add_argument_group("output")
     design.add_argument("--config", help="TOML file with config keys (flags override it)")
-    forms = [f for f in FORMS if hasattr(experiment.Config, f)]
-    if forms:
+    if experiment.forms:
         group = design.add_mutually_exclusive_group()
-        for form in forms:
+        for form, took in experiment.forms.items():
             group.add_argument(
                 f"--{form.replace('_', '-')}",
                 dest=form,
                 action="store_true",
-                help=_form_help(
-                    getattr(experiment.Config, form), FORM_TIMES.get((command.words, form))
-                ),
+                help=_form_help(getattr(experiment.Config, form), took),
             )
     if experiment.task_options:
         design.add_argument(
@@ -261,7 +232,7 @@ def _write_run_file(
 def resolve(experiment: type[Experiment], args: argparse.Namespace) -> Any:
     """Defaults (the quick form, or the full form with --full) < TOML < flags."""
     cls = experiment.Config
-    form = next((f for f in FORMS if getattr(args, f, False)), None)
+    form = next((f for f in experiment.forms if getattr(args, f, False)), None)
     defaults = getattr(cls, form)() if form else cls()
     flags = cfgmod.overrides(args, cls, skip=experiment.no_flags)
     if experiment.task_options and args.task_option:

@@ -33,11 +33,14 @@ from blocklab.registry import Registry, import_submodules
 @dataclass(frozen=True)
 class Command:
     """How an experiment is called: its words ("collapse", "sanford qsa"), its line in the
-    command line's help, and the run directory it writes by default."""
+    command line's help, the run directory it writes by default, and the wall time of its quick
+    form (the defaults) on 2 CPU cores as the results log (`docs/results/`) records it, which
+    `--help` states ("": not measured; tests/test_cli_guidance.py holds it to the log)."""
 
     words: str
     help: str
     out: str
+    measured: str = ""
 
 
 class Experiment:
@@ -56,6 +59,11 @@ class Experiment:
     # the config has a `task_options` mapping, filled by repeated --task-option KEY=VALUE
     task_options: ClassVar[bool] = False
     no_flags: ClassVar[tuple[str, ...]] = ()  # config fields the command line does not offer
+    # the forms the config offers beside its quick defaults, as classmethods of `Config` (larger
+    # ones, and other designs of the same experiment such as mad's width sweep), each with its
+    # wall time where one was measured or estimated (the text says which), else None; the
+    # command line offers each as a flag (`--medium`, `--sweep-width`)
+    forms: ClassVar[dict[str, str | None]] = {}
 
 
 @dataclass

@@ -167,6 +167,12 @@ class Collapse(Experiment):
     Config = CollapseConfig
     run = staticmethod(run)
     report = "blocklab.reports.collapse"
+    forms = {"full": None}
     commands = (
-        Command("collapse", "seed 003: rank collapse through depth (Dong et al.)", "runs/collapse"),
+        Command(
+            "collapse",
+            "seed 003: rank collapse through depth (Dong et al.)",
+            "runs/collapse",
+            measured="31 s",
+        ),
     )

@@ -355,15 +355,32 @@ def run(
     return DegreeSweepTrials(trials.rows, trials.failed, lr_choice, input_rank=seen)
 
 
+# the pilot form's wall time: estimated from measured parts, not measured whole
+PILOT_TIME = (
+    "estimated, not measured: about 1.3 h on 2 CPU cores (the demo's 295 core-seconds per "
+    "(teacher, seed) unit at 2 chains, times 4 for 8 chains, times 8 units) and about 50 min on "
+    "one H100 or H200 (a ladder trial ran 3.1x faster on an H200 than on one CPU core)"
+)
+
+
 @EXPERIMENTS.register
 class DegreeSweep(Experiment):
     Config = DegreeSweepConfig
     run = staticmethod(run)
     report = "blocklab.reports.degree_sweep"
+    forms = {"pilot": PILOT_TIME}
     commands = (
-        Command("demo", "the main job: seed 000's degree experiment, in minutes", "runs/demo"),
         Command(
-            "degree-sweep", "degree-d networks at equal parameter budgets", "runs/degree-sweep"
+            "demo",
+            "the main job: seed 000's degree experiment, in minutes",
+            "runs/demo",
+            measured="8 min 15 s from a fresh clone (an AVX-512 machine)",
+        ),
+        Command(
+            "degree-sweep",
+            "degree-d networks at equal parameter budgets",
+            "runs/degree-sweep",
+            measured="8 min 15 s from a fresh clone (an AVX-512 machine)",
         ),
     )
     task_options = True

@@ -161,10 +161,12 @@ class DepthWidth(Experiment):
     Config = DepthWidthConfig
     run = staticmethod(run)
     report = "blocklab.reports.depth_width"
+    forms = {"medium": None, "full": None}
     commands = (
         Command(
             "depth-width",
             "seed 001: transformer LMs over depths and budgets, transitions and their fit",
             "runs/depth-width",
+            measured="25 min 35 s from a fresh clone (2,950 core-seconds)",
         ),
     )

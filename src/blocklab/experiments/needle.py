@@ -236,8 +236,12 @@ class Needle(Experiment):
     Config = NeedleConfig
     run = staticmethod(run)
     report = "blocklab.reports.needle"
+    forms = {"full": None}
     commands = (
         Command(
-            "needle", "seed 004: softmax vs linear attention on the needle task", "runs/needle"
+            "needle",
+            "seed 004: softmax vs linear attention on the needle task",
+            "runs/needle",
+            measured="51 s",
         ),
     )

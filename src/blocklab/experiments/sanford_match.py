@@ -183,6 +183,7 @@ class SanfordMatch(Experiment):
     Config = MatchConfig
     run = staticmethod(run)
     report = "blocklab.reports.sanford_match"
+    forms = {"full": None}
     commands = (
         Command(
             "sanford match",

@@ -94,10 +94,12 @@ class SanfordQsa(Experiment):
     Config = QsaConfig
     run = staticmethod(run)
     report = "blocklab.reports.sanford_qsa"
+    forms = {"full": None}
     commands = (
         Command(
             "sanford qsa",
             "one attention layer vs embedding dimension, several q",
             "runs/sanford-qsa",
+            measured="1 min 13 s",
         ),
     )

@@ -114,11 +114,13 @@ class SeprankDegree(Experiment):
     Config = DegreeConfig
     run = staticmethod(run)
     report = "blocklab.reports.seprank_degree"
+    forms = {"full": None}
     commands = (
         Command(
             "seprank degree",
             "seed 000: rank of degree-d networks vs depth",
             "runs/seprank-degree",
+            measured="17 s",
         ),
     )
     pool = False  # the exact rank is CPU arithmetic: one process, no workers or devices

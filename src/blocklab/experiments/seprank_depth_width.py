@@ -95,11 +95,13 @@ class SeprankDepthWidth(Experiment):
     Config = DepthWidthConfig
     run = staticmethod(run)
     report = "blocklab.reports.seprank_depth_width"
+    forms = {"full": None}
     commands = (
         Command(
             "seprank depth-width",
             "seed 001: rank vs depth and width",
             "runs/seprank-depth-width",
+            measured="56 s",
         ),
     )
     pool = False  # the exact rank is CPU arithmetic: one process, no workers or devices
