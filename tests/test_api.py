@@ -25,11 +25,12 @@ TINY = dict(
     lr_extend=0,
     task_options={"n_train": 256, "n_val": 64, "n_test": 128},
     workers=1,
+    n_boot=20,  # the intervals' width is not what these tests read
 )
 FLAGS = ["--optimizer", "adam", "--degrees", "2", "3", "--baselines", "--budgets", "40", "80"]
 FLAGS += ["160", "320", "--seeds", "2", "--steps", "20", "--lr-grid", "1e-2", "--lr-extend", "0"]
 FLAGS += ["--task-option", "n_train=256", "--task-option", "n_val=64"]
-FLAGS += ["--task-option", "n_test=128", "--workers", "1", "--quiet"]
+FLAGS += ["--task-option", "n_test=128", "--workers", "1", "--quiet", "--n-boot", "20"]
 
 
 @pytest.mark.slow

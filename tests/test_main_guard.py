@@ -12,7 +12,7 @@ import pytest
 
 CALL = (
     'blocklab.run("degree-sweep", out={out!r}, degrees=("2", "3"), baselines=(), '
-    'budgets=(45, 90), seeds=2, steps=4, workers=2, optimizer="adam")'
+    'budgets=(45, 90), seeds=2, steps=4, workers=2, optimizer="adam", n_boot=20)'
 )
 
 

@@ -61,6 +61,7 @@ SWEEP = ["--optimizer", "adam", "--task", "teacher", "--task-option", "n_train=2
 SWEEP += ["--task-option", "n_val=64"]
 SWEEP += ["--task-option", "n_test=128", "--budgets", "3072", "--width", "16", "--steps", "20"]
 SWEEP += ["--seeds", "2", "--lr-grid", "3e-3", "--lr-extend", "0", "--degrees", "3", "--quiet"]
+SWEEP += ["--n-boot", "20"]
 
 
 def write(path: Path, text: str) -> Path:
