@@ -16,7 +16,7 @@ import torch
 
 from blocklab.engine import trial
 from blocklab.models import parse_arm
-from blocklab.specs import TrainConfig, TrialSpec
+from blocklab.specs import NetShape, TrainConfig, TrialSpec
 
 CASES = [("teacher", "3", 16), ("qsa", "softmax_attention", 32)]
 RATES = {"equal": [3e-3] * 4, "differ": [1e-3, 3e-3, 1e-2, 3e-2]}
@@ -25,10 +25,18 @@ RATES = {"equal": [3e-3] * 4, "differ": [1e-3, 3e-3, 1e-2, 3e-2]}
 def specs(task: str, arm: str, width: int, lrs: list[float]) -> list[TrialSpec]:
     cfg = TrainConfig(steps=300, batch_size=32, lr=3e-3, eval_points=10)
     return [
-        TrialSpec(task, {}, parse_arm(arm), 0, 2, width, False, "layer", "none", True,
-                  dataclasses.replace(cfg, lr=lr), seed, None)
+        TrialSpec(
+            task,
+            {},
+            parse_arm(arm),
+            0,
+            NetShape(2, width, norm="layer"),
+            dataclasses.replace(cfg, lr=lr),
+            seed,
+            None,
+        )
         for seed, lr in enumerate(lrs)
-    ]  # fmt: skip
+    ]
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ import torch
 
 import blocklab
 from blocklab.cli import main
+from blocklab.specs import NetShape
 
 STEPS = ["--steps", "4", "--batch-size", "16", "--eval-points", "2"]
 # each experiment at a few trials of a few steps: its code path on the device, in seconds
@@ -106,10 +107,18 @@ def syncs(device: str, steps: int) -> int:
 
     cfg = TrainConfig(steps=steps, batch_size=16, eval_points=2)
     specs = [
-        TrialSpec("teacher", {}, parse_arm("3"), 0, 2, 8, False, "layer", "none", True,
-                  dataclasses.replace(cfg, lr=lr), seed, None)
+        TrialSpec(
+            "teacher",
+            {},
+            parse_arm("3"),
+            0,
+            NetShape(2, 8, norm="layer"),
+            dataclasses.replace(cfg, lr=lr),
+            seed,
+            None,
+        )
         for seed, lr in ((0, 3e-3), (1, 1e-2))
-    ]  # fmt: skip
+    ]
     cuda = device.startswith("cuda")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -195,6 +195,7 @@ def toy(monkeypatch):
         run = staticmethod(squares)
         report = __name__
         commands = (Command("squares", "the first n squares, the smallest experiment", "runs/sq"),)
+        forms = {"medium": None, "full": None}
         pool = False
 
     return Squares

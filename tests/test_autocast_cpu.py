@@ -15,6 +15,7 @@ from blocklab.blocks import BLOCKS
 from blocklab.engine.ensemble import Ensemble
 from blocklab.engine.stacked import _StackedMatmul
 from blocklab.models import Net
+from blocklab.specs import NetShape
 from test_ensemble import _block_arms, mixes_tokens
 
 
@@ -24,7 +25,9 @@ def _nets(arm, n: int = 2):
     for seed in range(n):
         torch.manual_seed(seed)
         # no norm before the blocks: each block receives autocast's bf16 activations as they are
-        nets.append(Net(arm, 2, 8, 4, 3, seq_len=seq, pooled=seq is not None, norm="none"))
+        nets.append(
+            Net(arm, NetShape(2, 8, norm="none"), 4, 3, seq_len=seq, pooled=seq is not None)
+        )
     shape = (n, 5, seq, 4) if seq else (n, 5, 4)
     return nets, torch.randn(*shape, generator=torch.Generator().manual_seed(0))  # (E, B, ...)
 

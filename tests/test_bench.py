@@ -13,12 +13,13 @@ from blocklab import bench
 from blocklab.cli import main
 from blocklab.engine.ensemble import Ensemble
 from blocklab.models import Net, parse_arm
+from blocklab.specs import NetShape
 
 pytestmark = pytest.mark.usefixtures("small_matmul_ceiling")  # see conftest
 
 
 def test_step_flops_count_every_linear_map():
-    net = Net(parse_arm("3"), 4, 32, 32, 1, bias=False)
+    net = Net(parse_arm("3"), NetShape(4, 32, bias=False, norm="layer"), 32, 1)
     # embedding 32x32, four fused degree-3 projections 32x96, readout 32x1
     macs = 32 * 32 + 4 * 32 * 96 + 32
     assert bench.step_flops(net, 128) == 6 * 128 * macs

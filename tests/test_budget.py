@@ -5,6 +5,7 @@ import pytest
 from blocklab import budget
 from blocklab.errors import UserError
 from blocklab.models import Net, block_params, parse_arm
+from blocklab.specs import NetShape
 
 ARMS = ["2", "e", "3", "4", "[3,2,3,3,2]", "mlp", "2.5"]
 BUDGETS = [5000, 12288, 24576, 100000]
@@ -62,7 +63,7 @@ def test_solved_shape_is_exact_and_within_tolerance(text, n_budget, mode, value)
         assert shape.depth == value
     assert shape.budget == n_budget
     assert shape.block_params == block_params(arm, shape.depth, shape.width)
-    net = Net(arm, shape.depth, shape.width, n_in=10, n_out=3)
+    net = Net(arm, NetShape(shape.depth, shape.width, norm="layer"), 10, 3)
     assert net.param_counts()["blocks"] == shape.block_params
     assert abs(shape.deviation) <= TOL
 

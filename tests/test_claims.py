@@ -17,7 +17,7 @@ import blocklab
 from blocklab import specs
 from blocklab.engine import claims, executors, sweep
 from blocklab.models import parse_arm
-from blocklab.specs import TrainConfig
+from blocklab.specs import NetShape, TrainConfig
 from blocklab.store import Store
 
 SRC = str(Path(blocklab.__file__).resolve().parents[1])
@@ -27,7 +27,15 @@ def _specs(steps: int = 20) -> list[specs.TrialSpec]:
     train = TrainConfig(steps=steps, batch_size=16, lr=1e-2, eval_points=2)
     arm = parse_arm("2")
     return [
-        specs.TrialSpec("teacher", {}, arm, 0, 2, 8, False, "layer", "none", True, train, seed)
+        specs.TrialSpec(
+            "teacher",
+            {},
+            arm,
+            0,
+            NetShape(2, 8, norm="layer"),
+            train,
+            seed,
+        )
         for seed in range(4)
     ]
 

@@ -52,7 +52,12 @@ def test_plan_maps_variants_to_switches():
     planned = collapse.plan(cfg)
     assert len(planned) == 5 * 2
     switches = {
-        keys["variant"]: (spec.residual, spec.ff, spec.norm, spec.activation)
+        keys["variant"]: (
+            spec.shape.residual,
+            spec.shape.ff,
+            spec.shape.norm,
+            spec.shape.activation,
+        )
         for keys, spec in planned
     }
     assert switches == {
@@ -64,7 +69,7 @@ def test_plan_maps_variants_to_switches():
     }
     for _, spec in planned:
         assert spec.measures == ("collapse",)
-        assert (spec.depth, spec.width, spec.task) == (3, 8, "qsa")
+        assert (spec.shape.depth, spec.shape.width, spec.task) == (3, 8, "qsa")
         assert spec.task_options == {"seq_len": 8, "n_train": 256}
     seeds = {}
     for keys, spec in planned:

@@ -12,7 +12,7 @@ from blocklab.errors import UserError
 from blocklab.experiments import degree_sweep
 from blocklab.experiments.degree_sweep import DegreeSweepConfig
 from blocklab.models import parse_arm
-from blocklab.specs import TrainConfig, TrialSpec, ensemble_key
+from blocklab.specs import NetShape, TrainConfig, TrialSpec, ensemble_key
 
 # y = a * x1 * x2, standardized: one monomial of degree 2, which a d=2 network without norm or
 # residual holds exactly (its embedding's bias carries the standardization's constant)
@@ -25,12 +25,7 @@ def spec(train: TrainConfig, **kw) -> TrialSpec:
         task_options=MONOMIAL,
         arm=parse_arm("2"),
         budget=8,
-        depth=1,
-        width=2,
-        bias=False,
-        norm="none",
-        activation="none",
-        residual=False,
+        shape=NetShape(1, 2, norm="none", residual=False),
         train=train,
         seed=0,
     )

@@ -17,7 +17,7 @@ from blocklab.engine.ensemble import Ensemble, stackable, train_ensemble
 from blocklab.engine.train import train
 from blocklab.errors import UserError
 from blocklab.models import Net, mixes_tokens, parse_arm
-from blocklab.specs import Arm, TrainConfig, TrialSpec, ensemble_key, plan_units
+from blocklab.specs import Arm, NetShape, TrainConfig, TrialSpec, ensemble_key, plan_units
 from blocklab.tasks.base import IGNORE, Split, TaskData, member_losses
 
 TRAIN = TrainConfig(steps=40, batch_size=16, lr=3e-3, eval_points=4)
@@ -26,9 +26,15 @@ TRAIN = TrainConfig(steps=40, batch_size=16, lr=3e-3, eval_points=4)
 def _spec(task, arm, seed, lr=3e-3, data_seed=None, depth=2, width=8, options=None, **kw):
     cfg = dataclasses.replace(TRAIN, lr=lr, **kw)
     return TrialSpec(
-        task, options or {}, parse_arm(arm), 0, depth, width, False, "layer", "none", True, cfg,
-        seed, data_seed,
-    )  # fmt: skip
+        task,
+        options or {},
+        parse_arm(arm),
+        0,
+        NetShape(depth, width, norm="layer"),
+        cfg,
+        seed,
+        data_seed,
+    )
 
 
 def _close(alone: dict, together: dict, rtol: float = 1e-4) -> None:
@@ -161,7 +167,7 @@ def test_members_stay_usable_and_follow_the_ensemble():
     nets = []
     for seed in range(2):
         torch.manual_seed(seed)
-        nets.append(Net(parse_arm("3"), 2, 8, 4, 1))
+        nets.append(Net(parse_arm("3"), NetShape(2, 8, norm="layer"), 4, 1))
     x = torch.randn(2, 5, 4)  # (E, B, F)
     ens = Ensemble(nets)
     with torch.no_grad():
@@ -189,7 +195,9 @@ def test_every_block_runs_in_an_ensemble(arm):
     nets = []
     for seed in range(3):
         torch.manual_seed(seed)
-        nets.append(Net(arm, 2, 8, 4, 3, seq_len=seq, pooled=seq is not None))
+        nets.append(
+            Net(arm, NetShape(2, 8, norm="layer"), 4, 3, seq_len=seq, pooled=seq is not None)
+        )
     shape = (3, 5, seq, 4) if seq else (3, 5, 4)
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(0))  # (E, B, ...)
     refs = [torch.func.functional_call(n, dict(n.named_parameters()), (x[e],)) for e, n in
@@ -361,7 +369,7 @@ def test_every_stackable_block_equals_its_members_alone(case):
     seq = 6 if case.cls.mixes_tokens or case.cls.needs_seq_len else None
 
     def make() -> Net:
-        return Net(arm, 2, 8, 4, 3, seq_len=seq, pooled=seq is not None)
+        return Net(arm, NetShape(2, 8, norm="layer"), 4, 3, seq_len=seq, pooled=seq is not None)
 
     try:
         net = make()
@@ -378,7 +386,9 @@ def test_a_language_model_equals_its_members_alone():
     vocab, t = 32, 8
 
     def make() -> Net:
-        return Net(arm, 2, 16, vocab, vocab, seq_len=t, vocab=vocab, norm="layer", ff="relu4x")
+        return Net(
+            arm, NetShape(2, 16, norm="layer", ff="relu4x"), vocab, vocab, seq_len=t, vocab=vocab
+        )
 
     assert stackable(make())
     g = torch.Generator().manual_seed(0)

@@ -13,7 +13,7 @@ from blocklab.engine import ensemble, monitor, trial
 from blocklab.engine.ensemble import StackedAdamW
 from blocklab.engine.monitor import eval_steps
 from blocklab.models import parse_arm
-from blocklab.specs import TrainConfig, TrialSpec
+from blocklab.specs import NetShape, TrainConfig, TrialSpec
 
 
 def test_one_pass_at_each_members_rate_is_torchs_adamw_and_a_masked_member_stays_put():
@@ -62,10 +62,18 @@ def test_one_pass_at_each_members_rate_is_torchs_adamw_and_a_masked_member_stays
 def _specs(steps: int):
     cfg = TrainConfig(steps=steps, batch_size=16, lr=3e-3, eval_points=4)
     return [
-        TrialSpec("teacher", {}, parse_arm("3"), 0, 2, 8, False, "layer", "none", True,
-                  dataclasses.replace(cfg, lr=lr), seed, None)
+        TrialSpec(
+            "teacher",
+            {},
+            parse_arm("3"),
+            0,
+            NetShape(2, 8, norm="layer"),
+            dataclasses.replace(cfg, lr=lr),
+            seed,
+            None,
+        )
         for seed, lr in ((0, 3e-3), (1, 1e4))  # the second diverges
-    ]  # fmt: skip
+    ]
 
 
 READS = ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "numpy", "cpu")

@@ -16,7 +16,7 @@ from blocklab.experiments import _trials, needle, sanford_match, sanford_qsa
 from blocklab.models import parse_arm
 from blocklab.reports import needle as needle_report
 from blocklab.reports import sanford_qsa as qsa_report
-from blocklab.specs import TrainConfig
+from blocklab.specs import NetShape, TrainConfig
 
 SHORT = TrainConfig(steps=20, batch_size=32, eval_points=2)
 
@@ -27,16 +27,8 @@ def test_qsa_plan_matches_parameters():
     assert len(planned) == 2 * 2 * 2  # dims x (attention, fully connected) x seeds
     totals = {}
     for keys, spec in planned:
-        shape = _trials.NetShape(
-            depth=spec.depth,
-            width=spec.width,
-            norm=spec.norm,
-            residual=spec.residual,
-            activation=spec.activation,
-            flatten=spec.flatten,
-        )
         totals[(keys["m"], keys["model"])] = _trials.total_params(
-            "qsa", spec.task_options, spec.arm, shape
+            "qsa", spec.task_options, spec.arm, spec.shape
         )
     for m in (2, 8):
         att, flat = totals[(m, "attention")], totals[(m, "fully connected")]
@@ -46,7 +38,7 @@ def test_qsa_plan_matches_parameters():
 
 @pytest.mark.parametrize("width", [6, 12, 24])
 def test_match_arms_cost_the_same(width):
-    shape = _trials.NetShape(depth=1, width=width, norm="layer", ff="relu4x")
+    shape = NetShape(depth=1, width=width, norm="layer", ff="relu4x")
     counts = {
         model: _trials.total_params("match3", {"n_train": 64}, arm, shape)
         for model, arm in sanford_match.match_arms(width)
@@ -63,7 +55,7 @@ def test_a_row_names_each_count_once_and_its_keys_win():
     """Every training experiment's row: the budgeted count `block_params`, every parameter
     `total_params`, the embedding and readout `other_params`; the experiment's keys come last."""
     arm = parse_arm("softmax_attention")
-    spec = _trials.spec("qsa", {"seq_len": 6, "n_train": 64}, arm, _trials.NetShape(), SHORT, 1)
+    spec = _trials.spec("qsa", {"seq_len": 6, "n_train": 64}, arm, NetShape(), SHORT, 1)
     counts = {"embed": 10, "blocks": 60, "readout": 5, "total": 80}
     rec = {"status": "done", "metrics": {"params": counts, "metric": "accuracy"}, "curves": {}}
     row = _trials.row(spec, rec, model="attention", budget=7)

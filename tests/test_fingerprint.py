@@ -20,7 +20,7 @@ from blocklab.engine.executors import Resources
 from blocklab.engine.train import train
 from blocklab.errors import UserError
 from blocklab.models import parse_arm
-from blocklab.specs import TrainConfig, TrialSpec
+from blocklab.specs import NetShape, TrainConfig, TrialSpec
 from blocklab.store import Store
 
 BLOCK = """
@@ -81,7 +81,15 @@ def specs(block: str, seeds=(0, 1), steps=20) -> list[TrialSpec]:
     train = TrainConfig(steps=steps, batch_size=16, eval_points=2)
     arm = parse_arm(block)
     return [
-        TrialSpec("teacher", {}, arm, 0, 2, 6, False, "layer", "none", True, train, s)
+        TrialSpec(
+            "teacher",
+            {},
+            arm,
+            0,
+            NetShape(2, 6, norm="layer"),
+            train,
+            s,
+        )
         for s in seeds
     ]
 

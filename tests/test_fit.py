@@ -14,6 +14,7 @@ from blocklab.engine.certify import converged, first_check
 from blocklab.engine.fit import FITTERS, LBFGS, LevenbergMarquardt
 from blocklab.engine.fit_batched import BatchedLevenbergMarquardt, converged_batched
 from blocklab.models import Net, parse_arm
+from blocklab.specs import NetShape
 
 
 def least_squares(seed: int = 0):
@@ -65,7 +66,7 @@ def test_a_realizable_target_is_fitted_to_zero(method):
 def _student(seed: int) -> nn.Module:
     torch.manual_seed(seed)
     arm = parse_arm("2")
-    return Net(arm, 1, 2, 2, 1, norm="none", residual=False).double()
+    return Net(arm, NetShape(1, 2, norm="none", residual=False), 2, 1).double()
 
 
 def test_the_fit_hands_each_loss_to_its_monitor_and_stops_when_told():
@@ -252,7 +253,9 @@ def test_the_jacobian_by_layers_equals_the_per_example_reference(arm, norm, scal
     from blocklab.models import Net, parse_arm
 
     torch.manual_seed(0)
-    net = Net(parse_arm(arm), 3, 4, 3, 2, norm=norm, scaled_residual=scaled, ff=ff).double()
+    net = Net(
+        parse_arm(arm), NetShape(3, 4, norm=norm, scaled_residual=scaled, ff=ff), 3, 2
+    ).double()
     x, y = torch.randn(40, 3, dtype=torch.float64), torch.randn(40, 2, dtype=torch.float64)
     flat = FlatParams(net, x, y)
     theta = flat.get() + 0.01 * torch.randn(len(flat.get()), dtype=torch.float64)
@@ -314,13 +317,15 @@ def test_an_lbfgs_fit_of_a_realizable_target_ends_certified_at_the_targets_round
     x = torch.rand(512, 2, generator=g, dtype=torch.float64) * 2 - 1
     y = (x[:, 0] * x[:, 1]).unsqueeze(1)  # (N, 1)
     torch.manual_seed(1)
-    net = Net(parse_arm("2"), 1, 4, 2, 1, norm="none", residual=False).double()
+    net = Net(parse_arm("2"), NetShape(1, 4, norm="none", residual=False), 2, 1).double()
     fitter = LBFGS(net, x, y)
     cert = converged(fitter, 64, tol=0.03, until=1024)
     assert fitter.floored and cert.passed and cert.second <= fitter.floor
     assert cert.iterations == fitter.iterations < 128
     # the planted bad case: label noise keeps the loss far above the floor
     noisy = y + 0.1 * torch.randn(y.shape, generator=g, dtype=torch.float64)
-    fitter = LBFGS(Net(parse_arm("2"), 1, 4, 2, 1, norm="none", residual=False).double(), x, noisy)
+    fitter = LBFGS(
+        Net(parse_arm("2"), NetShape(1, 4, norm="none", residual=False), 2, 1).double(), x, noisy
+    )
     converged(fitter, 16, tol=0.03, until=64)
     assert not fitter.floored

@@ -106,6 +106,6 @@ def test_a_referee_that_would_compare_lbfgs_with_itself_is_dropped(monkeypatch):
     # between the two cells' puts the limit between them
     t1, t8 = sorted(fit_plan.estimate(s, 1.0).lm_seconds for k, s in planned if not k)
     kept = chosen((t1 * t8) ** 0.5 / 2)
-    by = [(bool(k), s.depth, s.train.optimizer) for k, s in kept]
+    by = [(bool(k), s.shape.depth, s.train.optimizer) for k, s in kept]
     assert (False, 8, "lbfgs") in by and (True, 8, "lbfgs") not in by
     assert (False, 1, "lm") in by and (True, 1, "lbfgs") in by

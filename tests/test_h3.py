@@ -9,6 +9,7 @@ from blocklab.blocks import BLOCKS, make_block
 from blocklab.engine.ensemble import Ensemble
 from blocklab.errors import UserError
 from blocklab.models import Net, parse_arm
+from blocklab.specs import NetShape
 from blocklab.tasks import make_task
 from blocklab.tasks.base import IGNORE
 
@@ -159,7 +160,9 @@ def test_trains_in_a_two_layer_net_on_mqar():
         "mqar", seq_len=16, vocab=32, num_kv_pairs=2, n_train=256, n_val=64, n_test=64
     ).make(0)
     torch.manual_seed(0)
-    net = Net(parse_arm("h3(causal=true)"), 2, 32, 32, 32, seq_len=16, vocab=32, norm="layer")
+    net = Net(
+        parse_arm("h3(causal=true)"), NetShape(2, 32, norm="layer"), 32, 32, seq_len=16, vocab=32
+    )
     opt = torch.optim.Adam(net.parameters(), lr=1e-2)
     g, losses = torch.Generator().manual_seed(0), []
     for _ in range(60):
@@ -180,7 +183,7 @@ def test_a_two_member_ensemble_equals_its_members(path):
     nets = []
     for seed in range(2):
         torch.manual_seed(seed)
-        nets.append(Net(arm, 2, 8, 4, 3, seq_len=t))
+        nets.append(Net(arm, NetShape(2, 8, norm="layer"), 4, 3, seq_len=t))
     x = torch.randn(2, 5, t, 4, generator=torch.Generator().manual_seed(0))  # (E, B, T, D)
     refs, grads = [], []
     for e, net in enumerate(nets):

@@ -14,7 +14,7 @@ from blocklab.engine.ensemble import Ensemble
 from blocklab.errors import UserError
 from blocklab.experiments import mad
 from blocklab.models import Net, parse_arm
-from blocklab.specs import TrainConfig, TrialSpec
+from blocklab.specs import NetShape, TrainConfig, TrialSpec
 from blocklab.tasks import make_task
 
 TOL = 1e-10
@@ -179,7 +179,7 @@ def test_an_ensemble_of_members_each_with_its_own_filters(path):
     nets = []
     for seed in (0, 1):
         torch.manual_seed(seed)
-        nets.append(Net(arm, 2, 8, 5, 3, seq_len=6))
+        nets.append(Net(arm, NetShape(2, 8, norm="layer"), 5, 3, seq_len=6))
     x = torch.randn(2, 4, 6, 5)  # (E, B, T, F)
     want = torch.stack([net(xe) for net, xe in zip(nets, x, strict=True)])
     ens = Ensemble(nets, path)
@@ -191,7 +191,9 @@ def test_trains_in_a_two_layer_network():
     task = make_task("mqar", seq_len=16, vocab=16, num_kv_pairs=2, n_train=256)
     data = task.make(0)
     torch.manual_seed(0)
-    net = Net(parse_arm("hyena"), 2, 32, 1, data.n_out, seq_len=16, vocab=16)
+    net = Net(
+        parse_arm("hyena"), NetShape(2, 32, norm="layer"), 1, data.n_out, seq_len=16, vocab=16
+    )
     opt = torch.optim.Adam(net.parameters(), lr=3e-3)
     x, y = data.train.x, data.train.y
     lossfn = torch.nn.CrossEntropyLoss(ignore_index=-100)
@@ -213,8 +215,15 @@ def test_trains_alike_in_an_ensemble_and_alone():
     opts["n_test"] = 32
 
     def spec(seed):
-        return TrialSpec("mqar", opts, mad.causal_arm("hyena"), 0, 2, 8, False, "layer", "none",
-                         True, train, seed)  # fmt: skip
+        return TrialSpec(
+            "mqar",
+            opts,
+            mad.causal_arm("hyena"),
+            0,
+            NetShape(2, 8, norm="layer"),
+            train,
+            seed,
+        )
 
     specs = [spec(0), spec(1)]
     together = trial.run_group(specs, "cpu")

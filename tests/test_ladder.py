@@ -12,7 +12,7 @@ import torch
 from blocklab.cli import main
 from blocklab.engine import converge
 from blocklab.models import Net, continue_from, parse_arm
-from blocklab.specs import TrainConfig
+from blocklab.specs import NetShape, TrainConfig
 from blocklab.tasks import make_task
 
 X = torch.randn(64, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
@@ -20,7 +20,7 @@ X = torch.randn(64, 3, dtype=torch.float64, generator=torch.Generator().manual_s
 
 def _net(arm: str, depth: int, seed: int, **kw) -> Net:
     torch.manual_seed(seed)
-    return Net(parse_arm(arm), depth, 4, 3, 1, norm="rms", **kw).double()
+    return Net(parse_arm(arm), NetShape(depth, 4, norm="rms", **kw), 3, 1).double()
 
 
 @pytest.mark.parametrize("arm", ["2", "3", "4", "e", "[3,2]"])

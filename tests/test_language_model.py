@@ -16,13 +16,21 @@ from blocklab.errors import UserError
 from blocklab.experiments import depth_width
 from blocklab.models import Net, parse_arm
 from blocklab.reports import depth_width as report
+from blocklab.specs import NetShape
 from blocklab.tasks.base import Split
 
 ARM = parse_arm("softmax_attention(heads=2,causal=true)")
 
 
 def lm(depth=2, width=8, vocab=50, seq_len=6) -> Net:
-    return Net(ARM, depth, width, 0, vocab, seq_len=seq_len, norm="layer", ff="relu4x", vocab=vocab)
+    return Net(
+        ARM,
+        NetShape(depth, width, norm="layer", ff="relu4x"),
+        0,
+        vocab,
+        seq_len=seq_len,
+        vocab=vocab,
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -58,7 +66,7 @@ def test_token_network_is_causal_and_uses_positions():
 
 def test_token_network_refuses_vector_inputs():
     with pytest.raises(UserError):
-        Net(ARM, 1, 8, 0, 50, vocab=50)
+        Net(ARM, NetShape(1, 8, norm="layer"), 0, 50, vocab=50)
 
 
 def test_evaluation_batches_bound_memory_and_keep_results(monkeypatch):
@@ -104,14 +112,14 @@ CONFIG = depth_width.DepthWidthConfig(
 
 def test_plan_covers_depths_budgets_and_seeds():
     planned = depth_width.plan(CONFIG)
-    shapes = {(s.depth, s.width) for _, s in planned}
+    shapes = {(s.shape.depth, s.shape.width) for _, s in planned}
     assert shapes == {(d, depth_width.width_for(b, d, 2)) for d in (1, 2) for b in (800, 3000)}
     assert len(planned) == len(shapes) * 2
     sizes = [s.budget for _, s in planned]
     assert sizes == sorted(sizes, reverse=True)  # the largest first, for two workers' sake
     for keys, s in planned:
-        assert s.budget == keys["budget"] == 12 * s.depth * s.width**2
-        assert s.ff == "relu4x" and s.norm == "layer" and s.residual
+        assert s.budget == keys["budget"] == 12 * s.shape.depth * s.shape.width**2
+        assert s.shape.ff == "relu4x" and s.shape.norm == "layer" and s.shape.residual
         assert s.task == "text" and s.task_options == SMALL_TEXT
 
 

@@ -18,7 +18,7 @@ from blocklab.errors import UserError
 from blocklab.experiments import mad
 from blocklab.models import Net, block_params, parse_arm
 from blocklab.reports import mad as mad_report
-from blocklab.specs import TrainConfig, TrialSpec
+from blocklab.specs import NetShape, TrainConfig, TrialSpec
 
 
 def test_the_default_blocks_are_every_causal_token_mixer():
@@ -146,7 +146,7 @@ def test_a_test_that_cannot_run_on_one_seed_tests_nothing():
 
 def test_a_bottleneck_reads_every_position_from_the_last():
     arm = parse_arm("softmax_attention(causal=true)")
-    net = Net(arm, 1, 8, 16, 16, seq_len=6, vocab=16, bottleneck=True)
+    net = Net(arm, NetShape(1, 8, norm="layer"), 16, 16, seq_len=6, vocab=16, bottleneck=True)
     x = torch.randint(16, (3, 6))
     out = net(x)
     assert out.shape == (3, 6, 16)
@@ -156,7 +156,16 @@ def test_a_bottleneck_reads_every_position_from_the_last():
     y[:, -1] = (y[:, -1] + 1) % 16
     assert not torch.allclose(net(y)[:, 0], out[:, 0])
     with pytest.raises(UserError):
-        Net(arm, 1, 8, 16, 16, seq_len=6, vocab=16, bottleneck=True, pooled=True)
+        Net(
+            arm,
+            NetShape(1, 8, norm="layer"),
+            16,
+            16,
+            seq_len=6,
+            vocab=16,
+            bottleneck=True,
+            pooled=True,
+        )
 
 
 def test_compression_trains_alike_in_an_ensemble_and_alone():
@@ -164,8 +173,15 @@ def test_compression_trains_alike_in_an_ensemble_and_alone():
     opts = {"seq_len": 8, "n_train": 128, "n_val": 32, "n_test": 32}
 
     def spec(seed):
-        return TrialSpec("compression", opts, mad.causal_arm("mixer"), 0, 1, 8, False, "layer",
-                         "none", True, train, seed)  # fmt: skip
+        return TrialSpec(
+            "compression",
+            opts,
+            mad.causal_arm("mixer"),
+            0,
+            NetShape(1, 8, norm="layer"),
+            train,
+            seed,
+        )
 
     specs = [spec(0), spec(1)]
     together = trial.run_group(specs, "cpu")

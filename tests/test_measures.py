@@ -26,7 +26,7 @@ from blocklab.measures import (
 )
 from blocklab.measures.seprank import matricize, resolve_partition
 from blocklab.models import Net, parse_arm
-from blocklab.specs import TrainConfig
+from blocklab.specs import NetShape, TrainConfig
 
 CASES = contract.cases()
 
@@ -58,7 +58,7 @@ def test_trial_records_measures_at_init_and_after_training():
         "qsa",
         {"seq_len": 4, "q": 2, "n_train": 64, "n_test": 32},
         parse_arm("softmax_attention"),
-        _trials.NetShape(depth=2, width=8, residual=False),
+        NetShape(depth=2, width=8, residual=False),
         TrainConfig(steps=5, eval_points=1),
         seed=0,
         measures=("collapse", "seprank(templates=2)"),
@@ -75,7 +75,7 @@ def test_trial_records_measures_at_init_and_after_training():
     assert (
         "measures"
         not in _trials.spec(
-            "qsa", {"seq_len": 4, "q": 2}, parse_arm("mixer"), _trials.NetShape(), TrainConfig(), 0
+            "qsa", {"seq_len": 4, "q": 2}, parse_arm("mixer"), NetShape(), TrainConfig(), 0
         ).config()
     )
 
@@ -226,7 +226,7 @@ def test_one_linearized_attention_layer_is_within_theorem_1(dx, heads):
 
     torch.manual_seed(0)
     arm = parse_arm(f"linearized_attention(heads={heads})")
-    model = Net(arm, 1, dx, dx, 1, seq_len=4, norm="none", residual=False)
+    model = Net(arm, NetShape(1, dx, norm="none", residual=False), dx, 1, seq_len=4)
     r = separation_rank(model, 4, dx, templates=6, position=0)
     attention_dim = heads * (dx // heads)
     assert r.rank == min(dx, attention_dim) + 1 and not r.saturated
@@ -306,7 +306,7 @@ def test_the_mean_is_the_frobenius_optimal_shift():
 def collapse_net(residual_on: bool, depth: int = 5) -> Net:
     torch.manual_seed(0)
     arm = parse_arm("softmax_attention")
-    return Net(arm, depth, 16, 16, 1, seq_len=12, norm="none", residual=residual_on)
+    return Net(arm, NetShape(depth, 16, norm="none", residual=residual_on), 16, 1, seq_len=12)
 
 
 def test_pure_attention_collapses_and_skip_connections_prevent_it():
@@ -333,7 +333,7 @@ def test_collapse_input_errors():
         rank_collapse(collapse_net(False, 1), torch.ones(2, 12, 16))
     with pytest.raises(UserError, match="layer by layer"):
         rank_collapse(torch.nn.Linear(3, 3), torch.randn(2, 4, 3))
-    vector = Net(parse_arm("3"), 1, 4, 6, 1)
+    vector = Net(parse_arm("3"), NetShape(1, 4, norm="layer"), 6, 1)
     with pytest.raises(UserError, match="sequence network"):
         rank_collapse(vector, torch.randn(2, 3, 2))
     layers = [torch.nn.Linear(3, 3), torch.nn.Linear(3, 3)]  # a plain list of layers works

@@ -7,6 +7,7 @@ import torch
 
 from blocklab.errors import UserError
 from blocklab.models import Net, block_params, layer_blocks, mixes_tokens, parse_arm, parse_degree
+from blocklab.specs import NetShape
 
 
 @pytest.mark.parametrize(
@@ -56,12 +57,13 @@ def test_bias_with_fractional_degree_fails():
     with pytest.raises(UserError, match="bias"):
         layer_blocks(parse_arm("2.5"), 2, bias=True)
     with pytest.raises(UserError):
-        Net(parse_arm("[3,2.5]"), 2, 8, n_in=4, n_out=1, bias=True)
+        Net(parse_arm("[3,2.5]"), NetShape(2, 8, bias=True, norm="layer"), 4, 1)
 
 
 def make(arm="3", seed=0, n_in=40, **kw):
     torch.manual_seed(seed)
-    return Net(parse_arm(arm), depth=3, width=16, n_in=n_in, n_out=3, **kw)
+    task = {k: kw.pop(k) for k in ("seq_len", "pooled", "bottleneck", "vocab") if k in kw}
+    return Net(parse_arm(arm), NetShape(3, 16, **{"norm": "layer", **kw}), n_in, 3, **task)
 
 
 @pytest.mark.parametrize("arm", ["2", "e", "[3,2]", "mlp"])
@@ -141,7 +143,7 @@ def test_parse_arm_block_rejects(text):
 def test_common_transformer_costs_12_L_D2(depth, width):
     # seed 001 eq. 1-2: attention 4 D^2 + feed-forward 8 D^2 per layer, bias-free
     arm = parse_arm("softmax_attention(heads=2)")
-    net = Net(arm, depth, width, 5, 3, seq_len=7, ff="relu4x", norm="layer")
+    net = Net(arm, NetShape(depth, width, ff="relu4x", norm="layer"), 5, 3, seq_len=7)
     assert net.param_counts()["blocks"] == 12 * depth * width**2
     assert block_params(arm, depth, width, ff="relu4x") == 12 * depth * width**2
 
@@ -149,7 +151,7 @@ def test_common_transformer_costs_12_L_D2(depth, width):
 def test_analyzed_network_is_one_config_away():
     # seed 001 eq. 3: linearized attention, no norm, no feed-forward: 4 D^2 per layer
     arm = parse_arm("linearized_attention(heads=2)")
-    net = Net(arm, 3, 8, 5, 3, seq_len=7, ff="none", norm="none", residual=False)
+    net = Net(arm, NetShape(3, 8, ff="none", norm="none", residual=False), 5, 3, seq_len=7)
     assert net.param_counts()["blocks"] == 3 * 4 * 64
     x = torch.randn(2, 7, 5, dtype=torch.float64)
     net = net.double()
@@ -159,7 +161,9 @@ def test_analyzed_network_is_one_config_away():
 
 @pytest.mark.parametrize("pooled,shape", [(False, (4, 7, 3)), (True, (4, 3))])
 def test_sequence_net_shapes(pooled, shape):
-    net = Net(parse_arm("softmax_attention"), 2, 8, 5, 3, seq_len=7, pooled=pooled)
+    net = Net(
+        parse_arm("softmax_attention"), NetShape(2, 8, norm="layer"), 5, 3, seq_len=7, pooled=pooled
+    )
     assert net(torch.randn(4, 7, 5)).shape == shape
 
 
@@ -169,14 +173,14 @@ def test_sequence_net_mixes_positions_only_with_a_mixing_block():
     y[0, 0] += 1.0
     for text, mixes in (("softmax_attention", True), ("3", False)):
         torch.manual_seed(0)
-        net = Net(parse_arm(text), 2, 8, 5, 3, seq_len=7)
+        net = Net(parse_arm(text), NetShape(2, 8, norm="layer"), 5, 3, seq_len=7)
         with torch.no_grad():
             changed = not torch.allclose(net(x)[0, -1], net(y)[0, -1])
         assert changed == mixes, text
 
 
 def test_flatten_sees_every_position():
-    net = Net(parse_arm("mlp"), 1, 16, 5, 3, seq_len=7, flatten=True)
+    net = Net(parse_arm("mlp"), NetShape(1, 16, flatten=True, norm="layer"), 5, 3, seq_len=7)
     x = torch.randn(2, 7, 5)
     out = net(x)
     assert out.shape == (2, 7, 3)
@@ -189,20 +193,26 @@ def test_flatten_sees_every_position():
 
 def test_mixing_block_needs_a_sequence():
     with pytest.raises(UserError, match="sequence"):
-        Net(parse_arm("softmax_attention"), 1, 8, 5, 3)
+        Net(parse_arm("softmax_attention"), NetShape(1, 8, norm="layer"), 5, 3)
     with pytest.raises(UserError, match="sequence"):
-        Net(parse_arm("mlp"), 1, 8, 5, 3, flatten=True)
+        Net(parse_arm("mlp"), NetShape(1, 8, flatten=True, norm="layer"), 5, 3)
 
 
 def test_mixer_gets_the_sequence_length():
-    net = Net(parse_arm("mixer"), 2, 8, 5, 3, seq_len=7)
+    net = Net(parse_arm("mixer"), NetShape(2, 8, norm="layer"), 5, 3, seq_len=7)
     assert net(torch.randn(2, 7, 5)).shape == (2, 7, 3)
     assert block_params(parse_arm("mixer"), 2, 8, seq_len=7) == net.param_counts()["blocks"]
 
 
 def test_unknown_feed_forward():
     with pytest.raises(UserError, match="feed-forward"):
-        Net(parse_arm("softmax_attention"), 1, 8, 5, 3, seq_len=4, ff="gelu8x")
+        Net(
+            parse_arm("softmax_attention"),
+            NetShape(1, 8, ff="gelu8x", norm="layer"),
+            5,
+            3,
+            seq_len=4,
+        )
 
 
 def test_scaled_residual_divides_each_branch_by_sqrt_depth():
@@ -212,9 +222,9 @@ def test_scaled_residual_divides_each_branch_by_sqrt_depth():
     from blocklab.specs import TrainConfig
 
     torch.manual_seed(0)
-    plain = Net(parse_arm("3"), 4, 8, 4, 1)
+    plain = Net(parse_arm("3"), NetShape(4, 8, norm="layer"), 4, 1)
     torch.manual_seed(0)
-    scaled = Net(parse_arm("3"), 4, 8, 4, 1, scaled_residual=True)
+    scaled = Net(parse_arm("3"), NetShape(4, 8, scaled_residual=True, norm="layer"), 4, 1)
     assert all(layer.scale == 1.0 for layer in plain.layers)
     assert all(layer.scale == pytest.approx(1 / math.sqrt(4)) for layer in scaled.layers)
     x = torch.randn(5, 8)  # (B, D)
@@ -222,10 +232,17 @@ def test_scaled_residual_divides_each_branch_by_sqrt_depth():
     branch = layer_p(x) - x
     torch.testing.assert_close(layer_s(x) - x, branch / 2)
     # off by default, and then absent from a trial's config: older trials keep their ids
-    spec = specs.TrialSpec("teacher", {}, parse_arm("3"), 0, 2, 8, False, "layer", "none", True,
-                           TrainConfig(), 0)  # fmt: skip
+    spec = specs.TrialSpec(
+        "teacher",
+        {},
+        parse_arm("3"),
+        0,
+        NetShape(2, 8, norm="layer"),
+        TrainConfig(),
+        0,
+    )
     assert "scaled_residual" not in spec.config()
-    on = dataclasses.replace(spec, scaled_residual=True)
+    on = dataclasses.replace(spec, shape=dataclasses.replace(spec.shape, scaled_residual=True))
     assert on.config()["scaled_residual"] is True and on.id != spec.id
 
 

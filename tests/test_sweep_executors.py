@@ -14,7 +14,7 @@ from blocklab import specs
 from blocklab.engine import executors, sweep
 from blocklab.errors import WorkerDied
 from blocklab.models import parse_arm
-from blocklab.specs import TrainConfig
+from blocklab.specs import NetShape, TrainConfig
 from blocklab.store import Store
 
 
@@ -27,7 +27,13 @@ def _specs(steps: int = 30) -> list[specs.TrialSpec]:
                 arm = parse_arm(degree)
                 out.append(
                     specs.TrialSpec(
-                        "teacher", {}, arm, 0, 2, 8, False, "layer", "none", True, train, seed
+                        "teacher",
+                        {},
+                        arm,
+                        0,
+                        NetShape(2, 8, norm="layer"),
+                        train,
+                        seed,
                     )
                 )
     return out

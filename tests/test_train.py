@@ -11,7 +11,7 @@ import blocklab.engine.train
 from blocklab.engine.monitor import plateau_improvement
 from blocklab.engine.train import evaluate, lr_factor, train
 from blocklab.models import Net, parse_arm
-from blocklab.specs import TrainConfig
+from blocklab.specs import NetShape, TrainConfig
 from blocklab.tasks.base import Split, TaskData
 
 STEPS = 150
@@ -42,7 +42,7 @@ def classification_data() -> TaskData:
 
 def small_net(data: TaskData, seed: int = 0) -> Net:
     torch.manual_seed(seed)
-    return Net(parse_arm("mlp"), 1, 16, n_in=6, n_out=data.n_out, norm="none")
+    return Net(parse_arm("mlp"), NetShape(1, 16, norm="none"), 6, data.n_out)
 
 
 def run(cfg=CFG, threshold=0.1, seed=0, data=None, model=None):
@@ -214,8 +214,15 @@ def test_a_cosine_trial_keeps_its_id_and_wsd_changes_it():
     from blocklab.specs import TrialSpec
 
     def spec(train):
-        return TrialSpec("teacher", {}, parse_arm("2"), 0, 2, 8, False, "layer", "none", True,
-                         train, 0)  # fmt: skip
+        return TrialSpec(
+            "teacher",
+            {},
+            parse_arm("2"),
+            0,
+            NetShape(2, 8, norm="layer"),
+            train,
+            0,
+        )
 
     cosine = spec(TrainConfig())
     assert "schedule" not in cosine.config()["train"]  # ids made before wsd existed stand

@@ -37,7 +37,7 @@ from blocklab.engine.fit_bench import FIT_TASK, fit_rows, split_rows
 from blocklab.engine.fit_plan import matmul_rate, sync
 from blocklab.engine.train import precision, train
 from blocklab.models import Net, parse_arm
-from blocklab.specs import TrainConfig
+from blocklab.specs import NetShape, TrainConfig
 from blocklab.tasks.base import Split, TaskData
 
 WIDTHS = (32, 64, 128, 256)
@@ -95,7 +95,7 @@ def _data(width: int, n: int, device: str) -> TaskData:
 def _net(cfg: BenchConfig, width: int, seed: int) -> Net:
     torch.manual_seed(seed)
     arm = parse_arm(str(cfg.degree))
-    return Net(arm, cfg.depth, width, width, 1, bias=False, norm="layer").to(cfg.device)
+    return Net(arm, NetShape(cfg.depth, width, bias=False, norm="layer"), width, 1).to(cfg.device)
 
 
 def _lm_data(cfg: BenchConfig, n: int) -> TaskData:
@@ -117,7 +117,9 @@ def _lm_net(cfg: BenchConfig, width: int, seed: int) -> Net:
     torch.manual_seed(seed)
     arm = parse_arm(f"softmax_attention(heads={cfg.lm_heads},causal=true)")
     v, t = cfg.lm_vocab, cfg.lm_seq_len
-    net = Net(arm, cfg.lm_depth, width, v, v, seq_len=t, vocab=v, norm="layer", ff="relu4x")
+    net = Net(
+        arm, NetShape(cfg.lm_depth, width, norm="layer", ff="relu4x"), v, v, seq_len=t, vocab=v
+    )
     return net.to(cfg.device)
 
 

@@ -23,7 +23,7 @@ from torch import nn
 from blocklab.blocks import BLOCKS, make_block, per_member
 from blocklab.errors import UserError
 from blocklab.options import parse_pairs, split_list
-from blocklab.specs import FEED_FORWARD, NORMS, Arm, format_degree, parse_degree
+from blocklab.specs import FEED_FORWARD, NORMS, Arm, NetShape, format_degree, parse_degree
 
 
 def mixes_tokens(arm: Arm) -> bool:
@@ -221,7 +221,8 @@ class Layer(nn.Module):
 
 
 class Net(nn.Module):
-    """The embedding and readout are the same for every arm at a width, so budgets compare the
+    """A network of `arm`'s layers at a `shape` (`specs.NetShape`: depth, width, norm, ...).
+    The embedding and readout are the same for every arm at a width, so budgets compare the
     layers alone. `seq_len` None: vector inputs (B, ...) flattened to (B, n_in); else sequences
     (B, T, n_in) embedded per position, read out per position or, with `pooled`, after a mean
     over positions. `flatten` feeds a sequence as one vector (B, T * n_in) and reads all T
@@ -240,24 +241,19 @@ class Net(nn.Module):
     def __init__(
         self,
         arm: Arm,
-        depth: int,
-        width: int,
+        shape: NetShape,
         n_in: int,
         n_out: int,
         *,
         seq_len: int | None = None,
         pooled: bool = False,
-        flatten: bool = False,
         bottleneck: bool = False,
-        bias: bool = False,
-        norm: str = "layer",
-        activation: str = "none",
-        residual: bool = True,
-        ff: str = "none",
         vocab: int | None = None,
-        scaled_residual: bool = False,
     ):
         super().__init__()
+        # the trial's choices arrive whole (`specs.NetShape`); the rest is the task's
+        depth, width, flatten, bias = shape.depth, shape.width, shape.flatten, shape.bias
+        norm, activation, residual, ff = shape.norm, shape.activation, shape.residual, shape.ff
         if flatten and seq_len is None:
             raise UserError("flatten applies to sequence tasks only")
         if vocab is not None and (seq_len is None or flatten):
@@ -281,7 +277,7 @@ class Net(nn.Module):
         blocks = [
             checked_block(name, width, **kw) for name, kw in layer_blocks(arm, depth, bias, seq_len)
         ]
-        scale = 1.0 / math.sqrt(depth) if scaled_residual else 1.0
+        scale = 1.0 / math.sqrt(depth) if shape.scaled_residual else 1.0
         self.layers = nn.ModuleList(
             Layer(b, width, norm, activation, residual, ff, bias, scale) for b in blocks
         )

@@ -212,35 +212,61 @@ class TrainConfig:
         return out
 
 
+# a shape field added after trials were stored: left out of a trial's id at this default, so
+# those trials keep their ids (`TrialSpec.config`)
+SINCE = "id_default"
+
+
+@dataclass(frozen=True)
+class NetShape:
+    """A network's shape besides its arm and its task: everything `models.Net` is built from
+    that a trial chooses. One object, held whole by `TrialSpec` and read whole by `Net`; a new
+    switch is one field here (with `SINCE` in its metadata, so stored trials keep their ids)."""
+
+    depth: int = 1
+    width: int = 32
+    bias: bool = False
+    norm: str = "none"
+    activation: str = "none"
+    residual: bool = True
+    ff: str = "none"  # feed-forward sublayer per layer (FEED_FORWARD)
+    flatten: bool = False  # a sequence task fed as one flat vector (fully connected baseline)
+    # residual branches times 1/sqrt(depth) (models.Net)
+    scaled_residual: bool = field(default=False, metadata={SINCE: False})
+
+
 @dataclass(frozen=True)
 class TrialSpec:
     task: str
     task_options: dict[str, Any]
     arm: Arm
     budget: int
-    depth: int
-    width: int
-    bias: bool
-    norm: str
-    activation: str
-    residual: bool
+    shape: NetShape
     train: TrainConfig
     seed: int
     data_seed: int | None = None  # None: the task's data follow the trial seed
-    ff: str = "none"  # feed-forward sublayer per layer (FEED_FORWARD)
-    flatten: bool = False  # a sequence task fed as one flat vector (fully connected baseline)
     # measures taken at initialization and after training, e.g. ("collapse", "seprank(templates=3)")
     measures: tuple[str, ...] = ()
-    scaled_residual: bool = False  # residual branches times 1/sqrt(depth) (models.Net)
     # a depth ladder (second-order fits): the depths fitted in turn, each rung started from the
     # fitted one below plus silenced layers (`models.continue_from`), ending at `depth`; empty:
     # one fit at `depth` from a fresh initialization
     ladder: tuple[int, ...] = ()
 
+    def at_depth(self, depth: int, **changes: Any) -> TrialSpec:
+        """This trial at another depth (a ladder's rung), with any other fields changed."""
+        return dataclasses.replace(
+            self, shape=dataclasses.replace(self.shape, depth=depth), **changes
+        )
+
     def config(self) -> dict[str, Any]:
         config = dataclasses.asdict(self)
+        # the id reads the shape's fields flat, as trials stored them before it was one object
+        config.update(config.pop("shape"))
+        late = {
+            f.name: f.metadata[SINCE] for f in dataclasses.fields(NetShape) if SINCE in f.metadata
+        }
         # fields at their defaults stay out, so trials made before they existed keep their ids
-        for name, default in (("measures", ()), ("scaled_residual", False), ("ladder", ())):
+        for name, default in (("measures", ()), ("ladder", ()), *late.items()):
             if config[name] == default:
                 del config[name]
         if config["train"].get("min_examples") == 1:  # trials made before it existed
@@ -268,8 +294,8 @@ class TrialSpec:
 
     def describe(self) -> str:
         fit = self.train.optimizer if self.train.second_order else f"lr={self.train.lr:g}"
-        depths = "/".join(map(str, self.ladder)) if self.ladder else str(self.depth)
-        shape = f"L={depths} w={self.width} {fit}"
+        depths = "/".join(map(str, self.ladder)) if self.ladder else str(self.shape.depth)
+        shape = f"L={depths} w={self.shape.width} {fit}"
         return f"{self.task} B={self.budget} {self.arm.label} {shape} seed={self.seed}"
 
 

@@ -16,6 +16,7 @@ from blocklab.checks import expect, label
 from blocklab.errors import UserError
 from blocklab.measures import MEASURES, make_measure
 from blocklab.models import Net, parse_arm
+from blocklab.specs import NetShape
 
 T, D = 4, 3  # sequence length and input width of the contract networks
 NETS = {
@@ -34,7 +35,9 @@ def net(kind: str, depth: int = 2, width: int = 6, seed: int = 0) -> Net:
     spec = NETS[kind]
     torch.manual_seed(seed)
     arm = parse_arm(spec["arm"])
-    return Net(arm, depth, width, D, 2, seq_len=T, norm=spec["norm"], residual=spec["residual"])
+    return Net(
+        arm, NetShape(depth, width, norm=spec["norm"], residual=spec["residual"]), D, 2, seq_len=T
+    )
 
 
 class Case:

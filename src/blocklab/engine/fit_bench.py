@@ -22,7 +22,7 @@ from blocklab.engine.fit_batched import BatchedLevenbergMarquardt, converged_bat
 from blocklab.engine.fit_plan import gemm64, sync
 from blocklab.engine.trial import init_model
 from blocklab.models import parse_arm
-from blocklab.specs import TrainConfig, TrialSpec
+from blocklab.specs import NetShape, TrainConfig, TrialSpec
 from blocklab.tasks import make_task
 from blocklab.tasks.base import TaskData
 
@@ -33,8 +33,7 @@ def _fit_spec(cfg: Any, depth: int) -> TrialSpec:
     train_cfg = TrainConfig(optimizer="lm", steps=cfg.fit_iterations, restarts=cfg.fit_restarts)
     return TrialSpec(
         task=FIT_TASK[0], task_options=FIT_TASK[1], arm=parse_arm(str(cfg.degree)), budget=0,
-        depth=depth, width=cfg.fit_width, bias=False, norm="layer", activation="none",
-        residual=True, train=train_cfg, seed=0,
+        shape=NetShape(depth, cfg.fit_width, norm="layer"), train=train_cfg, seed=0,
     )  # fmt: skip
 
 

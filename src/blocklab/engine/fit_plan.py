@@ -108,7 +108,7 @@ def estimate(spec, rate: float) -> Estimate:
     n = converge.examples(spec.train, p, available)
     k = data.train.y[0].numel()
     width = max((q.shape[-1] for q in model.parameters() if q.dim() == 2), default=1)
-    activations = 8 * n * ACTIVATIONS * width * max(1, spec.depth)
+    activations = 8 * n * ACTIVATIONS * width * max(1, spec.shape.depth)
     flops = n * k * p * (p + 1)
     return Estimate(
         params=p,
@@ -215,4 +215,4 @@ def _rung_estimates(spec, rate: float) -> list[Estimate]:
     """A ladder's rungs (one estimate per depth), or the fit itself."""
     if not spec.ladder:
         return [estimate(spec, rate)]
-    return [estimate(dataclasses.replace(spec, depth=d, ladder=()), rate) for d in spec.ladder]
+    return [estimate(spec.at_depth(d, ladder=()), rate) for d in spec.ladder]

@@ -51,21 +51,13 @@ def build_model(spec: TrialSpec, data: TaskData) -> Net:
     n_in = data.input_shape[-1] if data.sequence else math.prod(data.input_shape)
     return Net(
         spec.arm,
-        spec.depth,
-        spec.width,
+        spec.shape,
         n_in,
         data.n_out,
         seq_len=data.seq_len,
         pooled=data.sequence and not data.per_position,
         bottleneck=data.bottleneck,
-        flatten=spec.flatten,
-        bias=spec.bias,
-        norm=spec.norm,
-        activation=spec.activation,
-        residual=spec.residual,
-        ff=spec.ff,
         vocab=data.vocab,
-        scaled_residual=spec.scaled_residual,
     )
 
 
@@ -163,9 +155,7 @@ def _ladder_record(spec: TrialSpec, p: _Prepared, device: str) -> dict[str, Any]
     that depth alone records it, with every rung's record under `metrics["ladder"]`."""
     rungs = converge.fit_ladder(
         spec.ladder,
-        lambda depth, seed: init_model(
-            dataclasses.replace(spec, depth=depth), p.data, device, seed
-        ),
+        lambda depth, seed: init_model(spec.at_depth(depth), p.data, device, seed),
         p.data,
         spec.train,
         spec.seed,
@@ -248,4 +238,4 @@ def code_modules(spec: TrialSpec) -> list[str]:
 
     modules = [type(make_task(spec.task, **spec.task_options)).__module__]
     modules += [type(parse_measure(text)).__module__ for text in spec.measures]
-    return modules + arm_modules(spec.arm, spec.bias)
+    return modules + arm_modules(spec.arm, spec.shape.bias)

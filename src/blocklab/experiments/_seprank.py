@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from blocklab import theory
 from blocklab.errors import UserError
 from blocklab.numerics import MAX_POINTS, RTOL
+from blocklab.specs import NetShape
 from blocklab.store import Store
 
 if TYPE_CHECKING:
@@ -62,15 +63,10 @@ def build_net(
         torch.manual_seed(seed)
         return Net(
             arm,
-            depth,
-            width,
-            n_in=dim if seq else positions * dim,
-            n_out=1,
+            NetShape(depth, width, norm=norm, residual=residual, activation="none", ff="none"),
+            dim if seq else positions * dim,
+            1,
             seq_len=positions if seq else None,
-            norm=norm,
-            residual=residual,
-            activation="none",
-            ff="none",
         )
 
 

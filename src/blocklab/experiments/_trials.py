@@ -12,31 +12,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import TYPE_CHECKING, Any
 
 from blocklab.engine.progress import Progress, display
 from blocklab.experiments import Trials
 from blocklab.options import meta
-from blocklab.specs import TrainConfig, TrialSpec
+from blocklab.specs import NetShape, TrainConfig, TrialSpec
 from blocklab.store import FINISHED, Store
 
 if TYPE_CHECKING:
     from blocklab.engine.executors import Resources
     from blocklab.specs import Arm
-
-
-@dataclass(frozen=True)
-class NetShape:
-    """Everything about a network besides its arm and the task."""
-
-    depth: int = 1
-    width: int = 32
-    norm: str = "none"
-    residual: bool = True
-    ff: str = "none"
-    activation: str = "none"
-    flatten: bool = False
 
 
 def spec(
@@ -60,16 +47,9 @@ def spec(
         task_options=dict(task_options),
         arm=arm,
         budget=budget,
-        depth=shape.depth,
-        width=shape.width,
-        bias=False,
-        norm=shape.norm,
-        activation=shape.activation,
-        residual=shape.residual,
+        shape=shape,
         train=train,
         seed=seed,
-        ff=shape.ff,
-        flatten=shape.flatten,
         measures=tuple(measures),
     )
 
@@ -147,7 +127,7 @@ def rung_rows(
     out = []
     for step in rec["metrics"]["ladder"]:
         depth = step["depth"]
-        at = replace(spec, depth=depth, budget=rungs[depth], ladder=())
+        at = spec.at_depth(depth, budget=rungs[depth], ladder=())
         r = row(at, step, ladder=True, exact_start=step["exact_start"], **keys)
         out.append({**r, "id": spec.id})
     return out
@@ -214,8 +194,8 @@ def row(spec: TrialSpec, rec: dict[str, Any], **keys: Any) -> dict[str, Any]:
         "total_params": counts.get("total"),
         # the embedding and readout, the same for every arm at a width, reported beside a budget
         "other_params": other,
-        "depth": spec.depth,
-        "width": spec.width,
+        "depth": spec.shape.depth,
+        "width": spec.shape.width,
         "lr": spec.train.lr,
         "schedule": spec.train.schedule,
         "max_steps": spec.train.steps,

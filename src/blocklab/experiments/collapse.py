@@ -25,19 +25,19 @@ from typing import Any
 from blocklab import theory
 from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
 from blocklab.options import meta, validate
-from blocklab.specs import TrainConfig
+from blocklab.specs import NetShape, TrainConfig
 from blocklab.store import Store
 
 # the switch each variant part turns on; "pure" turns on nothing
 PARTS = {"skip": {"residual": True}, "mlp": {"ff": "relu4x"}, "norm": {"norm": "layer"}}
-PURE = _trials.NetShape(norm="none", residual=False, ff="none")
+PURE = NetShape(norm="none", residual=False, ff="none")
 
 
 def _train(steps: int) -> TrainConfig:
     return TrainConfig(steps=steps, batch_size=64, lr=1e-2, eval_points=5)
 
 
-def variant_shape(variant: str, depth: int = 1, width: int = 32) -> _trials.NetShape:
+def variant_shape(variant: str, depth: int = 1, width: int = 32) -> NetShape:
     """'pure' | 'skip' | 'mlp' | 'norm' | 'skip+mlp+norm' ... -> the network's switches."""
     parts = [p.strip() for p in variant.split("+")]
     if parts == ["pure"]:

@@ -29,7 +29,7 @@ from typing import Any
 
 from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
 from blocklab.options import meta, validate
-from blocklab.specs import TrainConfig, TrialSpec
+from blocklab.specs import NetShape, TrainConfig, TrialSpec
 from blocklab.store import Store
 
 # a run's transition fit, beside its report, for `blocklab advise --fit`
@@ -113,9 +113,9 @@ def width_for(budget: float, depth: int, heads: int) -> int:
     return max(heads, heads * round(math.sqrt(budget / (12 * depth)) / heads))
 
 
-def shape(depth: int, width: int) -> _trials.NetShape:
+def shape(depth: int, width: int) -> NetShape:
     """Seed 001's common transformer layer: pre-norm, residual, a ReLU feed-forward of 4 dx."""
-    return _trials.NetShape(depth=depth, width=width, norm="layer", residual=True, ff="relu4x")
+    return NetShape(depth=depth, width=width, norm="layer", residual=True, ff="relu4x")
 
 
 def plan(cfg: DepthWidthConfig) -> list[tuple[dict[str, Any], TrialSpec]]:

@@ -21,7 +21,7 @@ from typing import Any
 from blocklab.errors import UserError
 from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials, _width_sweep
 from blocklab.options import meta, validate
-from blocklab.specs import TrainConfig
+from blocklab.specs import NetShape, TrainConfig
 from blocklab.store import Store
 
 EXPERIMENT = "mad"
@@ -203,7 +203,7 @@ def blocks(cfg: MadConfig) -> list[str]:
     return default_blocks()
 
 
-SHAPE = _trials.NetShape(depth=2, norm="layer", residual=True, ff="relu4x")
+SHAPE = NetShape(depth=2, norm="layer", residual=True, ff="relu4x")
 
 
 def nominal_degree(arm, seq_len: int) -> float | None:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
 from blocklab.options import meta, validate
-from blocklab.specs import TrainConfig
+from blocklab.specs import NetShape, TrainConfig
 from blocklab.store import Store
 
 if TYPE_CHECKING:
@@ -172,7 +172,7 @@ def random_setting(cfg: NeedleConfig, seq_len: int, tau1: float) -> dict[str, An
 
 # --- trained -----------------------------------------------------------------------------------
 
-TRAINED_SHAPE = _trials.NetShape(depth=1, norm="none", residual=False)
+TRAINED_SHAPE = NetShape(depth=1, norm="none", residual=False)
 
 
 def plan_trained(cfg: NeedleConfig):

@@ -23,7 +23,7 @@ from typing import Any
 from blocklab.errors import UserError
 from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
 from blocklab.options import meta, validate
-from blocklab.specs import TrainConfig
+from blocklab.specs import NetShape, TrainConfig
 from blocklab.store import Store
 
 EXPERIMENT = "sanford-match"
@@ -97,7 +97,7 @@ class MatchConfig:
         )
 
 
-MATCH_SHAPE = _trials.NetShape(depth=1, norm="layer", residual=True, ff="relu4x")
+MATCH_SHAPE = NetShape(depth=1, norm="layer", residual=True, ff="relu4x")
 
 
 def match_arms(width: int):

@@ -14,7 +14,7 @@ from typing import Any
 
 from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
 from blocklab.options import meta, validate
-from blocklab.specs import TrainConfig
+from blocklab.specs import NetShape, TrainConfig
 from blocklab.store import Store
 
 
@@ -56,8 +56,8 @@ class QsaConfig:
         )
 
 
-ATTENTION_SHAPE = _trials.NetShape(depth=1, norm="none", residual=True)
-FLAT_SHAPE = _trials.NetShape(depth=1, norm="none", residual=False, activation="relu", flatten=True)
+ATTENTION_SHAPE = NetShape(depth=1, norm="none", residual=True)
+FLAT_SHAPE = NetShape(depth=1, norm="none", residual=False, activation="relu", flatten=True)
 
 
 def plan(cfg: QsaConfig) -> list[tuple[dict[str, Any], Any]]:
