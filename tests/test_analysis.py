@@ -17,7 +17,7 @@ from blocklab.analysis.stats import (
     ranking_vs_theory,
     summarize,
 )
-from blocklab.analysis.summary import positive_interval
+from blocklab.analysis.summary import drawn_interval, positive_interval
 from blocklab.reports import plots, verdicts
 from blocklab.reports.degree_sweep import table, tabulate, to_json, write_report
 
@@ -316,13 +316,13 @@ def test_plots_survive_a_single_arm_and_uneven_curves(tmp_path):
     rows = [row("d=3", 0, 0.2), row("d=3", 1, None, status="diverged")]
     rows[0]["curve_step"], rows[0]["curve_val_loss"] = [0, 50], [1.0, 0.2]
     rows.append(row("mlp", 0, 0.5))
-    summaries = summarize(rows)
-    for fn, arg in [
-        (plots.metric_vs_degree, summaries),
-        (plots.learning_curves, rows),
-        (plots.ranking_vs_theory, summaries),
+    tables = tabulate(rows)
+    for fn, args in [
+        (plots.metric_vs_degree, (tables.summaries, tables.bands)),
+        (plots.learning_curves, (rows,)),
+        (plots.ranking_vs_theory, (tables.summaries,)),
     ]:
-        assert _is_png(fn(arg, tmp_path / f"{fn.__name__}.png"))
+        assert _is_png(fn(*args, tmp_path / f"{fn.__name__}.png"))
 
 
 def test_mean_curve_interpolates_and_does_not_extend_short_runs():
@@ -357,7 +357,8 @@ def test_the_terminal_table_fits_100_columns_and_the_report_keeps_every_column(t
 def test_the_degree_plot_names_only_the_arms_that_ran(values, expected, monkeypatch, tmp_path):
     figures = []
     monkeypatch.setattr(plots, "save", lambda fig, path: figures.append(fig) or path.name)
-    plots.metric_vs_degree(summarize(arms(values)), tmp_path / "m.png")
+    tables = tabulate(arms(values))
+    plots.metric_vs_degree(tables.summaries, tables.bands, tmp_path / "m.png")
     labels = {t.get_text() for t in figures[0].axes[0].get_legend().get_texts()}
     assert {x for x in labels if not x.startswith("B = ")} == expected
 
@@ -369,8 +370,8 @@ def test_a_positive_metric_keeps_its_plotted_interval_positive(monkeypatch, tmp_
     assert s.lo < 0 and s.values == (0.2, 0.6)
     lo, hi = positive_interval(s.values)
     assert 0.2 <= lo <= s.mean <= hi <= 0.6
-    [err_lo], [err_hi] = plots._yerr([s])
+    [err_lo], [err_hi] = plots._yerr([s], tabulate(arms({"d=3": [0.2, 0.6]})).bands)
     assert s.mean - err_lo >= 0.2 and s.mean + err_hi <= 0.6
     # accuracy keeps its t-interval
     [a] = summarize(arms({"d=3": [0.2, 0.6]}, metric="accuracy"))
-    assert plots._band(a) == (a.lo, a.hi)
+    assert drawn_interval(a) == (a.lo, a.hi)

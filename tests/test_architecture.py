@@ -267,71 +267,105 @@ def test_the_map_check_fails_on_a_module_left_out():
     assert _unmapped(table) == ["engine/fit_bench"]
 
 
-def _computing_writers(source: str) -> set[str]:
-    """The functions of a report module that compute a statistic while wording: those reachable
-    from `write` (or `write_report`, `to_json`) without passing through `analyze`, that call a
-    function of `blocklab.analysis` (imported by name, or through its module)."""
+def _computing_writers(sources: dict[str, str]) -> set[str]:
+    """The functions of the report modules (`sources`: name -> source) that compute a statistic
+    while wording: those reachable from a module's `write` (or `write_report`, `to_json`) without
+    passing through an `analyze`, across modules, that call a function of `blocklab.analysis`
+    (imported by name, or through its module) other than the closed-form `FORMULAS` it names."""
     import importlib
     import inspect
 
-    tree = ast.parse(source)
-    stats: set[str] = set()  # names bound to analysis functions
-    modules: dict[str, object] = {}  # names bound to analysis modules
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("blocklab.analysis"):
-            for a in node.names:
-                if node.module == "blocklab.analysis":
-                    mod = importlib.import_module(f"blocklab.analysis.{a.name}")
-                    modules[a.asname or a.name] = mod
-                elif inspect.isfunction(getattr(importlib.import_module(node.module), a.name)):
-                    stats.add(a.asname or a.name)
-    defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    def formula(module, name: str) -> bool:
+        return name in getattr(module, "FORMULAS", ())
 
-    def calls(fn: ast.FunctionDef) -> tuple[set[str], bool]:
-        local, computes = set(), False
-        for node in ast.walk(fn):
-            if isinstance(node, ast.Call):
-                f = node.func
-                if isinstance(f, ast.Name):
-                    local.add(f.id)
-                    computes |= f.id in stats
-                elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
-                    mod = modules.get(f.value.id)
-                    computes |= mod is not None and inspect.isfunction(getattr(mod, f.attr, None))
-        return local & set(defs), computes
+    info = {}
+    for mod, source in sources.items():
+        tree = ast.parse(source)
+        stats, amods, rnames, rmods = set(), {}, {}, {}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom) or not node.module:
+                continue
+            if node.module.startswith("blocklab.analysis"):
+                for a in node.names:
+                    if node.module == "blocklab.analysis":
+                        amods[a.asname or a.name] = importlib.import_module(
+                            f"{node.module}.{a.name}"
+                        )
+                        continue
+                    module = importlib.import_module(node.module)
+                    if inspect.isfunction(getattr(module, a.name, None)) and not formula(
+                        module, a.name
+                    ):
+                        stats.add(a.asname or a.name)
+            elif node.module == "blocklab.reports":
+                rmods |= {a.asname or a.name: a.name for a in node.names}
+            elif node.module.startswith("blocklab.reports."):
+                rnames |= {
+                    a.asname or a.name: (node.module.split(".")[-1], a.name) for a in node.names
+                }
+        defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        info[mod] = (stats, amods, rnames, rmods, defs)
 
-    seen, todo, bad = set(), [n for n in ("write", "write_report", "to_json") if n in defs], set()
+    def calls(mod: str, name: str):
+        stats, amods, rnames, rmods, defs = info[mod]
+        out, computes = [], False
+        for node in ast.walk(defs[name]):
+            f = getattr(node, "func", None) if isinstance(node, ast.Call) else None
+            if isinstance(f, ast.Name):
+                computes |= f.id in stats
+                target = (mod, f.id) if f.id in defs else rnames.get(f.id)
+            elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+                module = amods.get(f.value.id)
+                if module is not None and inspect.isfunction(getattr(module, f.attr, None)):
+                    computes |= not formula(module, f.attr)
+                target = (rmods[f.value.id], f.attr) if f.value.id in rmods else None
+            else:
+                target = None
+            if target and target[0] in info and target[1] in info[target[0]][4]:
+                out.append(target)
+        return out, computes
+
+    todo = [
+        (m, n) for m, i in info.items() for n in ("write", "write_report", "to_json") if n in i[4]
+    ]
+    seen, bad = set(), set()
     while todo:
-        name = todo.pop()
-        if name in seen or name == "analyze":
+        node = todo.pop()
+        if node in seen or node[1] == "analyze":
             continue
-        seen.add(name)
-        callees, computes = calls(defs[name])
+        seen.add(node)
+        out, computes = calls(*node)
         if computes:
-            bad.add(name)
-        todo += callees
+            bad.add(".".join(node))
+        todo += out
     return bad
 
 
 def test_report_writers_word_what_analyze_computed():
-    """In every report module, what `write` (or `write_report`, `to_json`) reaches without going
-    through `analyze` calls no function of `analysis/`: the writers word a typed result. The
-    rule follows calls within the module."""
-    found = {}
-    for path in sorted((SRC / "reports").glob("*.py")):
-        bad = _computing_writers(path.read_text())
-        if bad:
-            found[path.stem] = sorted(bad)
-    assert found == {}
+    """In the report modules, what a `write` (or `write_report`, `to_json`) reaches without
+    going through an `analyze`, across the report modules (figures included), calls no function
+    of `analysis/`: the writers word a typed result."""
+    sources = {p.stem: p.read_text() for p in sorted((SRC / "reports").glob("*.py"))}
+    assert _computing_writers(sources) == set()
 
 
 def test_the_writer_rule_fails_on_a_planted_statistic():
-    planted = (
+    """A figure module that computes an interval while drawing, reached from a report's write:
+    found across modules; drawing what analyze computed instead passes."""
+    report = (
         "from blocklab.analysis.summary import summarize\n"
+        "from blocklab.reports import figs\n"
         "def analyze(cfg, trials):\n    return summarize(trials.rows)\n"
-        "def _table(rows):\n    return summarize(rows)\n"
-        "def write(out, cfg, trials):\n    result = analyze(cfg, trials)\n    return _table([])\n"
+        "def write(out, cfg, trials):\n    result = analyze(cfg, trials)\n"
+        "    return figs.draw(result)\n"
     )
-    assert _computing_writers(planted) == {"_table"}
-    clean = planted.replace("return _table([])", "return result")
-    assert _computing_writers(clean) == set()
+    figs = (
+        "from blocklab.analysis.summary import positive_interval\n"
+        "def draw(result):\n    return positive_interval(result)\n"
+    )
+    assert _computing_writers({"planted": report, "figs": figs}) == {"figs.draw"}
+    clean = figs.replace("return positive_interval(result)", "return result")
+    assert _computing_writers({"planted": report, "figs": clean}) == set()
+    formula = "from blocklab.analysis.depth_width import n_transition\n"
+    formula += "def draw(r):\n    return n_transition(r)\n"
+    assert _computing_writers({"planted": report, "figs": formula}) == set()  # a FORMULAS curve

@@ -267,3 +267,11 @@ def layer_degrees(arm, degree):
         ):
             return parsed
     return (float(degree),)
+
+
+def predicted_multiplier(arm: str, degree: float | None) -> float | None:
+    """Seed 000's prediction of an arm's parameter multiplier against d = 3: equal degree proxy
+    (eq. 17) means B_X h(X) = B_3 h(3), so B_X / B_3 = h(3) / h(X). None for non-polynomial arms."""
+    if degree is None:
+        return None
+    return h(3) / h(layer_degrees(arm, degree))

@@ -22,19 +22,11 @@ from blocklab.analysis.cells import plateaued as plateaued  # read here by sanfo
 from blocklab.analysis.design import design_checks
 from blocklab.analysis.stats import Verdict
 from blocklab.specs import TrainConfig
-from blocklab.theory import h, layer_degrees
+from blocklab.theory import predicted_multiplier
 
 REFERENCE = "d=3"
 # what the theory says separates d = 3 from d = 2 and 4: the resolution a verdict must reach
 PREDICTED_EFFECT = fit_checks.RESOLUTION
-
-
-def predicted_multiplier(arm: str, degree: float | None) -> float | None:
-    """Seed 000's prediction of an arm's parameter multiplier against d = 3: equal degree proxy
-    (eq. 17) means B_X h(X) = B_3 h(3), so B_X / B_3 = h(3) / h(X). None for non-polynomial arms."""
-    if degree is None:
-        return None
-    return h(3) / h(layer_degrees(arm, degree))
 
 
 def scaling_fits(rows, n_boot: int, level: float = 0.95) -> scaling.ScalingResult:

@@ -148,6 +148,11 @@ def fit_transitions(depths, widths, errors, source=None):
     return Fit(a, b, cov, chi2, dof, chi2_red, r2, len(L), tuple(float(x) for x in L), source)
 
 
+# closed-form curves (the paper's eq. 10-11 at given depths, for a given fit): evaluating them
+# computes no statistic, so a report's figure may draw them (tests/test_architecture.py)
+FORMULAS = ("n_transition", "transition_width")
+
+
 def n_transition(depth, fit=PAPER_FIT):
     """(N, delta N) of eq. 10 at depth L (scalar or array); the error is propagated from cov."""
     L = np.asarray(depth, dtype=float)

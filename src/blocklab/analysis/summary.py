@@ -63,6 +63,15 @@ def binomial_interval(k: int, n: int, level: float = 0.95) -> dict[str, float]:
     return {"fraction": k / n, "lo": float(ci.low), "hi": float(ci.high)}
 
 
+def drawn_interval(s) -> tuple[float, float]:
+    """The interval a figure draws for a summary over seeds (`stats.Summary`): its Student-t
+    interval, or for a metric that cannot fall below zero (MSE, every value positive) the
+    bootstrap interval of `positive_interval`, which cannot either."""
+    if s.metric == "mse" and all(v > 0 for v in s.values):
+        return positive_interval(s.values)
+    return s.lo, s.hi
+
+
 def positive_interval(values, level=0.95, draws=4000):
     """(lo, hi): a percentile bootstrap interval of the mean of positive values (an MSE over
     seeds). Resampled means stay within the values' range, so the interval stays positive where

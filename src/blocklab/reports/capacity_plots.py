@@ -10,8 +10,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from blocklab.analysis.capacity import predicted_multiplier
 from blocklab.reports.plots import colors, save
+from blocklab.theory import predicted_multiplier
 
 
 def _arm_key(capacity):

@@ -23,6 +23,7 @@ from blocklab.analysis.stats import (
     ranking_vs_theory,
     summarize,
 )
+from blocklab.analysis.summary import drawn_interval
 from blocklab.engine.provenance import provenance
 from blocklab.formatting import config_json, markdown_table, plain, short, with_spread
 from blocklab.reports import Report, Status, plots, referee
@@ -220,11 +221,14 @@ class Tables:
     verdicts: list[Verdict]
     rankings: list[Any]
     alpha: float
+    # (task, budget, arm) -> the interval the figures draw (`analysis.summary.drawn_interval`)
+    bands: dict[tuple[str, int, str], tuple[float, float]]
 
 
 def tabulate(rows, alpha=0.05) -> Tables:
     summaries = summarize(rows)
-    return Tables(rows, summaries, compare(rows, alpha), ranking_vs_theory(summaries), alpha)
+    bands = {(s.task, s.budget, s.arm): drawn_interval(s) for s in summaries}
+    return Tables(rows, summaries, compare(rows, alpha), ranking_vs_theory(summaries), alpha, bands)
 
 
 def write_report(
@@ -239,7 +243,7 @@ def write_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summaries, verdicts, rankings = tables.summaries, tables.verdicts, tables.rankings
-    plots.metric_vs_degree(summaries, out / "metric_vs_degree.png")
+    plots.metric_vs_degree(summaries, tables.bands, out / "metric_vs_degree.png")
     plots.learning_curves(rows, out / "learning_curves.png")
     plots.ranking_vs_theory(summaries, out / "ranking_vs_theory.png")
     if capacity is not None:

@@ -6,8 +6,9 @@ import math
 from typing import Any
 
 from blocklab.analysis import capacity as cap
-from blocklab.analysis.capacity import PREDICTED_EFFECT, predicted_multiplier
+from blocklab.analysis.capacity import PREDICTED_EFFECT
 from blocklab.formatting import markdown_table
+from blocklab.theory import predicted_multiplier
 
 STATUS_WIDTH = 100  # the terminal's columns: the status line fits in one
 # what to change where a check failed, in a few words (the design checks above say more)

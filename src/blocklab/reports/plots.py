@@ -14,7 +14,6 @@ import numpy as np
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter
 
-from blocklab.analysis.summary import positive_interval
 from blocklab.theory import h, layer_degrees, optimal_degree
 
 DPI = 120
@@ -89,19 +88,14 @@ def _degree_xlim(ax, degrees):
     ax.set_xlim(min(degrees) - 0.3, max(degrees) + 0.3)
 
 
-def _positive(s) -> bool:
-    """A metric that cannot fall below zero (MSE): its interval is drawn so that it cannot."""
-    return s.metric == "mse" and all(v > 0 for v in s.values)
+def _band(s, bands) -> tuple[float, float]:
+    """The interval the analysis chose to draw for `s` (`analysis.summary.drawn_interval`)."""
+    return bands[(s.task, s.budget, s.arm)]
 
 
-def _band(s) -> tuple[float, float]:
-    """The interval a plot draws: the t-interval, or for a positive metric the bootstrap one."""
-    return positive_interval(s.values) if _positive(s) else (s.lo, s.hi)
-
-
-def _yerr(summaries):
+def _yerr(summaries, bands):
     # Asymmetric bars from the interval; a single seed has no interval, so no bar.
-    bands = [_band(s) for s in summaries]
+    bands = [_band(s, bands) for s in summaries]
     lo = [
         s.mean - b[0] if math.isfinite(b[0]) else 0.0 for s, b in zip(summaries, bands, strict=True)
     ]
@@ -125,8 +119,9 @@ def _pure_and_mixed(group):
 MIXED = dict(marker="s", markerfacecolor="none", linestyle="none")
 
 
-def metric_vs_degree(summaries, path):
-    """Mean test metric (95% interval bars) vs degree, one panel per task, one line per budget."""
+def metric_vs_degree(summaries, bands, path):
+    """Mean test metric (95% interval bars) vs degree, one panel per task, one line per budget;
+    `bands` maps each (task, budget, arm) to the interval drawn."""
     summaries = [s for s in summaries if math.isfinite(s.mean)]
     tasks = sorted({s.task for s in summaries}) or ["(no finished trials)"]
     fig, axes = plt.subplots(
@@ -136,28 +131,29 @@ def metric_vs_degree(summaries, path):
     for ax, task in zip(axes[0], tasks, strict=True):
         mine = [s for s in summaries if s.task == task]
         for budget in sorted({s.budget for s in mine}):
-            _budget_line(ax, [s for s in mine if s.budget == budget], budget, color[budget])
+            at = [s for s in mine if s.budget == budget]
+            _budget_line(ax, at, budget, color[budget], bands)
         _degree_xlim(ax, [s.degree for s in mine if s.degree is not None])
         _mark_e(ax)
         _label_metric_panel(ax, task, mine)
     return save(fig, path)
 
 
-def _budget_line(ax, at, budget, c):
+def _budget_line(ax, at, budget, c, bands):
     """One budget's arms: the uniform ones as a line, mixed stacks as open squares, an arm
     without a degree as a horizontal reference level with its interval as a band."""
     pure, mixed = _pure_and_mixed(at)
     label = f"B = {budget:,}"
     if pure:
-        x, y, yerr = [s.degree for s in pure], [s.mean for s in pure], _yerr(pure)
+        x, y, yerr = [s.degree for s in pure], [s.mean for s in pure], _yerr(pure, bands)
         ax.errorbar(x, y, yerr=yerr, color=c, marker="o", capsize=3, label=label)
     if mixed:
-        x, y, yerr = [s.degree for s in mixed], [s.mean for s in mixed], _yerr(mixed)
+        x, y, yerr = [s.degree for s in mixed], [s.mean for s in mixed], _yerr(mixed, bands)
         ax.errorbar(x, y, yerr=yerr, color=c, capsize=3, label=None if pure else label, **MIXED)
     for s in at:
         if s.degree is None:
             ax.axhline(s.mean, color=c, linestyle="--", linewidth=1)
-            lo, hi = _band(s)
+            lo, hi = _band(s, bands)
             if math.isfinite(lo):
                 ax.axhspan(lo, hi, color=c, alpha=0.12, linewidth=0)
 
