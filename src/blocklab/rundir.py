@@ -13,7 +13,6 @@ index of runs read the status from `run.json`, never from a heading of the repor
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +23,11 @@ REPORT = "report.md"
 PAGE = "index.html"
 
 
-@dataclass(frozen=True)
 class RunDir:
-    path: Path
+    """One run directory, `path`: its files' paths, its record, its status."""
 
     def __init__(self, path: str | Path):
-        object.__setattr__(self, "path", Path(path))
+        self.path = Path(path)
 
     @property
     def run_file(self) -> Path:

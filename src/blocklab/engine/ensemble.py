@@ -127,14 +127,15 @@ class StackedAdamW:
         rate = {**like, "dtype": torch.float64 if like["device"].type == "cpu" else torch.float32}
         self.base = torch.tensor(lrs, **rate)  # (E,)
         self.lr = torch.zeros(size, **rate)  # (E,) this step's rates
-        # (E,) gradients are multiplied by it, in their own dtype
-        self.clip = torch.ones(size, dtype=params[0].dtype, device=params[0].device)
+        # (E,) each member's clipping factor, its gradients multiplied by it in their own dtype
+        self.coef = torch.ones(size, dtype=params[0].dtype, device=params[0].device)
         self.frozen = torch.zeros(size, **like)  # (E,) 1.0: the kernel skips the member
         self.count = torch.zeros((), **like)  # the step the kernels read, not advance
+        self.counts = [self.count] * len(params)  # one per parameter, as the kernel takes them
         self.t = 0  # members step together until they stop, so one count serves all
         self.members = [
             tuple([t.detach()[e] for t in group] for group in self._state(grads=True))
-            + (self.lr[e], self.clip[e], self.frozen[e])
+            + (self.lr[e], self.coef[e], self.frozen[e])
             for e in range(size)
         ]
 
@@ -174,7 +175,7 @@ class StackedAdamW:
         self.count.fill_(self.t)
         torch.mul(self.base, factor, out=self.lr)
         # nn.utils.clip_grad_norm_'s factor
-        torch.clamp(clip / (norms.to(self.clip.dtype) + 1e-6), max=1.0, out=self.clip)
+        torch.clamp(clip / (norms.to(self.coef.dtype) + 1e-6), max=1.0, out=self.coef)
         self.frozen.copy_(~live)
         for ps, grads, exp_avg, exp_avg_sq, lr, coef, frozen in self.members:
             torch._foreach_mul_(grads, coef)
@@ -184,7 +185,7 @@ class StackedAdamW:
                 exp_avg,
                 exp_avg_sq,
                 [],
-                [self.count] * len(ps),
+                self.counts,
                 lr=lr,
                 beta1=self.betas[0],
                 beta2=self.betas[1],

@@ -163,8 +163,8 @@ class LocalExecutor(Executor):
             _stop(pool)
             raise
         finally:
-            for path in (report, slots):
-                with contextlib.suppress(OSError, TypeError):
+            for path in filter(None, (report, slots)):
+                with contextlib.suppress(OSError):
                     os.remove(path)
         pool.shutdown()
 

@@ -252,8 +252,8 @@ class DeviceMonitors:
         """Hand the pending steps to the monitors, in order; the members still training."""
         if self.steps:
             read = torch.stack(self.values).tolist()  # (steps, 2, E): the one transfer
+            monitors = self.monitors
             for step, (losses, norms) in zip(self.steps, read, strict=True):
-                monitors = self.monitors
                 self.alive = [e for e in self.alive if monitors[e].step(step, losses[e], norms[e])]
             self.steps, self.values = [], []
         return self.alive

@@ -14,7 +14,7 @@ from typing import Any
 
 from blocklab.analysis.capacity import CapacityResult, Outcome
 from blocklab.analysis.capacity import analyze as analyze_capacity
-from blocklab.analysis.pilot import pilot
+from blocklab.analysis.pilot import Pilot, pilot
 from blocklab.analysis.stats import (
     TEST,
     Summary,
@@ -321,7 +321,7 @@ class Result:
     # per (task, budget, arm) the test metric over seeds; per (task, budget) the paired tests
     tables: Tables
     capacity: CapacityResult  # design checks, scaling fits, efficiency and the verdict
-    pilot: Any  # the spreads a larger run is sized by (`analysis.pilot`)
+    pilot: Pilot  # the spreads a larger run is sized by
     # second-order fits: each cell's first trial refitted by the other optimizer
     referee: list[dict[str, Any]] = field(default_factory=list)
     # arm -> the rank of its input Jacobian measured before the fits (`input_ranks`)
