@@ -9,10 +9,12 @@ import contextlib
 import fcntl
 import functools
 import os
+from dataclasses import replace
 
 import pytest
 
 from _plots import check_labels
+from blocklab.experiments.degree_sweep import SHAPE
 
 
 def pytest_configure(config):
@@ -81,10 +83,9 @@ def tiny_searched_sweep():
         degrees=("2",),
         baselines=(),
         budgets=(24,),
-        width=2,
-        norm="none",
         seeds=2,
         lr_grid=(0.01, 0.03),
         lr_extend=0,
         train=TrainConfig(steps=4, batch_size=16, eval_points=2),
+        shape=replace(SHAPE, width=2, norm="none"),
     )

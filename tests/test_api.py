@@ -80,6 +80,11 @@ def test_run_checks_the_config_as_the_command_line_does(tmp_path):
         run("degree-sweep", out=tmp_path, step=5)
     with pytest.raises(UserError, match="restarts is not used"):  # a nested table given whole
         run("degree-sweep", out=tmp_path, train={"optimizer": "adam", "restarts": 2})
+    # a shape key, flat as its flag or in its table, lands in the shape the checks read
+    with pytest.raises(UserError, match="shape.width is not used"):
+        run("degree-sweep", out=tmp_path, mode="depth", budgets=(800,), width=8)
+    with pytest.raises(UserError, match="shape.scaled_residual is not used"):
+        run("degree-sweep", out=tmp_path, shape={"residual": False, "scaled_residual": True})
     with pytest.raises(UserError, match="did you mean 'degree-sweep'"):
         run("degree-swep", out=tmp_path)
     with pytest.raises(UserError, match="budget"):

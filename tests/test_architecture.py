@@ -304,21 +304,40 @@ def _computing_writers(sources: dict[str, str]) -> set[str]:
                     a.asname or a.name: (node.module.split(".")[-1], a.name) for a in node.names
                 }
         defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-        info[mod] = (stats, amods, rnames, rmods, defs)
+        # module-level names bound to a value (a table of functions dispatched by type)
+        tables = {
+            t.id: n.value
+            for n in tree.body
+            if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+            if isinstance(t, ast.Name)
+        }
+        info[mod] = (stats, amods, rnames, rmods, defs, tables)
 
     def calls(mod: str, name: str):
-        stats, amods, rnames, rmods, defs = info[mod]
+        """The functions `name` reaches and whether it computes: a function named in it, called
+        or not (passed on, or looked up in a module-level table such as {type: writer}), is
+        reached, and an analysis function named in it computes."""
+        stats, amods, rnames, rmods, defs, tables = info[mod]
         out, computes = [], False
-        for node in ast.walk(defs[name]):
-            f = getattr(node, "func", None) if isinstance(node, ast.Call) else None
-            if isinstance(f, ast.Name):
-                computes |= f.id in stats
-                target = (mod, f.id) if f.id in defs else rnames.get(f.id)
-            elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
-                module = amods.get(f.value.id)
-                if module is not None and inspect.isfunction(getattr(module, f.attr, None)):
-                    computes |= not formula(module, f.attr)
-                target = (rmods[f.value.id], f.attr) if f.value.id in rmods else None
+        nodes = list(ast.walk(defs[name]))
+        # its parameters and assigned names shadow the module's (`findings` the argument)
+        local = {a.arg for a in ast.walk(defs[name].args) if isinstance(a, ast.arg)}
+        local |= {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        for node in list(nodes):
+            if isinstance(node, ast.Name) and node.id in tables and node.id not in local:
+                nodes += ast.walk(tables[node.id])
+        for node in nodes:
+            if isinstance(node, ast.Name) and node.id in local:
+                continue
+            if isinstance(node, ast.Name):
+                computes |= node.id in stats
+                target = (mod, node.id) if node.id in defs else rnames.get(node.id)
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                module = amods.get(node.value.id)
+                if module is not None and inspect.isfunction(getattr(module, node.attr, None)):
+                    computes |= not formula(module, node.attr)
+                target = (rmods[node.value.id], node.attr) if node.value.id in rmods else None
             else:
                 target = None
             if target and target[0] in info and target[1] in info[target[0]][4]:
@@ -366,6 +385,14 @@ def test_the_writer_rule_fails_on_a_planted_statistic():
     assert _computing_writers({"planted": report, "figs": figs}) == {"figs.draw"}
     clean = figs.replace("return positive_interval(result)", "return result")
     assert _computing_writers({"planted": report, "figs": clean}) == set()
+    # a writer looked up in a table by type, as a report words each design check
+    table = (
+        "from blocklab.analysis.summary import positive_interval\n"
+        "def _band(result):\n    return positive_interval(result)\n"
+        "WORDS = {list: _band}\n"
+        "def draw(result):\n    return WORDS[type(result)](result)\n"
+    )
+    assert _computing_writers({"planted": report, "figs": table}) == {"figs._band"}
     formula = "from blocklab.analysis.depth_width import n_transition\n"
     formula += "def draw(r):\n    return n_transition(r)\n"
     assert _computing_writers({"planted": report, "figs": formula}) == set()  # a FORMULAS curve

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from blocklab.analysis import capacity, design
 from blocklab.analysis.stats import compare
 from blocklab.cli import main
 from blocklab.experiments import degree_sweep
+from blocklab.experiments.degree_sweep import SHAPE
 from blocklab.reports.capacity import capacity_json, detail
 from blocklab.reports.multipliers import status_line
 from blocklab.store import Store
@@ -214,11 +216,11 @@ def _one_arm(lr_grid, steps, **kw):
         degrees=("3",),
         baselines=(),
         budgets=(192,),
-        width=4,
         seeds=1,
         lr_grid=lr_grid,
         train=degree_sweep.TrainConfig(steps=steps, batch_size=32, eval_points=4),
         **kw,
+        shape=replace(SHAPE, width=4),
     )
 
 
@@ -329,10 +331,14 @@ def test_budget_tol_lets_depth_mode_meet_budgets_no_width_meets_within_2_percent
     from blocklab.errors import UserError
 
     budgets = (292, 584, 1168, 2336)
-    strict = degree_sweep.DegreeSweepConfig(mode="depth", depth=2, budgets=budgets, budget_tol=0.02)
+    strict = degree_sweep.DegreeSweepConfig(
+        mode="depth", budgets=budgets, budget_tol=0.02, shape=replace(SHAPE, depth=2)
+    )
     with pytest.raises(UserError, match="within 2%"):
         degree_sweep.plan(strict)
-    cfg = degree_sweep.DegreeSweepConfig(mode="depth", depth=2, budgets=budgets, budget_tol=0.15)
+    cfg = degree_sweep.DegreeSweepConfig(
+        mode="depth", budgets=budgets, budget_tol=0.15, shape=replace(SHAPE, depth=2)
+    )
     shapes = degree_sweep.plan(cfg)
     assert {s.depth for _, s in shapes.values()} == {2}
     assert all(abs(s.deviation) <= 0.15 for _, s in shapes.values())

@@ -183,8 +183,8 @@ def test_a_list_flag_checks_each_name_in_either_spelling():
 
 def test_a_config_file_is_held_to_the_same_choices(tmp_path):
     path = tmp_path / "bad.toml"
-    for key in ("norm", "mode", "activation", "ff"):
-        path.write_text(f'{key} = "bogus"\n')
+    for table, key in (("shape", "norm"), ("", "mode"), ("shape", "activation"), ("shape", "ff")):
+        path.write_text(f'[{table}]\n{key} = "bogus"\n' if table else f'{key} = "bogus"\n')
         with pytest.raises(UserError, match=f"{key} must be one of"):
             config.resolve(DegreeSweepConfig, DegreeSweepConfig(), str(path), {})
     path.write_text('[train]\noptimizer = "sgd"\n')

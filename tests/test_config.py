@@ -7,7 +7,7 @@ import pytest
 from blocklab import config, options
 from blocklab.errors import UserError
 from blocklab.experiments.degree_sweep import DegreeSweepConfig
-from blocklab.specs import TrainConfig
+from blocklab.specs import NetShape, TrainConfig
 
 
 def test_unknown_key_suggests():
@@ -21,9 +21,10 @@ def test_coercion_from_strings():
     assert train.lr == 1e-3 and type(train.lr) is float
     assert train.threshold is None
     cfg = options.build(
-        DegreeSweepConfig, {"bias": "true", "residual": "off", "degrees": "2,3", "budgets": "5,6"}
+        DegreeSweepConfig,
+        {"shape": {"bias": "true", "residual": "off"}, "degrees": "2,3", "budgets": "5,6"},
     )
-    assert cfg.bias is True and cfg.residual is False
+    assert cfg.shape.bias is True and cfg.shape.residual is False
     assert cfg.degrees == ("2", "3")
     assert cfg.budgets == (5, 6)
 
@@ -169,7 +170,7 @@ def test_field_rules():
     with pytest.raises(ValueError, match="budgets must be a list"):
         DegreeSweepConfig(budgets=3000)
     with pytest.raises(ValueError, match="norm must be one of"):
-        DegreeSweepConfig(norm="batch")
+        NetShape(norm="batch")
 
 
 def test_number_flags_state_their_rules():
@@ -201,9 +202,16 @@ def test_keys_the_config_does_not_read_fail(tmp_path):
     adam_flags = {"train": {"optimizer": "adam", "restarts": "3"}}
     with pytest.raises(UserError, match="train.restarts is not used by .*second-order"):
         config.resolve(DegreeSweepConfig, defaults, None, adam_flags)
-    with pytest.raises(UserError, match="depth is not used"):
-        config.resolve(DegreeSweepConfig, defaults, None, {"depth": "8"})
+    with pytest.raises(UserError, match="shape.depth is not used"):
+        config.resolve(DegreeSweepConfig, defaults, None, {"shape": {"depth": "8"}})
     deep = config.resolve(
-        DegreeSweepConfig, defaults, None, {"mode": "depth", "depth": "8", "budgets": ["800"]}
+        DegreeSweepConfig,
+        defaults,
+        None,
+        {"mode": "depth", "shape": {"depth": "8"}, "budgets": ["800"]},
     )
-    assert deep.depth == 8
+    assert deep.shape.depth == 8 and deep.shape.norm == defaults.shape.norm
+    # a nested key at the top of a file is sent to its table, not called unknown
+    flat = write(tmp_path, 'mode = "depth"\ndepth = 8\n')
+    with pytest.raises(UserError, match=r"'depth' belongs in the \[shape\] table \(shape.depth\)"):
+        config.resolve(DegreeSweepConfig, defaults, flat, {})

@@ -6,10 +6,16 @@ from __future__ import annotations
 
 import json
 import types
+from dataclasses import replace
 
 import pytest
 
-from blocklab.experiments.degree_sweep import DegreeSweepConfig, DegreeSweepTrials, TrainConfig
+from blocklab.experiments.degree_sweep import (
+    SHAPE,
+    DegreeSweepConfig,
+    DegreeSweepTrials,
+    TrainConfig,
+)
 from blocklab.formatting import plain
 from blocklab.reports import degree_sweep
 from test_capacity_fits import BUDGETS, fit_rows, referee_rows
@@ -21,10 +27,10 @@ def config(optimizer="lm"):
         degrees=("2", "3", "4"),
         budgets=BUDGETS,
         seeds=3,
-        width=8,
         n_boot=50,
         ladder="off",
         train=train,
+        shape=replace(SHAPE, width=8),
     )
 
 

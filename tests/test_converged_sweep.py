@@ -3,6 +3,7 @@ a record of one holds, and known answers through the trial path."""
 
 import dataclasses
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -10,7 +11,7 @@ import blocklab
 from blocklab.engine import converge, trial
 from blocklab.errors import UserError
 from blocklab.experiments import degree_sweep
-from blocklab.experiments.degree_sweep import DegreeSweepConfig
+from blocklab.experiments.degree_sweep import SHAPE, DegreeSweepConfig
 from blocklab.models import parse_arm
 from blocklab.specs import NetShape, TrainConfig, TrialSpec, ensemble_key
 
@@ -108,11 +109,10 @@ def test_a_sweep_of_fits_searches_no_rate_and_referees_each_cell(tmp_path):
         degrees=("2", "3"),
         baselines=(),
         budgets=(24, 48),
-        width=2,
-        norm="none",
         seeds=2,
         ladder="off",  # fresh fits per budget, each cell refereed
         train=TrainConfig(optimizer="lm", steps=6, restarts=2),
+        shape=replace(SHAPE, width=2, norm="none"),
     )
     trials = degree_sweep.run(cfg, Store(tmp_path), progress=False)
     assert trials.lr_choice == {} and not trials.failed

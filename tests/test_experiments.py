@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import replace
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from scipy import stats
 from blocklab.analysis.power import seeds_for, t_test_power
 from blocklab.cli import main
 from blocklab.experiments import _trials, needle, sanford_match, sanford_qsa
+from blocklab.experiments.degree_sweep import SHAPE
 from blocklab.models import parse_arm
 from blocklab.reports import needle as needle_report
 from blocklab.reports import sanford_qsa as qsa_report
@@ -268,8 +270,8 @@ def test_degree_sweep_accepts_attention_arms():
             "softmax_attention",
         ),
         budgets=(2048,),
-        width=16,
         budget_tol=0.02,
+        shape=replace(SHAPE, width=16),
     )
     shapes = plan(cfg)
     degrees = {label: arm.degree for (_, label), (arm, _) in shapes.items()}

@@ -12,11 +12,12 @@ from blocklab.cli.main import main
 from blocklab.engine import fit_plan
 from blocklab.errors import UserError
 from blocklab.experiments import _degree_plan
-from blocklab.experiments.degree_sweep import DegreeSweepConfig, _spec
+from blocklab.experiments.degree_sweep import SHAPE, DegreeSweepConfig, _spec
 
 
-def _specs(**kw) -> list:
-    cfg = DegreeSweepConfig(**kw)
+def _specs(width: int | None = None, **kw) -> list:
+    shape = SHAPE if width is None else dataclasses.replace(SHAPE, width=width)
+    cfg = DegreeSweepConfig(shape=shape, **kw)
     shapes = _degree_plan.plan(cfg)
     if cfg.staged:
         return [s for _, s in _degree_plan.ladders(cfg, shapes, _spec)]

@@ -6,7 +6,15 @@ import pytest
 import torch
 
 from blocklab.errors import UserError
-from blocklab.models import Net, block_params, layer_blocks, mixes_tokens, parse_arm, parse_degree
+from blocklab.models import (
+    Layer,
+    Net,
+    block_params,
+    layer_blocks,
+    mixes_tokens,
+    parse_arm,
+    parse_degree,
+)
 from blocklab.specs import NetShape
 
 
@@ -104,10 +112,16 @@ def test_same_seed_same_net():
         assert torch.equal(make(seed=3)(x), make(seed=3)(x))
 
 
-@pytest.mark.parametrize("kw", [{"norm": "batch"}, {"activation": "sigmoid"}])
-def test_unknown_norm_or_activation(kw):
-    with pytest.raises(UserError):
-        make(**kw)
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [("norm", "batch", "norm"), ("activation", "sigmoid", "activation"), ("ff", "gelu8x", "ff")],
+)
+def test_an_unknown_switch_is_refused_by_the_shape_and_by_a_layer(key, value, words):
+    with pytest.raises(ValueError, match=f"{words} must be one of"):
+        NetShape(**{key: value})
+    switches = {"norm": "layer", "activation": "none", "ff": "none", key: value}
+    with pytest.raises(UserError, match="must be one of"):
+        Layer(torch.nn.Identity(), 8, residual=True, **switches)
 
 
 # --- sequence networks and the transformer switches ----------------------------------------
@@ -202,17 +216,6 @@ def test_mixer_gets_the_sequence_length():
     net = Net(parse_arm("mixer"), NetShape(2, 8, norm="layer"), 5, 3, seq_len=7)
     assert net(torch.randn(2, 7, 5)).shape == (2, 7, 3)
     assert block_params(parse_arm("mixer"), 2, 8, seq_len=7) == net.param_counts()["blocks"]
-
-
-def test_unknown_feed_forward():
-    with pytest.raises(UserError, match="feed-forward"):
-        Net(
-            parse_arm("softmax_attention"),
-            NetShape(1, 8, ff="gelu8x", norm="layer"),
-            5,
-            3,
-            seq_len=4,
-        )
 
 
 def test_scaled_residual_divides_each_branch_by_sqrt_depth():

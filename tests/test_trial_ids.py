@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from blocklab.models import parse_arm
+from blocklab.options import meta
 from blocklab.specs import SINCE, NetShape, TrainConfig, TrialSpec
 
 CASES = json.loads((Path(__file__).parent / "data" / "trial_ids.json").read_text())
@@ -49,3 +50,36 @@ def test_a_new_shape_switch_at_its_default_keeps_every_id(monkeypatch):
         assert wide.id == case["id"]
         gated = dataclasses.replace(wide, shape=dataclasses.replace(wide.shape, gate=True))
         assert gated.id != case["id"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Gated(NetShape):
+    gate: bool = dataclasses.field(
+        default=False, metadata={**meta("a gate after each block"), SINCE: False}
+    )
+
+
+def test_a_new_shape_switch_is_a_flag_and_a_config_key_that_reaches_the_trial(tmp_path):
+    """The same one field is the degree sweep's `--gate` flag and its `[shape] gate` key, and it
+    reaches every trial the sweep plans: no other place declares or copies it."""
+    import argparse
+
+    from blocklab import config
+    from blocklab.experiments.degree_sweep import SHAPE, DegreeSweepConfig, _spec, plan
+
+    @dataclasses.dataclass(frozen=True)
+    class GatedSweep(DegreeSweepConfig):
+        shape: Gated = Gated(**dataclasses.asdict(SHAPE))
+
+    parser = argparse.ArgumentParser()
+    config.add_flags(parser, GatedSweep)
+    assert "a gate after each block (default: False)" in parser.format_help()
+    flags = config.overrides(parser.parse_args(["--gate"]), GatedSweep)
+    assert flags == {"shape": {"gate": True}}
+    toml = tmp_path / "c.toml"
+    toml.write_text("[shape]\ngate = true\n")
+    for path, given in ((None, flags), (str(toml), {})):
+        cfg = config.resolve(GatedSweep, GatedSweep(), path, given)
+        specs = [_spec(cfg, arm, shape, 0.01, 0) for arm, shape in plan(cfg).values()]
+        assert specs and all(s.shape.gate for s in specs)
+    assert not _spec(GatedSweep(), *next(iter(plan(GatedSweep()).values())), 0.01, 0).shape.gate

@@ -48,6 +48,12 @@ def _dig(record: dict[str, Any], keys: tuple[str, ...]) -> Any:
     return value
 
 
+def column(record: dict[str, Any], name: str) -> Any:
+    """A `FRONT` column of one stored record (None where it lacks it): the one place a stored
+    name, like the count `params.blocks`, becomes the name rows and tables use."""
+    return _dig(record, FRONT[name])
+
+
 def flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
     if isinstance(value, dict):
         for k, v in value.items():

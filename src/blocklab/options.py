@@ -93,12 +93,28 @@ def build(cls: type[D], values: Mapping[str, Any] | None = None, what: str = "")
     kwargs = {}
     for key, value in values.items():
         if key not in fields:
+            home = _nested_home(cls, key)
+            if home:  # `norm = ...` at the top of a file whose config nests it under [shape]
+                raise UserError(
+                    f"{what or cls.__name__} option {key!r} belongs in the [{home}] table "
+                    f"({home}.{key})"
+                )
             raise _unknown(key, sorted(fields), what or cls.__name__)
         kwargs[key] = _coerce(value, hints[key], key, what or cls.__name__)
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:
         raise UserError(f"{what or cls.__name__}: {exc}") from None
+
+
+def _nested_home(cls: type, key: str) -> str | None:
+    """The field of `cls` holding a nested config that has `key`, if one does."""
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp) and key in {g.name for g in dataclasses.fields(tp)}:
+            return f.name
+    return None
 
 
 RULES = ("ge", "gt", "le", "lt", "choices", "min_len", "unbounded")

@@ -223,16 +223,41 @@ class NetShape:
     that a trial chooses. One object, held whole by `TrialSpec` and read whole by `Net`; a new
     switch is one field here (with `SINCE` in its metadata, so stored trials keep their ids)."""
 
-    depth: int = 1
-    width: int = 32
-    bias: bool = False
-    norm: str = "none"
-    activation: str = "none"
-    residual: bool = True
-    ff: str = "none"  # feed-forward sublayer per layer (FEED_FORWARD)
-    flatten: bool = False  # a sequence task fed as one flat vector (fully connected baseline)
-    # residual branches times 1/sqrt(depth) (models.Net)
-    scaled_residual: bool = field(default=False, metadata={SINCE: False})
+    depth: int = field(default=1, metadata=meta("layers in the stack", ge=1))
+    width: int = field(default=32, metadata=meta("layer width (the model dimension)", ge=1))
+    bias: bool = field(default=False, metadata=meta("biases inside the polynomial factors"))
+    norm: str = field(
+        default="none",
+        metadata=meta(f"normalization: {', '.join(NORMS)}", choices=NORMS),
+    )
+    activation: str = field(
+        default="none",
+        metadata=meta(
+            f"activation after each block: {', '.join(ACTIVATIONS)}", choices=ACTIVATIONS
+        ),
+    )
+    residual: bool = field(default=True, metadata=meta("residual connection around each layer"))
+    ff: str = field(
+        default="none",
+        metadata=meta(
+            f"feed-forward sublayer per layer, counted in the budget: {', '.join(FEED_FORWARD)}",
+            choices=tuple(FEED_FORWARD),
+        ),
+    )
+    flatten: bool = field(
+        default=False,
+        metadata=meta("a sequence task fed as one flat vector (a fully connected baseline)"),
+    )
+    scaled_residual: bool = field(
+        default=False,
+        metadata={
+            **meta("residual branches times 1/sqrt(depth), so deep stacks train like shallow ones"),
+            SINCE: False,
+        },
+    )
+
+    def __post_init__(self):
+        validate(self)
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,8 @@ class LrEdge(Check):
 @dataclass(frozen=True)
 class WidthMatch(Check):
     width: int | None  # the nominal width; None in depth mode, which solves it per arm
-    moved: tuple[tuple[str, int, int], ...]  # (arm, budget, width) more than WIDTH_SLACK off
+    moved: tuple[tuple[str, int, int], ...]  # (arm, budget, width) more than `slack` off
+    slack: int  # how far a width may move from it (`width_slack`)
 
 
 @dataclass(frozen=True)
@@ -115,17 +116,18 @@ class Replicates(Check):
 
 def width_check(rows, width: int | None) -> WidthMatch:
     """Width mode compares degrees at one width; `width` None (depth mode) solves it by design."""
+    slack = width_slack(width) if width is not None else 0
     moved = sorted(
         {
             (r["arm"], int(r["budget"]), int(r["width"]))
             for r in rows
             if width is not None
             and r.get("width") is not None
-            and abs(int(r["width"]) - width) > width_slack(width)
+            and abs(int(r["width"]) - width) > slack
         },
         key=lambda t: (t[1], t[0]),
     )
-    return WidthMatch(name="width_matched", passed=not moved, width=width, moved=tuple(moved))
+    return WidthMatch("width_matched", not moved, width=width, moved=tuple(moved), slack=slack)
 
 
 def _least(stats, key: str) -> tuple[tuple[str, int, float], ...]:

@@ -7,6 +7,7 @@ report (the report module), print it or its JSON.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import shlex
@@ -35,7 +36,13 @@ def add_parser(sub, experiment: type[Experiment], command: Command) -> None:
         description += f" The quick form (the defaults) took {command.measured} on 2 CPU cores."
     p = sub.add_parser(command.words.split()[-1], help=command.help, description=description)
     design = p.add_argument_group("design", "the defaults < a --config file < these flags")
-    training = p.add_argument_group("training")
+    # a nested config's flags under its own heading: its TOML table's name
+    nested = {"shape": "network", "train": "training"}
+    groups = {
+        f.name: p.add_argument_group(nested[f.name], f"[{f.name}] in a --config file")
+        for f in dataclasses.fields(experiment.Config)
+        if f.name in nested
+    }
     execution = p.add_argument_group("execution")
     output = p.add_argument_group("output")
     design.add_argument("--config", help="TOML file with config keys (flags override it)")
@@ -55,9 +62,7 @@ def add_parser(sub, experiment: type[Experiment], command: Command) -> None:
             metavar="KEY=VALUE",
             help="task option, repeatable (e.g. --task-option n_in=8)",
         )
-    cfgmod.add_flags(
-        design, experiment.Config, skip=experiment.no_flags, groups={"train": training}
-    )
+    cfgmod.add_flags(design, experiment.Config, skip=experiment.no_flags, groups=groups)
     if experiment.pool:
         _pool_flags(execution)
     reuse = execution.add_mutually_exclusive_group()

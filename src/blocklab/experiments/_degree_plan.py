@@ -75,12 +75,12 @@ def input_ranks(cfg, shapes, spec) -> dict[str, dict[str, Any]]:
         low = ", ".join(f"{v:.2g}" for v in r["singular_values"])
         fix = (
             f"a width of {r['inputs'] + 1} or more, or --norm rms"
-            if cfg.norm == "layer"
+            if cfg.shape.norm == "layer"
             else f"a width of {r['inputs']} or more"
         )
         raise UserError(
             f"NO VERDICT: design check input_rank failed before any fit: {arm} at width "
-            f"{r['width']} with {cfg.norm} norm sees {r['rank']} of the task's {r['inputs']} "
+            f"{r['width']} with {cfg.shape.norm} norm sees {r['rank']} of the task's {r['inputs']} "
             f"input directions (input Jacobian singular values {low}), so every fit would "
             f"measure that floor; use {fix}"
         )
@@ -102,8 +102,13 @@ def plan(cfg, task: Task | None = None) -> dict[tuple[int, str], tuple[Arm, Shap
     if not cfg.budgets:  # every arm at the given depths; a rung's budget is what it costs
         for arm in arms:
             for depth in sorted(cfg.depths):
-                count = block_params(arm, depth, cfg.width, bias_of(cfg, arm), cfg.ff, seq_len)
-                shapes[(count, arm.label)] = (arm, budgets.Shape(depth, cfg.width, count, count))
+                count = block_params(
+                    arm, depth, cfg.shape.width, bias_of(cfg, arm), cfg.shape.ff, seq_len
+                )
+                shapes[(count, arm.label)] = (
+                    arm,
+                    budgets.Shape(depth, cfg.shape.width, count, count),
+                )
         return shapes
     for b in cfg.budgets:
         for arm in arms:
@@ -111,10 +116,10 @@ def plan(cfg, task: Task | None = None) -> dict[tuple[int, str], tuple[Arm, Shap
                 arm,
                 b,
                 mode=cfg.mode,
-                width=cfg.width,
-                depth=cfg.depth,
+                width=cfg.shape.width,
+                depth=cfg.shape.depth,
                 bias=bias_of(cfg, arm),
-                ff=cfg.ff,
+                ff=cfg.shape.ff,
                 seq_len=seq_len,
                 tol=cfg.budget_tol,
                 hint=f"widen --budget-tol or choose other --budgets or another --{cfg.mode}",
@@ -124,8 +129,8 @@ def plan(cfg, task: Task | None = None) -> dict[tuple[int, str], tuple[Arm, Shap
 
 
 def bias_of(cfg, arm: Arm) -> bool:
-    # other blocks keep their own bias options; the polynomial family follows cfg.bias
-    return cfg.bias if arm.degrees else False
+    # other blocks keep their own bias options; the polynomial family follows cfg.shape.bias
+    return cfg.shape.bias if arm.degrees else False
 
 
 def referees(cfg, shapes, spec) -> list[TrialSpec]:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import field, replace
 from typing import TYPE_CHECKING, Any
 
+from blocklab import frames
 from blocklab.engine.progress import Progress, display
 from blocklab.experiments import Trials
 from blocklab.options import meta
@@ -190,8 +191,8 @@ def row(spec: TrialSpec, rec: dict[str, Any], **keys: Any) -> dict[str, Any]:
         "test_metric": m.get("test_metric"),
         "test_loss": m.get("test_loss"),
         # the budgeted part (blocks and feed-forward sublayers), and every parameter
-        "block_params": counts.get("blocks"),
-        "total_params": counts.get("total"),
+        "block_params": frames.column(rec, "block_params"),
+        "total_params": frames.column(rec, "total_params"),
         # the embedding and readout, the same for every arm at a width, reported beside a budget
         "other_params": other,
         "depth": spec.shape.depth,

@@ -24,9 +24,6 @@ from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _degr
 from blocklab.experiments._degree_plan import bias_of, plan
 from blocklab.options import meta, validate
 from blocklab.specs import (
-    ACTIVATIONS,
-    FEED_FORWARD,
-    NORMS,
     Arm,
     NetShape,
     TrainConfig,
@@ -40,6 +37,13 @@ if TYPE_CHECKING:
 
 EXPERIMENT = "degree-sweep"
 DEMO_BUDGET_TOLERANCE = 0.2
+
+
+# the shape every arm starts from: each budget solves its depth (width mode) or its width
+# (depth mode). Width 3: a layer costs 18 (d=2), 27 (d=3), 36 (d=4) and 12 (mlp) parameters,
+# and every arm climbs depths 1, 2, 4, 8 (8x in parameters; the fits read the actual counts).
+# Fits cost O(N P^2) with N = data_ratio * P, so width 4 (P up to 512) cost about 3x more
+SHAPE = NetShape(depth=4, width=3, norm="rms", scaled_residual=True)
 
 
 @dataclass(frozen=True)
@@ -95,12 +99,12 @@ class DegreeSweepConfig:
     )
     mode: str = field(
         default="width",
-        metadata=meta("'width': fixed width, depth solved; 'depth'", choices=("width", "depth")),
+        metadata=meta(
+            "'width': every arm at --width, each budget solving its depth; 'depth': at "
+            "--depth, solving its width",
+            choices=("width", "depth"),
+        ),
     )
-    # width 3: a layer costs 18 (d=2), 27 (d=3), 36 (d=4) and 12 (mlp) parameters, and every arm
-    # climbs depths 1, 2, 4, 8 (8x in parameters; the fits read the actual counts). Fits cost
-    # O(N P^2) with N = data_ratio * P, so width 4 (P up to 512) cost about 3x more
-    width: int = field(default=3, metadata=meta("layer width in width mode", ge=1))
     budget_tol: float = field(
         default=DEMO_BUDGET_TOLERANCE,
         metadata=meta(
@@ -110,31 +114,7 @@ class DegreeSweepConfig:
             lt=1,
         ),
     )
-    depth: int = field(default=4, metadata=meta("depth in depth mode", ge=1))
-    bias: bool = field(default=False, metadata=meta("biases inside the polynomial factors"))
-    norm: str = field(
-        default="rms", metadata=meta(f"normalization: {', '.join(NORMS)}", choices=NORMS)
-    )
-    activation: str = field(
-        default="none",
-        metadata=meta(
-            f"activation after each block: {', '.join(ACTIVATIONS)}", choices=ACTIVATIONS
-        ),
-    )
-    residual: bool = field(default=True, metadata=meta("residual connection around each layer"))
-    scaled_residual: bool = field(
-        default=True,
-        metadata=meta(
-            "residual branches times 1/sqrt(depth), so deep stacks train like shallow ones"
-        ),
-    )
-    ff: str = field(
-        default="none",
-        metadata=meta(
-            f"feed-forward sublayer per layer, counted in the budget: {', '.join(FEED_FORWARD)}",
-            choices=tuple(FEED_FORWARD),
-        ),
-    )
+    shape: NetShape = SHAPE
     lr_grid: tuple[float, ...] = _trials.lr_grid_field((1e-2, 3e-2, 1e-1), "arm")
     lr_extend: int = _trials.lr_extend_field(2)
     plateau_tol: float = _trials.plateau_tol_field(
@@ -219,12 +199,18 @@ class DegreeSweepConfig:
             raise UserError("give --budgets or --depths: nothing sets the shapes")
         if len(set(self.depths)) != len(self.depths):
             raise UserError(f"--depths lists a depth twice: {self.depths}")
+        if self.shape.flatten:
+            raise UserError(
+                "shape.flatten is not used by the degree sweep: it compares blocks at equal "
+                "block budgets, and a flattened network is counted whole (mad's fully "
+                "connected baselines)"
+            )
 
     @property
     def staged(self) -> bool:
         """Second-order fits on a depth ladder (`ladder` on, width mode, residual layers: an
         added layer starts with its residual branch at zero)."""
-        ladder = self.ladder == "on" and self.mode == "width" and self.residual
+        ladder = self.ladder == "on" and self.mode == "width" and self.shape.residual
         return self.train.second_order and ladder
 
     def unused(self) -> dict[str, str]:
@@ -250,15 +236,19 @@ class DegreeSweepConfig:
         else:
             out["budget_tol"] = "it matches shapes to --budgets, and none are given"
         if self.mode == "width":
-            out["depth"] = "in width mode each budget solves the depth (--mode depth fixes it)"
+            out["shape.depth"] = (
+                "in width mode each budget solves the depth (--mode depth fixes it)"
+            )
         else:
-            out["width"] = "in depth mode each budget solves the width (--mode width fixes it)"
+            out["shape.width"] = (
+                "in depth mode each budget solves the width (--mode width fixes it)"
+            )
             out["ladder"] = "a ladder climbs depths at one width (--mode width)"
-        if not self.residual:
-            out["scaled_residual"] = "it scales the residual branches, and residual is off"
+        if not self.shape.residual:
+            out["shape.scaled_residual"] = "it scales the residual branches, and residual is off"
             out["ladder"] = "an added rung starts with its residual branch at zero (--residual)"
         if not self.degrees:
-            out["bias"] = "it applies to the degree arms, and degrees is empty"
+            out["shape.bias"] = "it applies to the degree arms, and degrees is empty"
         return out
 
     def arms(self) -> list[Arm]:
@@ -280,15 +270,12 @@ def _spec(cfg: DegreeSweepConfig, arm: Arm, shape: Shape, lr: float, seed: int, 
         task_options=dict(cfg.task_options),
         arm=arm,
         budget=shape.budget,
-        shape=NetShape(
-            shape.depth,
-            shape.width,
+        shape=replace(
+            cfg.shape,
+            depth=shape.depth,
+            width=shape.width,
             bias=bias_of(cfg, arm),
-            norm=cfg.norm,
-            activation=cfg.activation,
-            residual=cfg.residual,
-            ff=cfg.ff,
-            scaled_residual=cfg.scaled_residual and cfg.residual,
+            scaled_residual=cfg.shape.scaled_residual and cfg.shape.residual,
         ),
         train=replace(cfg.train, lr=lr),
         seed=seed,
@@ -387,5 +374,6 @@ class DegreeSweep(Experiment):
         ),
     )
     task_options = True
-    # one learning rate is chosen per arm from lr_grid, so a single --lr would say nothing
-    no_flags = ("lr",)
+    # one learning rate is chosen per arm from lr_grid, so a single --lr would say nothing; arms
+    # compare at equal block budgets, which a flattened network is not counted by
+    no_flags = ("lr", "flatten")

@@ -162,7 +162,7 @@ def _lr_edge(c: design.LrEdge) -> str:
 def _width(c: design.WidthMatch) -> str:
     if c.width is None:
         return "depth mode: the width is solved per arm and budget"
-    slack = design.width_slack(c.width)
+    slack = c.slack
     if not c.moved:
         return f"every arm within {slack} of the nominal width {c.width}"
     listed = ", ".join(f"{a} at {b} (width {w})" for a, b, w in c.moved[:4])

@@ -341,7 +341,7 @@ def analyze(cfg, trials) -> Result:
         tol=cfg.plateau_tol,
         n_boot=cfg.n_boot,
         paired=verdicts,
-        width=cfg.width if cfg.mode == "width" else None,
+        width=cfg.shape.width if cfg.mode == "width" else None,
         converge_tol=cfg.train.converge_tol,
         referee=refitted,
         input_rank=getattr(trials, "input_rank", None),
