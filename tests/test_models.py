@@ -7,10 +7,11 @@ import torch
 
 from blocklab.errors import UserError
 from blocklab.models import (
-    Layer,
     Net,
     block_params,
+    ff_params,
     layer_blocks,
+    make_norm,
     mixes_tokens,
     parse_arm,
     parse_degree,
@@ -116,12 +117,16 @@ def test_same_seed_same_net():
     ("key", "value", "words"),
     [("norm", "batch", "norm"), ("activation", "sigmoid", "activation"), ("ff", "gelu8x", "ff")],
 )
-def test_an_unknown_switch_is_refused_by_the_shape_and_by_a_layer(key, value, words):
+def test_an_unknown_switch_is_refused_by_the_shape(key, value, words):
     with pytest.raises(ValueError, match=f"{words} must be one of"):
         NetShape(**{key: value})
-    switches = {"norm": "layer", "activation": "none", "ff": "none", key: value}
-    with pytest.raises(UserError, match="must be one of"):
-        Layer(torch.nn.Identity(), 8, residual=True, **switches)
+
+
+def test_the_switches_named_as_text_are_refused_one_line():
+    with pytest.raises(UserError, match="norm must be one of none, layer, rms"):
+        make_norm("batch", 8)
+    with pytest.raises(UserError, match="feed-forward must be one of none, relu4x"):
+        ff_params("gelu8x", 8, False)
 
 
 # --- sequence networks and the transformer switches ----------------------------------------

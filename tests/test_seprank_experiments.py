@@ -3,6 +3,7 @@ resume, report), the d^p + 1 law, verdict logic, and `blocklab seprank` through 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -21,6 +22,12 @@ from blocklab.models import block_params, mixes_tokens, parse_arm
 from blocklab.reports import seprank_degree as dg_report
 from blocklab.reports import seprank_depth_width as dw_report
 from blocklab.store import Store
+
+
+def at(depth: int, width: int):
+    """Seed 001's analyzed stack at a depth and width."""
+    return dataclasses.replace(sr.ANALYZED, depth=depth, width=width)
+
 
 P = ex.PRIME
 
@@ -62,7 +69,7 @@ def test_exact_net_computes_the_float_network_mod_p(block):
     # heads = width = 2 gives head_dim 1 (scale 1/sqrt(1)), so the float network with integer
     # weights differs from the exact one by the 1/n_i of attention only, which both apply
     arm = parse_arm(block)
-    net = sr.build_net(arm, 2, 2, 3, 2, seed=0).double()
+    net = sr.build_net(arm, at(2, 2), 3, 2, seed=0).double()
     _integer_weights(net)
     exact = ex.ExactNet(net, seed=0)
     for m in exact.params:  # use the float network's weights instead of random residues
@@ -79,7 +86,7 @@ def test_exact_net_computes_the_float_network_mod_p(block):
 def test_exact_and_float_ranks_agree_where_float_is_reliable(block, depth, width):
     arm = parse_arm(block)
     dim = width if mixes_tokens(arm) else 1
-    net = sr.build_net(arm, depth, width, 2, dim, seed=1)
+    net = sr.build_net(arm, at(depth, width), 2, dim, seed=1)
     m = sr.measure(net, 2, dim, 64, seed=1, rtol=1e-9)
     assert m["exact_rank"] == m["float_rank"] and not m["exact_saturated"]
 
@@ -87,7 +94,7 @@ def test_exact_and_float_ranks_agree_where_float_is_reliable(block, depth, width
 def test_exact_rank_refuses_non_polynomial_networks():
     from blocklab.errors import UserError
 
-    net = sr.build_net(parse_arm("softmax_attention"), 1, 4, 2, 4, seed=0)
+    net = sr.build_net(parse_arm("softmax_attention"), at(1, 4), 2, 4, seed=0)
     with pytest.raises(UserError, match="polynomial network"):
         ex.exact_grid_rank(net, 2, 4, templates=4)
 
@@ -179,7 +186,7 @@ def test_degree_network_rank_is_d_to_the_p_plus_one(d, p):
     # every coefficient c_(a, D-a) nonzero for generic weights: C is triangular after reversing
     # its columns, with a nonzero diagonal, so sep = D + 1. A grid of M > D distinct templates
     # has a full-column-rank Vandermonde factor on each side, so it shows all of it.
-    net = sr.build_net(parse_arm(str(d)), p, 4, 2, 1, seed=p)
+    net = sr.build_net(parse_arm(str(d)), at(p, 4), 2, 1, seed=p)
     assert d**p < 32
     assert ex.exact_grid_rank(net, 2, 1, templates=32, seed=p, vector=True).rank == d**p + 1
     # float64 sees it while the spectrum stays above rtol: sigma_(D+1) / sigma_1 is ~1e-3 at

@@ -159,32 +159,21 @@ class Layer(nn.Module):
     feed-forward sublayer, the same around W2 relu(W1 norm(x)) (a pre-norm transformer layer).
     `scale` multiplies each residual branch."""
 
-    def __init__(
-        self,
-        block: nn.Module,
-        width: int,
-        norm: str,
-        activation: str,
-        residual: bool,
-        ff: str = "none",
-        bias: bool = False,
-        scale: float = 1.0,
-    ):
+    def __init__(self, block: nn.Module, shape: NetShape, scale: float = 1.0):
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise UserError(
-                f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}"
-            )
-        self.norm, self.block, self.act = make_norm(norm, width), block, ACTIVATIONS[activation]()
-        self.residual, self.scale = residual, scale
-        k = _expansion(ff)
+        # the switches arrive whole and checked (`specs.NetShape`), as nanoGPT's Block(config)
+        width = shape.width
+        self.norm, self.block = make_norm(shape.norm, width), block
+        self.act = ACTIVATIONS[shape.activation]()
+        self.residual, self.scale = shape.residual, scale
+        k = _expansion(shape.ff)
         self.ff = None
         if k:
-            self.ff_norm = make_norm(norm, width)
+            self.ff_norm = make_norm(shape.norm, width)
             self.ff = nn.Sequential(
-                nn.Linear(width, k * width, bias=bias),
+                nn.Linear(width, k * width, bias=shape.bias),
                 nn.ReLU(),
-                nn.Linear(k * width, width, bias=bias),
+                nn.Linear(k * width, width, bias=shape.bias),
             )
 
     @torch.no_grad()
@@ -253,7 +242,6 @@ class Net(nn.Module):
         super().__init__()
         # the trial's choices arrive whole (`specs.NetShape`); the rest is the task's
         depth, width, flatten, bias = shape.depth, shape.width, shape.flatten, shape.bias
-        norm, activation, residual, ff = shape.norm, shape.activation, shape.residual, shape.ff
         if flatten and seq_len is None:
             raise UserError("flatten applies to sequence tasks only")
         if vocab is not None and (seq_len is None or flatten):
@@ -278,10 +266,8 @@ class Net(nn.Module):
             checked_block(name, width, **kw) for name, kw in layer_blocks(arm, depth, bias, seq_len)
         ]
         scale = 1.0 / math.sqrt(depth) if shape.scaled_residual else 1.0
-        self.layers = nn.ModuleList(
-            Layer(b, width, norm, activation, residual, ff, bias, scale) for b in blocks
-        )
-        self.norm_out = make_norm(norm, width)
+        self.layers = nn.ModuleList(Layer(b, shape, scale) for b in blocks)
+        self.norm_out = make_norm(shape.norm, width)
         self.readout = nn.Linear(width, seq_len * n_out if bottleneck else n_out)
         # name -> size of the parameters left untrained: those built frozen, and after
         # `freeze_unused` those that get no gradient

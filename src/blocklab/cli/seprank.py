@@ -4,12 +4,18 @@ experiments beside it are registered experiments)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
+from blocklab import config as cfgmod
+from blocklab import options
 from blocklab.config import number
-from blocklab.errors import UserError
+from blocklab.experiments._seprank import ANALYZED
 from blocklab.numerics import MAX_POINTS, RTOL
-from blocklab.specs import NORMS
+from blocklab.specs import NetShape
+
+# the switches a grid rank is measured over: depth, width, norm, residual
+_NOT_OFFERED = ("bias", "activation", "ff", "flatten", "scaled_residual")
 
 COUNT = number(int, ge=1)
 INDEX = number(int, unbounded=True)  # from the end when negative, as Python indexes
@@ -22,8 +28,6 @@ def add_parser(sub) -> None:
         default="linearized_attention",
         help="a block or a degree: linearized_attention, softmax_attention(heads=2), 3, e, mlp",
     )
-    p.add_argument("--depth", type=COUNT, default=2, help="layers (2)")
-    p.add_argument("--width", type=COUNT, default=4, help="width dx (4)")
     p.add_argument(
         "--positions", type=number(int, ge=2), default=2, help="positions N, the variables (2)"
     )
@@ -44,8 +48,8 @@ def add_parser(sub) -> None:
         "--eps", type=number(float, ge=0), help="also print the epsilon-rank at this eps"
     )
     p.add_argument("--exact", action="store_true", help="also the exact rank over F_p")
-    p.add_argument("--norm", default="none", help="none, layer or rms (none)")
-    p.add_argument("--residual", action=argparse.BooleanOptionalAction, default=False)
+    # the network's switches are NetShape's fields, seed 001's analyzed stack by default
+    cfgmod.add_flags(p, NetShape, skip=_NOT_OFFERED, defaults=ANALYZED)
     p.add_argument("--max-points", type=COUNT, default=MAX_POINTS, help="grid limit")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=run)
@@ -57,13 +61,12 @@ def run(args: argparse.Namespace) -> int:
     from blocklab.measures.seprank import resolve_partition
 
     # what can be checked without a network is checked before one is built
-    if args.norm not in NORMS:
-        raise UserError(f"--norm must be one of {', '.join(NORMS)}, got {args.norm!r}")
+    given = cfgmod.overrides(args, NetShape, skip=_NOT_OFFERED)
+    shape = options.build(NetShape, {**dataclasses.asdict(ANALYZED), **given}, what="network")
     resolve_partition(args.partition, args.positions, args.seed)
     result = seprank.measure_network(
         args.block,
-        args.depth,
-        args.width,
+        shape,
         args.positions,
         args.dim,
         templates=args.templates,
@@ -74,8 +77,6 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         eps=args.eps,
         exact=args.exact,
-        norm=args.norm,
-        residual=args.residual,
         max_points=args.max_points,
     )
     print(json.dumps(plain(result), indent=2) if args.json else seprank.format_measure(result))

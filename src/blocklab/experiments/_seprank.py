@@ -39,31 +39,27 @@ if TYPE_CHECKING:
 VERSION = 1  # part of every record id: bump when a measurement changes meaning
 
 
-def build_net(
-    arm: Arm,
-    depth: int,
-    width: int,
-    positions: int,
-    dim: int,
-    seed: int,
-    norm: str = "none",
-    residual: bool = False,
-) -> Net:
-    """Seed 001's analyzed stack for token mixers (sequence of `positions` tokens of `dim`
-    inputs), a vector network on positions * dim inputs for per-token blocks; by default no
-    norm, no residual, no feed-forward, no activation, bias-free blocks; weights from `seed`."""
+# seed 001's analyzed stack (eq. 3): no norm, no residual, no feed-forward, no activation,
+# bias-free blocks; each experiment sets its depth and width
+ANALYZED = NetShape(depth=2, width=4, norm="none", residual=False, activation="none", ff="none")
+
+
+def build_net(arm: Arm, shape: NetShape, positions: int, dim: int, seed: int) -> Net:
+    """A stack of `shape` (`ANALYZED`, at some depth and width, unless a caller changes its
+    switches) for token mixers on a sequence of `positions` tokens of `dim` inputs, a vector
+    network on positions * dim inputs for per-token blocks; weights from `seed`."""
     import torch
 
     from blocklab.models import Net, mixes_tokens
 
-    if min(depth, width, dim) < 1:
-        raise UserError(f"depth, width and dim must be >= 1, got {depth}, {width}, {dim}")
+    if dim < 1:
+        raise UserError(f"dim must be >= 1, got {dim}")
     seq = mixes_tokens(arm)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return Net(
             arm,
-            NetShape(depth, width, norm=norm, residual=residual, activation="none", ff="none"),
+            shape,
             dim if seq else positions * dim,
             1,
             seq_len=positions if seq else None,
@@ -100,8 +96,7 @@ def measure(net: Net, positions: int, dim: int, templates: int, seed: int, rtol:
 
 def measure_network(
     block: str,
-    depth: int,
-    width: int,
+    shape: NetShape = ANALYZED,
     positions: int = 2,
     dim: int | None = None,
     *,
@@ -113,30 +108,31 @@ def measure_network(
     seed: int = 0,
     eps: float | None = None,
     exact: bool = False,
-    norm: str = "none",
-    residual: bool = False,
     max_points: int = MAX_POINTS,
 ) -> dict[str, Any]:
-    """`blocklab seprank measure`: the grid rank of one network (see `build_net`), with the
-    epsilon-rank, the exact F_p rank and, for linearized attention, seed 001's bounds on request
-    or where they apply."""
+    """`blocklab seprank measure`: the grid rank of one network of `shape` (see `build_net`),
+    with the epsilon-rank, the exact F_p rank and, for linearized attention, seed 001's bounds
+    on request or where they apply."""
     from blocklab.measures.exact_rank import PRIME, exact_grid_rank
     from blocklab.measures.seprank import separation_rank
     from blocklab.models import mixes_tokens, parse_arm
 
     arm = parse_arm(block)
+    depth, width, norm = shape.depth, shape.width, shape.norm
     if dim is None:  # token mixers: dx inputs per position make the embedding invertible
         dim = width if mixes_tokens(arm) else 1
     if templates is None:  # the largest grid of at most 2^16 points, two templates at least
         templates = max(2, math.floor(2 ** (16 / max(positions, 1)) + 1e-9))
-    net = build_net(arm, depth, width, positions, dim, seed, norm, residual)
+    net = build_net(arm, shape, positions, dim, seed)
     vector = net.seq_len is None
     kw = {"position": position, "entry": entry, "vector": vector, "max_points": max_points}
     r = separation_rank(net, positions, dim, partition, templates, seed, rtol=rtol, **kw)
     s = r.singular_values
     layers = [arm.degrees[i % len(arm.degrees)] for i in range(depth)] if arm.degrees else None
     layers = layers or ([arm.block_degree] * depth if arm.block_degree else None)
-    layers = layers if norm == "none" else None  # a normalization is not a polynomial
+    # a normalization, an activation or a ReLU feed-forward is not a polynomial
+    plain = norm == "none" and shape.activation == "none" and shape.ff == "none"
+    layers = layers if plain else None
     out = {
         "block": arm.label,
         "depth": depth,

@@ -14,10 +14,10 @@ real degree e (`fractional`) is not a polynomial: its grid rank is bounded by th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials
-from blocklab.experiments._seprank import build_net, check_grid, measure, measured
+from blocklab.experiments._seprank import ANALYZED, build_net, check_grid, measure, measured
 from blocklab.numerics import RTOL
 from blocklab.options import meta, validate
 from blocklab.specs import format_degree
@@ -90,7 +90,7 @@ def run(cfg: DegreeConfig, store: Store, *, resources=None, progress=True) -> Tr
             for seed in range(cfg.seeds):
 
                 def compute(arm=arm, p=p, seed=seed, d=d):
-                    net = build_net(arm, p, cfg.width, 2, 1, seed)
+                    net = build_net(arm, replace(ANALYZED, depth=p, width=cfg.width), 2, 1, seed)
                     poly = float(d).is_integer()
                     return measure(net, 2, 1, cfg.templates, seed, cfg.rtol, exact=poly)
 

@@ -13,11 +13,11 @@ fast that every depth but the first saturates at a feasible grid.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials
-from blocklab.experiments._seprank import build_net, check_grid, measure, measured
+from blocklab.experiments._seprank import ANALYZED, build_net, check_grid, measure, measured
 from blocklab.numerics import RTOL
 from blocklab.options import meta, validate
 from blocklab.store import Store
@@ -74,7 +74,9 @@ def run(cfg: DepthWidthConfig, store: Store, *, resources=None, progress=True) -
             for seed in range(cfg.seeds):
 
                 def compute(depth=depth, dx=dx, seed=seed):
-                    net = build_net(arm, depth, dx, cfg.positions, dx, seed)
+                    net = build_net(
+                        arm, replace(ANALYZED, depth=depth, width=dx), cfg.positions, dx, seed
+                    )
                     return measure(net, cfg.positions, dx, cfg.templates, seed, cfg.rtol)
 
                 rec = measured(
