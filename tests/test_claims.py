@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 import blocklab
+from _specs import small_trial
 from blocklab import specs
 from blocklab.engine import claims, executors, sweep
-from blocklab.models import parse_arm
-from blocklab.specs import NetShape, TrainConfig
+from blocklab.specs import TrainConfig
 from blocklab.store import Store
 
 SRC = str(Path(blocklab.__file__).resolve().parents[1])
@@ -25,19 +25,7 @@ SRC = str(Path(blocklab.__file__).resolve().parents[1])
 
 def _specs(steps: int = 20) -> list[specs.TrialSpec]:
     train = TrainConfig(steps=steps, batch_size=16, lr=1e-2, eval_points=2)
-    arm = parse_arm("2")
-    return [
-        specs.TrialSpec(
-            "teacher",
-            {},
-            arm,
-            0,
-            NetShape(2, 8, norm="layer"),
-            train,
-            seed,
-        )
-        for seed in range(4)
-    ]
+    return [small_trial("2", seed, train) for seed in range(4)]
 
 
 def dead_pid() -> int:

@@ -9,11 +9,11 @@ import pytest
 import torch
 from torch import nn
 
+from _specs import small_trial
 from blocklab.engine import ensemble, monitor, trial
 from blocklab.engine.ensemble import StackedAdamW
 from blocklab.engine.monitor import eval_steps
-from blocklab.models import parse_arm
-from blocklab.specs import NetShape, TrainConfig, TrialSpec
+from blocklab.specs import TrainConfig
 
 
 def test_one_pass_at_each_members_rate_is_torchs_adamw_and_a_masked_member_stays_put():
@@ -61,18 +61,10 @@ def test_one_pass_at_each_members_rate_is_torchs_adamw_and_a_masked_member_stays
 
 def _specs(steps: int):
     cfg = TrainConfig(steps=steps, batch_size=16, lr=3e-3, eval_points=4)
+    # the second diverges
     return [
-        TrialSpec(
-            "teacher",
-            {},
-            parse_arm("3"),
-            0,
-            NetShape(2, 8, norm="layer"),
-            dataclasses.replace(cfg, lr=lr),
-            seed,
-            None,
-        )
-        for seed, lr in ((0, 3e-3), (1, 1e4))  # the second diverges
+        small_trial("3", seed, dataclasses.replace(cfg, lr=lr))
+        for seed, lr in ((0, 3e-3), (1, 1e4))
     ]
 
 

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from _specs import small_trial
 from blocklab.blocks import BLOCKS, make_block
 from blocklab.blocks.hyena import Hyena, decay_rates, short_conv
 from blocklab.engine import trial
@@ -14,7 +15,7 @@ from blocklab.engine.ensemble import Ensemble
 from blocklab.errors import UserError
 from blocklab.experiments import mad
 from blocklab.models import Net, parse_arm
-from blocklab.specs import NetShape, TrainConfig, TrialSpec
+from blocklab.specs import NetShape, TrainConfig
 from blocklab.tasks import make_task
 
 TOL = 1e-10
@@ -215,15 +216,7 @@ def test_trains_alike_in_an_ensemble_and_alone():
     opts["n_test"] = 32
 
     def spec(seed):
-        return TrialSpec(
-            "mqar",
-            opts,
-            mad.causal_arm("hyena"),
-            0,
-            NetShape(2, 8, norm="layer"),
-            train,
-            seed,
-        )
+        return small_trial(mad.causal_arm("hyena"), seed, train, task="mqar", options=opts)
 
     specs = [spec(0), spec(1)]
     together = trial.run_group(specs, "cpu")

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from _specs import small_trial
 from blocklab.analysis import suite
 from blocklab.cli import main
 from blocklab.engine import trial
@@ -18,7 +19,7 @@ from blocklab.errors import UserError
 from blocklab.experiments import mad
 from blocklab.models import Net, block_params, parse_arm
 from blocklab.reports import mad as mad_report
-from blocklab.specs import NetShape, TrainConfig, TrialSpec
+from blocklab.specs import NetShape, TrainConfig
 
 
 def test_the_default_blocks_are_every_causal_token_mixer():
@@ -173,15 +174,8 @@ def test_compression_trains_alike_in_an_ensemble_and_alone():
     opts = {"seq_len": 8, "n_train": 128, "n_val": 32, "n_test": 32}
 
     def spec(seed):
-        return TrialSpec(
-            "compression",
-            opts,
-            mad.causal_arm("mixer"),
-            0,
-            NetShape(1, 8, norm="layer"),
-            train,
-            seed,
-        )
+        arm, shape = mad.causal_arm("mixer"), NetShape(1, 8, norm="layer")
+        return small_trial(arm, seed, train, task="compression", options=opts, shape=shape)
 
     specs = [spec(0), spec(1)]
     together = trial.run_group(specs, "cpu")

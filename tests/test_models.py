@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from _specs import small_trial
 from blocklab.errors import UserError
 from blocklab.models import (
     Net,
@@ -226,9 +227,6 @@ def test_mixer_gets_the_sequence_length():
 def test_scaled_residual_divides_each_branch_by_sqrt_depth():
     import dataclasses
 
-    from blocklab import specs
-    from blocklab.specs import TrainConfig
-
     torch.manual_seed(0)
     plain = Net(parse_arm("3"), NetShape(4, 8, norm="layer"), 4, 1)
     torch.manual_seed(0)
@@ -240,15 +238,7 @@ def test_scaled_residual_divides_each_branch_by_sqrt_depth():
     branch = layer_p(x) - x
     torch.testing.assert_close(layer_s(x) - x, branch / 2)
     # off by default, and then absent from a trial's config: older trials keep their ids
-    spec = specs.TrialSpec(
-        "teacher",
-        {},
-        parse_arm("3"),
-        0,
-        NetShape(2, 8, norm="layer"),
-        TrainConfig(),
-        0,
-    )
+    spec = small_trial("3")
     assert "scaled_residual" not in spec.config()
     on = dataclasses.replace(spec, shape=dataclasses.replace(spec.shape, scaled_residual=True))
     assert on.config()["scaled_residual"] is True and on.id != spec.id

@@ -8,35 +8,23 @@ import random
 
 import pytest
 
+from _specs import small_trial
 from blocklab import specs
 from blocklab.engine import executors, sweep
 from blocklab.errors import Interrupted
-from blocklab.models import parse_arm
-from blocklab.specs import NetShape, TrainConfig
+from blocklab.specs import TrainConfig
 from blocklab.store import Store
 
 RESOURCES = executors.Resources(workers=1, ensemble=3)
 
 
 def _specs() -> list[specs.TrialSpec]:
-    out = []
-    for degree in ("2", "3"):
-        for seed in range(4):
-            for lr in (3e-3, 1e-2):
-                train = TrainConfig(steps=40, batch_size=16, lr=lr, eval_points=3)
-                arm = parse_arm(degree)
-                out.append(
-                    specs.TrialSpec(
-                        "teacher",
-                        {},
-                        arm,
-                        0,
-                        NetShape(2, 8, norm="layer"),
-                        train,
-                        seed,
-                    )
-                )
-    return out
+    return [
+        small_trial(degree, seed, TrainConfig(steps=40, batch_size=16, lr=lr, eval_points=3))
+        for degree in ("2", "3")
+        for seed in range(4)
+        for lr in (3e-3, 1e-2)
+    ]
 
 
 def stored(store: Store) -> dict[str, tuple]:

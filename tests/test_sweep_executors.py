@@ -10,33 +10,21 @@ import signal
 
 import pytest
 
+from _specs import small_trial
 from blocklab import specs
 from blocklab.engine import executors, sweep
 from blocklab.errors import WorkerDied
-from blocklab.models import parse_arm
-from blocklab.specs import NetShape, TrainConfig
+from blocklab.specs import TrainConfig
 from blocklab.store import Store
 
 
 def _specs(steps: int = 30) -> list[specs.TrialSpec]:
-    out = []
-    for degree in ("2", "3"):
-        for seed in (0, 1):
-            for lr in (3e-3, 1e-2):
-                train = TrainConfig(steps=steps, batch_size=16, lr=lr, eval_points=3)
-                arm = parse_arm(degree)
-                out.append(
-                    specs.TrialSpec(
-                        "teacher",
-                        {},
-                        arm,
-                        0,
-                        NetShape(2, 8, norm="layer"),
-                        train,
-                        seed,
-                    )
-                )
-    return out
+    return [
+        small_trial(degree, seed, TrainConfig(steps=steps, batch_size=16, lr=lr, eval_points=3))
+        for degree in ("2", "3")
+        for seed in (0, 1)
+        for lr in (3e-3, 1e-2)
+    ]
 
 
 def _results(records: dict) -> dict:

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 import blocklab.engine.train
+from _specs import small_trial
 from blocklab.engine.monitor import plateau_improvement
 from blocklab.engine.train import evaluate, lr_factor, train
 from blocklab.models import Net, parse_arm
@@ -210,19 +211,9 @@ def test_wsd_warmup_must_end_before_the_half_run_decays():
 
 
 def test_a_cosine_trial_keeps_its_id_and_wsd_changes_it():
-    from blocklab.models import parse_arm
-    from blocklab.specs import TrialSpec
 
     def spec(train):
-        return TrialSpec(
-            "teacher",
-            {},
-            parse_arm("2"),
-            0,
-            NetShape(2, 8, norm="layer"),
-            train,
-            0,
-        )
+        return small_trial("2", 0, train)
 
     cosine = spec(TrainConfig())
     assert "schedule" not in cosine.config()["train"]  # ids made before wsd existed stand
