@@ -25,3 +25,9 @@ class GatedLinear(Block):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.value(x) * torch.sigmoid(self.gate(x))  # (..., D_out)
+
+    @torch.no_grad()
+    def scale_output_(self, c: float) -> None:
+        # the output is linear in W: the degree sweep's depth ladder rescales a layer through it,
+        # and silences an added one by c = 0 (the gradient to W, x * sigmoid(V x + c), lives on)
+        self.value.weight *= c

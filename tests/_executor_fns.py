@@ -26,8 +26,12 @@ def fail_on_one(item: int, device: str) -> dict:
     return compute(item, device)
 
 
+# long enough that a run waiting for these tasks stands out from any load on the machine
+HOLD = 900
+
+
 def slow_after_zero(item: int, device: str) -> dict:
-    """Item 0 returns at once, the others would hold their worker for a minute."""
+    """Item 0 returns at once, the others would hold their worker for `HOLD` seconds."""
     if item != 0:
-        time.sleep(60)
+        time.sleep(HOLD)
     return compute(item, device)

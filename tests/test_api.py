@@ -49,7 +49,8 @@ def test_run_returns_what_the_command_prints_and_writes_the_same_run(tmp_path, c
             "line": payload["status"]["line"],
         }
     )
-    assert payload["status"]["line"].startswith("NO VERDICT: design checks failed: ")
+    assert payload["status"]["line"].startswith("NO VERDICT: ")
+    assert "to change: " in payload["status"]["line"]
     failed = {c["name"] for c in payload["design_checks"] if not c["passed"]}
     assert "replicates" in failed
     out = tmp_path / "api"

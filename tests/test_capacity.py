@@ -303,7 +303,8 @@ def test_an_undertrained_run_prints_no_verdict(tmp_path, capsys):
     assert set(payload["arms"]) == {"d=3"}
     assert main(["degree-sweep", "--out", out, *UNDERTRAINED]) == 0  # resumed from the store
     text = capsys.readouterr().out
-    assert "- FAILED: plateau" in text and "NO VERDICT: design checks failed: plateau" in text
+    assert "- FAILED: plateau" in text and "\nNO VERDICT: " in text
+    assert "--steps 24" in text and "--steps 12" not in text  # the next command: twice the steps
     report = (tmp_path / "short" / "report.md").read_text()
     assert "NO VERDICT" in report and "FAILED: plateau" in report
 

@@ -98,18 +98,24 @@ def links(text: str) -> list[tuple[int, str]]:
     return [(line, dest) for _, line, dest in sorted(found)]  # in the order they appear
 
 
-def headings(text: str) -> list[str]:
-    """The text of every heading, ATX (`## Title`) and setext (a line under `===` or `---`)."""
+def heading_lines(text: str) -> list[tuple[int, int, str]]:
+    """(index of its first line, level, text) of every heading, ATX (`## Title`) and setext (a
+    line under `===`, level 1, or `---`, level 2)."""
     outside, _ = split_fences(text)
     lines = COMMENT.sub(_blank, outside).splitlines()  # code spans kept: a heading shows them
     found = []
     for n, line in enumerate(lines):
         atx = ATX.match(line)
         if atx:
-            found.append(atx[2] or "")
+            found.append((n, len(atx[1]), atx[2] or ""))
         elif n and SETEXT.match(line) and _paragraph(lines[n - 1]) and _opens(lines, n - 1):
-            found.append(lines[n - 1].strip())
+            found.append((n - 1, 1 if line.strip()[0] == "=" else 2, lines[n - 1].strip()))
     return found
+
+
+def headings(text: str) -> list[str]:
+    """The text of every heading, ATX (`## Title`) and setext (a line under `===` or `---`)."""
+    return [heading for _, _, heading in heading_lines(text)]
 
 
 def _opens(lines: list[str], n: int) -> bool:
@@ -153,19 +159,25 @@ def slug(text: str) -> str:
     return "".join(kept).replace(" ", "-")
 
 
-def anchors(text: str) -> set[str]:
-    """The anchors a page has: its headings' slugs, a repeated one numbered -1, -2, ... as
-    github-slugger numbers it, and the ids and names of its HTML tags."""
+def heading_anchors(text: str) -> list[str]:
+    """Each heading's anchor, in order: its slug, a repeated one numbered -1, -2, ... as
+    github-slugger numbers it."""
     occurrences: dict[str, int] = {}
-    found = set()
+    found = []
     for heading in headings(text):
         result = original = slug(heading)
         while result in occurrences:
             occurrences[original] += 1
             result = f"{original}-{occurrences[original]}"
         occurrences[result] = 0
-        found.add(result)
-    return found | set(HTML_ID.findall(prose(text)))
+        found.append(result)
+    return found
+
+
+def anchors(text: str) -> set[str]:
+    """The anchors a page has: its headings' (`heading_anchors`) and the ids and names of its
+    HTML tags."""
+    return set(heading_anchors(text)) | set(HTML_ID.findall(prose(text)))
 
 
 @functools.cache

@@ -19,6 +19,9 @@ import blocklab
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 
 SRC = str(Path(blocklab.__file__).resolve().parents[1])
+# how long a killed parent's workers and resource tracker may take to be gone: the kernel ends
+# the workers at once, but on a loaded machine their exit and the tracker's clean-up wait for a core
+EXIT_WAIT = 60
 
 
 def sweep(out: Path, steps: int, seeds: int) -> subprocess.Popen:
@@ -102,7 +105,7 @@ def test_workers_die_with_a_killed_parent(tmp_path, reap):
     assert all(running(p) for p in children)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    wait_for(lambda: not any(running(p) for p in children), 5, f"{children} to exit")
+    wait_for(lambda: not any(running(p) for p in children), EXIT_WAIT, f"{children} to exit")
 
 
 def test_a_closed_terminal_stops_the_sweep_and_keeps_what_finished(tmp_path, reap):
@@ -123,4 +126,4 @@ def test_a_closed_terminal_stops_the_sweep_and_keeps_what_finished(tmp_path, rea
     rows = stored(out)
     assert before <= len(rows) < 16  # 2 searched and 2 x 8 final trials, 2 of them the same
     assert {status for _, status in rows} == {"done"}
-    wait_for(lambda: not any(running(p) for p in children), 5, f"{children} to exit")
+    wait_for(lambda: not any(running(p) for p in children), EXIT_WAIT, f"{children} to exit")

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import math
+import re
 
 import pytest
+import torch
 
 from blocklab.cli.main import main
-from blocklab.engine import fit_plan
+from blocklab.engine import fit_plan, fit_timing
 from blocklab.errors import UserError
 from blocklab.experiments import _degree_plan
 from blocklab.experiments.degree_sweep import SHAPE, DegreeSweepConfig, _spec
@@ -40,11 +43,13 @@ def test_the_estimate_reads_the_networks_count_and_grows_as_n_p_squared():
 def test_the_demos_fits_stay_levenberg_marquardt_and_the_line_says_their_cost():
     out = io.StringIO()
     specs = _specs()
-    chosen = fit_plan.choose(specs, "cpu", 2, out=out, rate=30.0, memory=8 * 2**30)
+    chosen = fit_plan.choose(specs, "cpu", 2, out=out, rate=30.0, memory=8 * 2**30,
+                             step=lambda net: 1e-3, lm_step=lambda net: 0.25)  # fmt: skip
     assert chosen == specs
     line = out.getvalue()
     assert line.startswith("fits: Levenberg-Marquardt for 12 trial(s), the largest P = ")
     assert "L-BFGS" not in line and "at 30 GFLOP/s" in line
+    assert "an iteration about 0.25 s timed here" in line and "runs its 1,024 iterations" in line
 
 
 def test_fits_past_the_limit_go_to_lbfgs_and_the_line_says_why():
@@ -110,3 +115,93 @@ def test_a_referee_that_would_compare_lbfgs_with_itself_is_dropped(monkeypatch):
     by = [(bool(k), s.shape.depth, s.train.optimizer) for k, s in kept]
     assert (False, 8, "lbfgs") in by and (True, 8, "lbfgs") not in by
     assert (False, 1, "lm") in by and (True, 1, "lbfgs") in by
+
+
+def _bound(line: str) -> int:
+    """The seconds of the line's 'about 1m05s on 2 worker(s)'."""
+    m, s = re.search(r"about (?:(\d+)m)?(\d+)s on \d+ worker", line).groups()
+    return 60 * int(m or 0) + int(s)
+
+
+def test_the_bound_counts_each_restarts_warm_start_at_the_first_rung():
+    specs = _specs()  # the demo's: ladders, 2 restarts, a 1,000-step warm start under wsd
+    cold = [dataclasses.replace(s, train=dataclasses.replace(s.train, warm_start=0)) for s in specs]
+    timed = []
+
+    def step(spec):  # a second a step: the warm starts dwarf the fits' bound
+        timed.append(spec)
+        return 1.0
+
+    lines = []
+    for given in (specs, cold):
+        out = io.StringIO()
+        fit_plan.choose(given, "cpu", 2, out=out, rate=30.0, memory=8 * 2**30, step=step,
+                        lm_step=lambda net: 1e-3, parallel=2.0)  # fmt: skip
+        lines.append(out.getvalue())
+    # each warm start trains its chain's first network, timed once per architecture
+    assert all(not s.ladder for s in timed)
+    assert {s.arm.label: s.shape.depth for s in timed} == {s.arm.label: s.ladder[0] for s in specs}
+    assert len(timed) == len({s.arm.label for s in specs})
+    train = specs[0].train
+    # wsd adds the decay of the run of half the warm start's steps (`train.half_run`)
+    assert fit_plan.warm_steps(train) > train.warm_start
+    warm = len(specs) * train.restarts * fit_plan.warm_steps(train) * 1.0
+    assert _bound(lines[0]) - _bound(lines[1]) == pytest.approx(warm / 2, abs=2)
+    assert "AdamW warm starts (" in lines[0] and "warm start" not in lines[1]
+    cosine = dataclasses.replace(train, schedule="cosine")
+    assert fit_plan.warm_steps(cosine) == train.warm_start
+    assert fit_plan.warm_steps(dataclasses.replace(train, warm_start=0)) == 0
+
+
+def test_a_warm_start_step_is_timed_on_the_network_it_trains():
+    spec = fit_plan._bottom(_specs(degrees=("3",), baselines=())[0])
+    assert 0 < fit_timing.adam_step(spec, steps=2) < math.inf
+
+
+def test_the_bound_counts_each_rungs_iteration_timed_or_read_off_the_line_between():
+    specs = _specs()  # the demo's: 4 arms, each a ladder of depths 1, 2, 4, 8
+    cold = [dataclasses.replace(s, train=dataclasses.replace(s.train, warm_start=0)) for s in specs]
+    timed = []
+
+    def lm_step(net):  # a depth-1 iteration 10 s, a depth-8 one 80 s: the FLOPs are nothing
+        timed.append(net)
+        return 10.0 * net.shape.depth
+
+    rungs = fit_plan.rung_seconds(cold, 30.0, lm_step)
+    # each ladder's first and last rungs timed, once per architecture
+    assert sorted((s.arm.label, s.shape.depth) for s in timed) == sorted(
+        (s.arm.label, d) for s in specs for d in (1, 8) if s.seed == 0
+    )
+    for row in rungs.values():
+        (f0, t0), (f1, t1) = ((row[i][0].lm_seconds, row[i][1]) for i in (0, -1))
+        assert (t0, t1) == (10.0, 80.0)
+        for est, seconds in row[1:-1]:  # the rungs between, on the line in their FLOPs
+            assert seconds == pytest.approx(10 + 70 * (est.lm_seconds - f0) / (f1 - f0))
+            assert 10 < seconds < 80
+    total = sum(
+        s.train.steps * s.train.restarts * sum(t for _, t in rungs[fit_plan._key(s)]) for s in cold
+    )
+    lines = []
+    for parallel in (2.0, 1.25):  # two workers on two free cores, then on a loaded machine
+        out = io.StringIO()
+        fit_plan.choose(cold, "cpu", 2, out=out, rate=30.0, memory=8 * 2**30, lm_step=lm_step,
+                        parallel=parallel)  # fmt: skip
+        lines.append(out.getvalue())
+        assert _bound(lines[-1]) == round(total / parallel)
+    assert "an iteration about 80 s timed here" in lines[0]
+    assert "as fast as" not in lines[0] and "(as fast as 1.2 on the cores free now)" in lines[1]
+    # an iteration timed below its FLOPs at the rate counts its FLOPs
+    slow = fit_plan.rung_seconds(cold[:1], 1e-3, lambda net: 1e-9)
+    assert all(t == e.lm_seconds > 1e-9 for row in slow.values() for e, t in row)
+
+
+def test_a_levenberg_marquardt_iteration_is_timed_on_the_fits_network():
+    spec = _specs(degrees=("2",), baselines=(), depths=(1,), seeds=1, ladder="off")[0]
+    assert 0 < fit_timing.lm_iteration(spec) < math.inf
+
+
+def test_the_workers_run_at_once_as_far_as_the_cores_allow():
+    assert fit_plan.parallelism("cpu", 1) == 1
+    threads = torch.get_num_threads()
+    assert 1 <= fit_plan.parallelism("cpu", 2) <= 2
+    assert torch.get_num_threads() == threads  # the threads given back

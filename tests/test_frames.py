@@ -1,8 +1,12 @@
-"""`blocklab.load_runs`, `blocklab.load_curves` and `blocklab runs export`: a run directory as
-DataFrames and files, from records whose values are known."""
+"""`blocklab.load_runs`, `blocklab.load_rungs`, `blocklab.load_curves` and `blocklab runs`: a run
+directory as DataFrames, files and lines, from records whose values are known and from a depth
+ladder's run."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
 import json
 import math
 import subprocess
@@ -12,7 +16,7 @@ import pandas as pd
 import pytest
 
 import blocklab
-from blocklab.cli import main
+from blocklab.cli import build_parser, main
 from blocklab.errors import UserError
 from blocklab.frames import export
 from blocklab.store import Store
@@ -119,8 +123,136 @@ def test_an_empty_store_gives_an_empty_frame(tmp_path):
 
 
 def test_dir_lists_the_lazy_loaders_without_loading_them():
-    assert {"load_runs", "load_curves", "__version__"} <= set(dir(blocklab))
+    assert {"load_runs", "load_rungs", "load_curves", "__version__"} <= set(dir(blocklab))
     assert all(hasattr(blocklab, name) for name in dir(blocklab))
     code = "import blocklab, sys; dir(blocklab); print('pandas' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_an_empty_store_gives_an_empty_rung_frame(tmp_path):
+    Store(tmp_path).close()
+    rungs = blocklab.load_rungs(tmp_path)
+    assert rungs.empty and list(rungs.columns[:4]) == ["id", "rung", "depth", "exact_start"]
+
+
+# --- a row per rung of a depth ladder --------------------------------------------------------
+
+
+def test_a_trial_without_a_ladder_is_one_rung(run_dir):
+    runs, rungs = blocklab.load_runs(run_dir), blocklab.load_rungs(run_dir)
+    assert list(rungs.columns[:4]) == ["id", "rung", "depth", "exact_start"]
+    assert list(rungs.id) == list(runs.id) and list(rungs.rung) == [0, 0, 0]
+    assert rungs.exact_start.isna().all() and rungs.depth.isna().all()  # no depth in the config
+    assert list(rungs.test_metric[:2]) == list(runs.test_metric[:2]) == [0.5, 0.75]
+
+
+LADDER = [
+    "degree-sweep", "--task-option", "n_train=256", "--task-option", "n_val=64",
+    "--task-option", "n_test=256", "--degrees", "2", "3", "--baselines", "--width", "4",
+    "--norm", "rms", "--depths", "1", "2", "--seeds", "2", "--restarts", "2", "--steps", "8",
+    "--warm-start", "20", "--data-ratio", "4", "--n-boot", "20", "--workers", "1", "--quiet",
+    "--json",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def ladder(tmp_path_factory):
+    """A depth ladder's run (depths 1 and 2, two arms, two seeds) and the JSON it printed."""
+    out, printed = tmp_path_factory.mktemp("ladder"), io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main([*LADDER, "--out", str(out)]) == 0
+    return out, json.loads(printed.getvalue())
+
+
+@pytest.mark.slow
+def test_load_rungs_gives_each_rung_its_row_as_the_ladder_stored_it(ladder):
+    out, payload = ladder
+    records = Store(out, read_only=True).records()
+    runs, rungs = blocklab.load_runs(out), blocklab.load_rungs(out)
+    assert len(runs) == len(records) == 2 * 2  # a trial per (arm, seed), its ladder inside
+    assert "metrics.ladder" in runs.columns and "metrics.ladder" not in rungs.columns
+    assert len(rungs) == sum(len(r["metrics"]["ladder"]) for r in records) == 2 * 2 * 2
+    for rec in records:
+        mine = rungs[rungs.id == rec["id"]].sort_values("rung")
+        stored = rec["metrics"]["ladder"]
+        assert list(mine.rung) == [0, 1]
+        assert list(mine.depth) == list(mine["config.depth"]) == [s["depth"] for s in stored]
+        assert [s["depth"] for s in stored] == [1, 2]
+        for key in ("test_loss", "train_loss"):
+            assert list(mine[f"metrics.{key}"]) == [s["metrics"][key] for s in stored], key
+        assert list(mine.status) == [s["status"] for s in stored]
+        assert list(mine.exact_start) == [s["exact_start"] for s in stored]
+        counts = [s["metrics"]["params"]["blocks"] for s in stored]
+        assert list(mine.block_params) == counts and counts[0] < counts[1]
+        # the top rung is the trial as load_runs has it
+        top = runs.set_index("id").loc[rec["id"]]
+        assert mine.iloc[-1]["test_metric"] == top["test_metric"]
+        assert mine.iloc[-1]["block_params"] == top["block_params"]
+    # the report reads the same rows per rung: each (arm, depth) cell's values are these
+    assert {(c["arm"], c["depth"]) for c in payload["summaries"]} == set(
+        zip(rungs.arm, rungs.depth, strict=True)
+    )
+    for cell in payload["summaries"]:
+        at = rungs[(rungs.arm == cell["arm"]) & (rungs.depth == cell["depth"])]
+        assert sorted(at.test_metric) == sorted(cell["values"]), cell["arm"]
+        assert set(at.block_params) == {cell["block_params"]}
+
+
+# --- blocklab runs: the list's columns, every option's help -----------------------------------
+
+
+def test_runs_list_names_its_columns(run_dir, capsys):
+    assert main(["runs", "list", "--out", str(run_dir)]) == 0
+    captured = capsys.readouterr()
+    header, rows = captured.err.splitlines()[0], captured.out.splitlines()
+    assert header.split() == ["id", "experiment", "status", "fingerprint", "stale", "trial"]
+    assert [row.split()[0] for row in rows] == ["t1", "t2", "t3"]  # stdout: the rows alone
+    for row, status in zip(rows, ["done", "done", "diverged"], strict=True):
+        # each value starts under its column's name ("abc" is no code here now: stale)
+        shown = {"experiment": "mad", "status": status, "fingerprint": "abc", "stale": "stale"}
+        for name, value in shown.items():
+            assert row[header.index(name) :].split()[0] == value, (name, row)
+        assert row[header.index("trial") :].startswith("icr softmax_attention ")
+
+
+def missing_help(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()) -> list[str]:
+    """'WORDS: OPTION' for every argument of `parser`, and of each subcommand under it, whose
+    help text is missing, blank or suppressed."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += missing_help(sub, (*words, name))
+        elif not isinstance(action, argparse._HelpAction):
+            text = action.help
+            if not text or not text.strip() or text == argparse.SUPPRESS:
+                name = "/".join(action.option_strings) or action.dest
+                found.append(f"{' '.join(words)}: {name}")
+    return found
+
+
+def subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices[name]
+
+
+def test_every_runs_option_has_help():
+    runs = subcommand(build_parser(), "runs")
+    options = [a for a in runs._actions if not isinstance(a, argparse._HelpAction)]
+    assert {"action", "id", "--out", "--experiment", "--status", "--json"} <= {
+        a.option_strings[0] if a.option_strings else a.dest for a in options
+    }
+    assert missing_help(runs, ("runs",)) == []
+
+
+def test_the_help_walk_reports_an_option_without_help():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--told", help="what it does")
+    parser.add_argument("--bare")
+    sub = parser.add_subparsers().add_parser("deep")
+    sub.add_argument("where")
+    sub.add_argument("--hidden", help=argparse.SUPPRESS)
+    sub.add_argument("--blank", help=" ")
+    missing = ["x: --bare", "x deep: where", "x deep: --hidden", "x deep: --blank"]
+    assert missing_help(parser, ("x",)) == missing

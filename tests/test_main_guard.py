@@ -24,7 +24,7 @@ def _script(tmp_path: Path, guarded: bool) -> str:
 
 def _python(args, stdin=None, cwd=None):
     return subprocess.run(
-        [sys.executable, *args], input=stdin, capture_output=True, text=True, timeout=120, cwd=cwd
+        [sys.executable, *args], input=stdin, capture_output=True, text=True, timeout=600, cwd=cwd
     )
 
 
@@ -52,3 +52,76 @@ def test_a_guarded_script_runs_its_workers(tmp_path):
     done = _python([str(path)])
     assert done.returncode == 0, done.stderr[-500:]
     assert (tmp_path / "run" / "report.md").exists()
+
+
+MAIN_FUNCTION = """import blocklab
+
+
+def main():
+    {call}
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.slow
+def test_a_main_function_called_under_the_guard_runs_two_workers(tmp_path):
+    path = tmp_path / "guarded.py"
+    path.write_text(MAIN_FUNCTION.format(call=CALL.format(out=str(tmp_path / "run"))))
+    done = _python([str(path)])
+    assert done.returncode == 0, done.stderr[-500:]
+    assert (tmp_path / "run" / "report.md").exists()
+
+
+RUN = "blocklab.run('degree-sweep')"
+# (script, whether importing it starts a sweep): what Python runs at import, and what it does not
+SCRIPTS = [
+    (f"import blocklab\n{RUN}\n", True),
+    (f"import blocklab\nif __name__ == '__main__':\n    {RUN}\n", False),
+    (f"import blocklab\nif __name__ != '__main__':\n    pass\nelse:\n    {RUN}\n", False),
+    (f"import blocklab\nif __name__ != '__main__':\n    {RUN}\n", True),
+    (f"import blocklab\ndef main():\n    {RUN}\n", False),
+    (f"import blocklab\ndef main():\n    {RUN}\nmain()\n", True),  # called at import
+    (f"import blocklab\nasync def main():\n    {RUN}\n", False),
+    (f"import blocklab\nf = lambda: {RUN}\n", False),
+    (f"import blocklab\nclass Sweep:\n    result = {RUN}\n", True),  # a class body runs
+    (f"import blocklab\nclass Sweep:\n    def go(self):\n        {RUN}\n", False),
+    (f"import blocklab\ndef main(result={RUN}):\n    pass\n", True),  # a default runs
+    ("import blocklab\n@blocklab.run\ndef main():\n    pass\n", True),  # a decorator runs
+    (f"import blocklab\ntry:\n    {RUN}\nexcept ValueError:\n    pass\n", True),
+    (f"import blocklab\nfor i in range(2):\n    {RUN}\n", True),
+    ("import blocklab as bl\nbl.run('demo')\n", True),
+    ("import blocklab.api\nblocklab.api.run('demo')\n", True),
+    ("from blocklab import api\napi.run('demo')\n", True),
+    ("from blocklab import run\nrun('demo')\n", True),
+    ("from blocklab.api import run as go\ngo('demo')\n", True),
+    # the user's own `run` is not blocklab's
+    ("def run(x):\n    return x\nrun(3)\n", False),
+    ("from blocklab import run\ndef run(x):\n    return x\nrun(3)\n", False),
+    ("from mylib import run\nrun(3)\n", False),
+    ("import blocklab\nblocklab.load_runs('runs/x')\n", False),
+    ("import subprocess\nsubprocess.run(['ls'])\n", False),
+]
+
+
+@pytest.mark.parametrize(("source", "starts"), SCRIPTS)
+def test_only_what_an_import_runs_counts_as_a_top_level_call(source, starts):
+    import ast
+
+    from blocklab.engine.processes import starts_a_sweep
+
+    assert starts_a_sweep(ast.parse(source)) is starts
+
+
+def test_a_script_with_its_own_run_function_is_not_refused(tmp_path):
+    """A script whose own function is named `run` starts blocklab's sweep under the guard."""
+    path = tmp_path / "own_run.py"
+    call = CALL.format(out=str(tmp_path / "run")).replace("workers=2", "workers=1")
+    path.write_text(
+        "import blocklab\n\n\ndef run(n):\n    return n\n\n\nrun(1)\n\n"
+        f'if __name__ == "__main__":\n    {call}\n'
+    )
+    done = _python([str(path)])
+    assert done.returncode == 0, done.stderr[-500:]

@@ -201,7 +201,10 @@ def test_chunking_does_not_change_the_result():
     model = net("linearized", depth=2)
     whole = separation_rank(model, T, D, templates=3)
     pieces = separation_rank(model, T, D, templates=3, chunk=7)
-    assert np.allclose(whole.singular_values, pieces.singular_values, rtol=1e-12, atol=0)
+    # batches of another size may round each entry's sums differently (a few ulps): an SVD moves
+    # every singular value by at most that much of the largest, so the small ones compare on it
+    top = float(whole.singular_values.max())
+    assert np.allclose(whole.singular_values, pieces.singular_values, rtol=1e-12, atol=1e-12 * top)
 
 
 def test_a_module_is_read_in_float64_at_the_chosen_output():
@@ -209,6 +212,7 @@ def test_a_module_is_read_in_float64_at_the_chosen_output():
     copy64 = copy.deepcopy(model).double()
     r = separation_rank(model, T, D, templates=3, position=1, entry=1)
     ref = separation_rank(lambda x: copy64(x)[:, 1, 1], T, D, templates=3)
+    # the same float64 network on the same grid in the same chunks: bit for bit in principle
     assert np.allclose(r.singular_values, ref.singular_values, rtol=1e-12, atol=1e-300)
     assert next(model.parameters()).dtype == torch.float32
     with pytest.raises(UserError, match="outside the output"):

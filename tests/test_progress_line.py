@@ -8,8 +8,9 @@ from blocklab.engine import progress as progress_mod
 from blocklab.models import parse_arm
 
 
-def _spec():
-    return type("Spec", (), {"arm": parse_arm("3"), "describe": lambda self: "d=3 seed=0"})()
+def _spec(id_="a"):
+    fields = {"id": id_, "arm": parse_arm("3"), "describe": lambda self: "d=3 seed=0"}
+    return type("Spec", (), fields)()
 
 
 def _done(value=0.5):
@@ -67,3 +68,86 @@ def test_a_searched_sweep_counts_search_and_seeds_on_one_display(
         "[lr search 2/4",
         "[seeds 3/3",
     ]
+
+
+def test_a_counted_analysis_prints_a_line_at_each_quarter_in_a_log(capsys):
+    bar = progress_mod.Progress()
+    on_draw = bar.counter("analysis: {} bootstrap", "draw")
+    for done in range(1, 101):
+        on_draw("multiplier", done, 100)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(",")[0] for line in lines] == [
+        f"[analysis: multiplier bootstrap {n}/100 draws" for n in (25, 50, 75, 100)
+    ]
+    off = progress_mod.Progress(enabled=False).counter("analysis: {} bootstrap", "draw")
+    off("multiplier", 100, 100)
+    assert capsys.readouterr().err == ""
+
+
+def test_on_a_terminal_a_counted_analysis_is_a_bar(monkeypatch, capsys):
+    import sys
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    bar = progress_mod.Progress()
+    with bar.analysing(8):
+        on_draw = progress_mod.current().counter("analysis: {} bootstrap", "draw")
+        for done in range(1, 41):
+            on_draw("multiplier", done, 40)
+    err = capsys.readouterr().err
+    assert err.startswith("analysing 8 trials\n")
+    assert "analysis: multiplier bootstrap" in err and "40/40" in err
+    assert "[analysis:" not in err  # no log lines beside the bar
+
+
+def test_the_analysis_is_current_only_while_it_runs():
+    bar = progress_mod.Progress()
+    assert not progress_mod.current()  # a report written outside a command shows nothing
+    with bar.analysing(3):
+        assert progress_mod.current() is bar
+    assert progress_mod.current() is not bar and not progress_mod.current()
+
+
+def test_only_trials_stored_before_the_command_make_it_a_resumed_run(capsys):
+    bar = progress_mod.Progress()
+    bar.phase("lr search", 2)
+    bar.update(_spec("a"), _done())
+    bar.update(_spec("b"), _done())
+    capsys.readouterr()
+    # the seeds reuse the search's trial "a": this command's own, not a resumed run's
+    bar.phase("seeds", 1, stored={"a"})
+    assert "resuming" not in capsys.readouterr().err
+    bar.phase("seeds, more", 2, stored={"a", "old"})  # "old" was stored before it began
+    assert capsys.readouterr().err == "resuming seeds, more: 2 of 4 trials stored, 2 to fit\n"
+    with bar.analysing(4):
+        pass
+    assert capsys.readouterr().err == "analysing 4 trials\n"
+
+
+def test_a_command_that_fits_nothing_says_it_re_analyses(capsys):
+    bar = progress_mod.Progress()
+    bar.phase("lr search", 0, stored={"a", "b"})
+    bar.phase("seeds", 0, stored={"b", "c"})
+    with bar.analysing(3):
+        pass
+    assert capsys.readouterr().err == "all 3 trials stored: re-analysing\n"
+    quiet = progress_mod.Progress(enabled=False)
+    quiet.phase("seeds", 1, stored={"a"})
+    with quiet.analysing(2):
+        pass
+    assert capsys.readouterr().err == ""
+
+
+def test_on_a_terminal_no_bar_is_drawn_until_a_trial_is_to_train(monkeypatch, capsys):
+    import sys
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    bar = progress_mod.Progress()
+    bar.expect(6)  # the seeds a search plans: a rerun's search, all stored, trains none
+    bar.phase("lr search", 0, stored={"a", "b"})
+    assert capsys.readouterr().err == ""
+    bar.expect(-6)
+    bar.phase("seeds", 2, stored={"a"})
+    bar.close()
+    err = capsys.readouterr().err
+    assert err.startswith("resuming seeds: 1 of 3 trials stored, 2 to fit\n")
+    assert "seeds:" in err and "0/2" in err

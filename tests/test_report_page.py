@@ -117,6 +117,64 @@ def test_a_directory_of_runs_gets_an_index(tmp_path, capsys):
     assert "No report.md" in text and len(Page(text).tables[-1]) == 3
 
 
+@pytest.mark.slow
+def test_an_interrupted_run_reads_incomplete_stored_of_planned_in_the_index(
+    tmp_path, monkeypatch, capsys
+):
+    """A run stopped while its store holds some of its trials (the sweep interrupted as it
+    stores the 7th, after the learning-rate search, whose unit is then not stored) reads
+    `incomplete k/n` in the index: k finished trials of the n its command planned. Finishing it
+    with the same command stores exactly n trials, and the index then shows its status line."""
+    command = [*SWEEP, "--out", str(tmp_path / "stopped")]
+    put, seen = Store.put, []
+
+    def stopping_put(self, record):
+        seen.append(record["id"])
+        if len(seen) == 7:
+            raise KeyboardInterrupt
+        put(self, record)
+
+    monkeypatch.setattr(Store, "put", stopping_put)
+    assert main(command) == 130
+    monkeypatch.undo()
+    stored = Store(tmp_path / "stopped", read_only=True).records()
+    assert stored and all(r["status"] in ("done", "diverged") for r in stored)
+
+    def status_in_index() -> str:
+        assert main(["report", str(tmp_path)]) == 0
+        header, row = Page((tmp_path / "index.html").read_text()).tables[0]
+        return row[header.index("status")]
+
+    planned = 2 * 2 * 3  # 2 degrees x 2 budgets x 3 seeds; the search's trials are seed 0's
+    assert len(stored) < planned
+    assert status_in_index() == f"incomplete {len(stored)}/{planned}"
+    capsys.readouterr()
+    assert main(command) == 0  # resumed to the end
+    assert len(Store(tmp_path / "stopped", read_only=True).records()) == planned
+    assert status_in_index() == rundir.RunDir(tmp_path / "stopped").status()["line"]
+    assert not status_in_index().startswith("incomplete")
+
+
+def test_a_run_without_a_recorded_plan_says_what_it_stored(tmp_path):
+    """A run directory whose run.json predates plans (or has none) still reads incomplete."""
+    store = Store(tmp_path / "old")
+    store.put(record("x0", 0))
+    store.put({**record("x1", 1), "status": "failed"})
+    store.close()
+    run = rundir.RunDir(tmp_path / "old")
+    assert run.state(Store(run.path, read_only=True).records()) == "incomplete, 1 stored"
+    run.write_record("degree_sweep", "blocklab degree-sweep", {})
+    run.note_planned(["x0", "x1", "x2", "x0"])
+    assert run.planned() == ["x0", "x1", "x2"]  # each trial once, though two sweeps share it
+    assert run.state(Store(run.path, read_only=True).records()) == "incomplete 1/3"
+    status = {"verdict": False, "line": "NO VERDICT: design checks failed: curve"}
+    run.write_record("degree_sweep", "blocklab degree-sweep", {}, status)
+    assert run.planned() == ["x0", "x1", "x2"]  # the command ending keeps its plan
+    assert run.state([]) == status["line"]
+    run.write_record("degree_sweep", "blocklab degree-sweep --seeds 6", {})
+    assert run.planned() is None  # a new command plans afresh
+
+
 def test_report_of_nothing_is_one_line(tmp_path, capsys):
     assert main(["report", str(tmp_path / "missing")]) == 2
     assert main(["report", str(tmp_path)]) == 2  # a directory holding no run

@@ -76,6 +76,8 @@ def test_vectorized_bootstrap_fit_matches_fit_power_law():
         if want is None:
             assert np.isnan(got).all()
         else:
+            # two iterative solvers stopping at their own tolerances: 1e-4 of each estimate,
+            # and 1e-7 absolute for an asymptote at its bound of zero
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-7)
 
 

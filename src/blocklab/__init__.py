@@ -6,7 +6,12 @@ __version__ = "0.1.0"
 # served from their modules on first use: the DataFrame loaders import pandas, which
 # `import blocklab` and the command line do not; `run` lives at the top layer (`blocklab.api`),
 # which this bottom-layer module may name but never import at its own import
-_LAZY = {"load_runs": "blocklab.frames", "load_curves": "blocklab.frames", "run": "blocklab.api"}
+_LAZY = {
+    "load_runs": "blocklab.frames",
+    "load_rungs": "blocklab.frames",
+    "load_curves": "blocklab.frames",
+    "run": "blocklab.api",
+}
 
 
 def __getattr__(name: str):

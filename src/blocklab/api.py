@@ -8,13 +8,15 @@ The config resolves as the command line's does (quick defaults, or `form="medium
 then a TOML file; then the keywords, which are the flags' names with underscores), with the
 same checks: a bad value raises `blocklab.errors.UserError` with the message the command
 prints. The run writes the same store, `run.json`, report and page, and `run` returns the JSON
-the command prints with `--json`.
+the command prints with `--json`. On a terminal it shows the command's progress on stderr
+(the trials, then the analysis), as the command does; `progress=False` turns it off.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import sys
 import typing
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ from blocklab import config as cfgmod
 from blocklab import plugins
 from blocklab.cli import experiment as cli_experiment
 from blocklab.engine.executors import ENSEMBLE, Resources, default_workers
-from blocklab.errors import UserError
+from blocklab.errors import ArmsFailed, UserError
 from blocklab.experiments import EXPERIMENTS, Command, Experiment
 from blocklab.options import parse_pairs
 
@@ -39,14 +41,17 @@ def run(
     device: str = "auto",
     ensemble: int = ENSEMBLE,
     trackers: tuple[str, ...] = (),
-    progress: bool = False,
+    progress: bool | None = None,
     imports: tuple[str, ...] = (),
     **config: Any,
 ) -> dict[str, Any]:
     """Run `experiment` (its command's words: "degree-sweep", "demo", "sanford match") into
     `out` (the command's default directory when None) with the config keys `config` (flat:
     `steps=50` sets the training config's steps); return what `--json` prints, `status`
-    included. `fresh` reruns what the store held before; the rest are the command's run flags."""
+    included. `fresh` reruns what the store held before; `progress` shows the run's progress on
+    stderr (None: when stderr is a terminal, as lm-eval's `simple_evaluate` shows its bars);
+    the rest are the command's run flags. A run in which every trial of an arm raised raises
+    `blocklab.errors.ArmsFailed` (as the command exits 1), its `result` the JSON."""
     loaded = plugins.load([*imports, *cfgmod.imports(str(config_file) if config_file else None)])
     found, command = _find(experiment)
     cfg = _config(found, command, form, config_file, config)
@@ -60,9 +65,11 @@ def run(
         resources=resources if pool else None,
         trackers=trackers,
         command=f"blocklab.api.run({experiment!r}, ...)",
-        progress=progress,
+        progress=sys.stderr.isatty() if progress is None else bool(progress),
         device=device if pool else "cpu",
     )
+    if cli_experiment.lost_an_arm(payload):  # as the command exits 1: never silently
+        raise ArmsFailed(cli_experiment.failure_lines(payload), payload)
     return payload
 
 

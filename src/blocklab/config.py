@@ -155,6 +155,69 @@ def add_flags(
         parser.add_argument(_flag(f.name), dest=f.name, **kw)
 
 
+def flags(cls: type, skip: tuple[str, ...] = ()) -> dict[str, tuple[str, Any]]:
+    """The command line's flag of every field of the config class `cls`, as
+    `add_flags` makes them (a nested config's fields flattened): flag -> (key, type)."""
+    out: dict[str, tuple[str, Any]] = {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if f.name in skip or tp is dict or typing.get_origin(tp) is dict:
+            continue
+        if dataclasses.is_dataclass(tp):
+            sub = flags(tp, skip)
+            out.update({flag: (f"{f.name}.{key}", t) for flag, (key, t) in sub.items()})
+        else:
+            out[_flag(f.name)] = (f.name, tp)
+    return out
+
+
+def _word(value: Any) -> str:
+    if isinstance(value, float):
+        short = f"{value:g}"
+        return short if float(short) == value else repr(value)
+    return str(value)
+
+
+def flag_words(flag: str, value: Any, tp: Any) -> list[str]:
+    """A setting as the command line gives it."""
+    if tp is bool:
+        return [flag if value else f"--no-{flag[2:]}"]
+    if isinstance(value, tuple):  # `--budgets` alone: none
+        return [flag, *map(_word, value)]
+    return [flag, _word(value)]
+
+
+def _is_flag(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return word.startswith("-")
+    return False  # a negative number is a value
+
+
+def without(words: list[str], dropped: dict[str, Any]) -> list[str]:
+    """`words` (a command's) without the flags `dropped` (flag -> the field's type) and their
+    values."""
+    out, i = [], 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        name = word.split("=", 1)[0]
+        if name.startswith("--no-") and dropped.get(f"--{name[5:]}") is bool:
+            continue
+        if name not in dropped:
+            out.append(word)
+        elif "=" in word or dropped[name] is bool:
+            continue
+        elif typing.get_origin(dropped[name]) is tuple:  # a list runs to the next flag
+            while i < len(words) and not _is_flag(words[i]):
+                i += 1
+        else:
+            i += 1
+    return out
+
+
 def overrides(args: argparse.Namespace, cls: type, skip: tuple[str, ...] = ()) -> dict[str, Any]:
     """The flags the user gave, nested like the dataclass."""
     hints = typing.get_type_hints(cls)

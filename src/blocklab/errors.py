@@ -24,3 +24,13 @@ class Interrupted(Exception):
     def __init__(self, finished: int):
         super().__init__(f"interrupted; {finished} finished trials are kept")
         self.finished = finished
+
+
+class ArmsFailed(RuntimeError):
+    """Every trial of an arm raised, so the report compares without it: what `blocklab.run`
+    raises where the command exits 1. What finished is stored and reported; `result` is the
+    JSON the run returned, `failed_arms` among it."""
+
+    def __init__(self, lines: list[str], result: dict):
+        super().__init__("; ".join(lines))
+        self.result = result

@@ -6,6 +6,9 @@ metrics and provenance field its own column under a dotted name ("config.train.l
 analyses start from: id, experiment, status, seed, task, arm, lr, test_metric, block_params (the
 budgeted layers), total_params (every parameter), seconds (the trial's wall time, its share of an
 ensemble's), fingerprint (the code that made it).
+`load_rungs(path)`: one row per fitted depth: a depth ladder's trial (`metrics.ladder`) gives a
+row per rung, the rung's own status, metrics and counts under the same columns, with `rung`,
+`depth` and `exact_start` in front; any other trial is its own single rung.
 `load_curves(path)`: the learning curves in long form, one row per (trial, step, split, metric).
 pandas is imported here only, so the command line starts without it.
 """
@@ -122,6 +125,56 @@ def curve_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
             for s, v in points
         ]
     return out
+
+
+def rung_records(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """A stored trial as one record per depth it was fitted at. A depth ladder's trial
+    (`engine.converge.fit_ladder`) stores each rung's record under `metrics["ladder"]`, in the
+    order the chains climbed, the top one also as the trial's own: each rung becomes the trial's
+    record (its id, experiment, seed, provenance) with the rung's status, metrics and curves, its
+    config at the rung's depth, and `rung` (0 at the bottom), `depth` and `exact_start` (whether
+    every chain entered the rung with its function unchanged). A trial without a ladder is one
+    rung at its own depth, `exact_start` None."""
+    ladder = (record.get("metrics") or {}).get("ladder")
+    if not ladder:
+        depth = _dig(record, ("config", "depth"))
+        return [{**record, "rung": 0, "depth": depth, "exact_start": None}]
+    out = []
+    for n, step in enumerate(ladder):
+        config = {**(record.get("config") or {}), "depth": step["depth"]}
+        # a rung's curves are its own: none rather than the top rung's where it stored none
+        out.append({**record, "curves": {}, **step, "config": config, "rung": n})
+    return out
+
+
+def rung_frame(records: list[dict[str, Any]]):
+    """Stored records as a DataFrame, one row per rung (`rung_records`): `run_row`'s columns
+    with `rung`, `depth` and `exact_start` after the trial's id."""
+    import pandas as pd
+
+    rows = []
+    for record in records:
+        for rung in rung_records(record):
+            row = run_row(rung)
+            front = {"id": row.pop("id")}
+            front |= {k: rung.get(k) for k in ("rung", "depth", "exact_start")}
+            rows.append(front | row)
+    if not rows:
+        rest = [c for c in run_row({}) if c != "id"]
+        return pd.DataFrame(columns=["id", "rung", "depth", "exact_start", *rest])
+    return pd.DataFrame(rows)
+
+
+def load_rungs(path: str | Path, experiment: str | None = None):
+    """The trials of a run directory (or store file), one row per fitted depth: a depth ladder's
+    trial a row per rung (`rung_records`), any other trial one row; a pandas DataFrame with
+    `load_runs`' columns, read from the rung (`status`, `test_metric`, `block_params`,
+    `metrics.*`, `config.depth`), and `rung`, `depth`, `exact_start` after the id. The config
+    is otherwise the trial's: `config.budget` is the top rung's planned budget, and
+    `block_params` the rung's own count. `metrics.ladder`, every rung as JSON text in
+    `load_runs`, is left out."""
+    with _store(path) as store:
+        return rung_frame(store.records(experiment=experiment))
 
 
 def load_curves(path: str | Path, experiment: str | None = None):

@@ -226,6 +226,9 @@ class Store:
         self.told: set[str] = set()
         # called with each record once it is stored: a tracker logs trials as they finish
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
+        # called with the ids of the trials a sweep plans, finished or not, before it runs any
+        # (`plan`): the run directory counts an interrupted run's trials against them
+        self.planners: list[Callable[[list[str]], None]] = []
         self.path = locate(path)
         self.read_only = read_only
         # a fresh run (reuse "none") replaces what was stored before it opened the store, and
@@ -257,6 +260,12 @@ class Store:
 
     def finished(self, ids: Iterable[str]) -> set[str]:
         return {r["id"] for r in self._select_ids(list(ids)) if r["status"] in FINISHED}
+
+    def plan(self, ids: Iterable[str]) -> None:
+        """A sweep plans these trials (`planners` hear of them)."""
+        ids = list(ids)
+        for planner in self.planners:
+            planner(ids)
 
     def reusable(self, fingerprints: dict[str, str | None]) -> tuple[set[str], set[str]]:
         """For trial id -> the fingerprint of the code that would make it now: the ids whose

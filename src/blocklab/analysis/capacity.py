@@ -8,6 +8,8 @@ quantity a network's capacity bounds from below; accuracy stays in the summaries
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from enum import Enum
@@ -15,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from blocklab.analysis import fit_checks, multiplier, scaling
-from blocklab.analysis.cells import Check, budget_stats, loss, second_order
+from blocklab.analysis import design, fit_checks, multiplier, scaling
+from blocklab.analysis.cells import Check, Invocation, budget_stats, loss, second_order
 from blocklab.analysis.cells import plateau_rule as plateau_rule  # read here by sanford_match
 from blocklab.analysis.cells import plateaued as plateaued  # read here by sanford_match
 from blocklab.analysis.design import design_checks
@@ -24,15 +26,17 @@ from blocklab.analysis.stats import Verdict
 from blocklab.specs import TrainConfig
 from blocklab.theory import predicted_multiplier
 
-REFERENCE = "d=3"
+REFERENCE = fit_checks.REFERENCE
 # what the theory says separates d = 3 from d = 2 and 4: the resolution a verdict must reach
 PREDICTED_EFFECT = fit_checks.RESOLUTION
 
 
-def scaling_fits(rows, n_boot: int, level: float = 0.95) -> scaling.ScalingResult:
+def scaling_fits(rows, n_boot: int, level: float = 0.95, on_draw=None) -> scaling.ScalingResult:
     """Each arm's own curve L = L_inf + a P^-alpha and its multiplier read off it
     (`scaling`): the figure's curves, beside the shared model that decides."""
-    return scaling.analyze(_observations(rows), reference=REFERENCE, n_boot=n_boot, level=level)
+    return scaling.analyze(
+        _observations(rows), reference=REFERENCE, n_boot=n_boot, level=level, on_draw=on_draw
+    )
 
 
 def _observations(rows) -> list[scaling.Observation]:
@@ -48,9 +52,13 @@ def _observations(rows) -> list[scaling.Observation]:
     ]
 
 
-def multiplier_fit(rows, n_boot: int, level: float = 0.95) -> multiplier.MultiplierFit | None:
+def multiplier_fit(
+    rows, n_boot: int, level: float = 0.95, on_draw=None
+) -> multiplier.MultiplierFit | None:
     """The shared scaling model over every arm (`multiplier`), on the test losses."""
-    return multiplier.fit(_observations(rows), reference=REFERENCE, n_boot=n_boot, level=level)
+    return multiplier.fit(
+        _observations(rows), reference=REFERENCE, n_boot=n_boot, level=level, on_draw=on_draw
+    )
 
 
 class Outcome(Enum):  # what the status line says
@@ -93,6 +101,9 @@ class Decision:  # the status of a run: what its checks and intervals support
     units: int = 0  # (teacher, seed) units of the run
     units_for_3pct: int | None = None  # what +-3% on the widest decisive interval needs
     level: float = math.nan
+    # NO_VERDICT, INCONCLUSIVE: the command to run next (`design.next_run`); None: the run's
+    # config is not known, or no setting of it is left to change
+    next: design.NextRun | None = None
 
     def finding(self, name: str) -> Finding | None:
         return next((f for f in self.findings if f.name == name), None)
@@ -299,25 +310,38 @@ def analyze(
     converge_tol: float = TrainConfig.converge_tol,
     referee=(),
     input_rank=None,
+    run: Invocation | None = None,
+    on_draw=None,
 ):
     """`width`: the nominal width of a width-mode run (None in depth mode); `converge_tol`: the
     fits' certificate tolerance; `referee`: the referee rows of a second-order sweep;
-    `input_rank`: arm -> the rank of its input Jacobian, measured before the fits."""
+    `input_rank`: arm -> the rank of its input Jacobian, measured before the fits; `run`: how
+    the run was started, which the next command of a run without a verdict repeats;
+    `on_draw(stage, done, total)`: the bootstraps' progress, `stage` naming the analysis module
+    ("multiplier": the shared model, most of the time; "scaling": each arm's own curve)."""
+
+    def drew(stage: str):  # a bootstrap's own (done, total) callback
+        return functools.partial(on_draw, stage) if on_draw is not None else None
+
     degrees = {r["arm"]: r["degree"] for r in rows}
     stats = budget_stats(rows, tol, level)
-    model = multiplier_fit(rows, n_boot, level)
+    model = multiplier_fit(rows, n_boot, level, drew("multiplier"))
     checks = design_checks(
         rows, lr_choice, budgets, tol, stats, width, converge_tol=converge_tol,
         multiplier=model, input_rank=input_rank,
     )  # fmt: skip
-    fit = scaling_fits(rows, n_boot, level)
+    fit = scaling_fits(rows, n_boot, level, drew("scaling"))
+    decision = decide(checks, model, degrees)
+    if run is not None and decision.outcome is not Outcome.VERDICT:
+        after = design.next_run(decision.failed, run, decision.units_for_3pct)
+        decision = dataclasses.replace(decision, next=after)
     return CapacityResult(
         budgets=sorted(budgets),
         checks=checks,
         stats=stats,
         fit=fit,
         model=model,
-        decision=decide(checks, model, degrees),
+        decision=decision,
         degrees=degrees,
         paired=tuple(paired),
         second_order=second_order(rows),

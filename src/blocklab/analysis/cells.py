@@ -1,23 +1,44 @@
 """What the degree sweep's design checks read: each (arm, budget) cell's statistics over its
-(teacher, seed) units, and `Check`, what every check returns (`design`, `fit_checks`)."""
+(teacher, seed) units; `Check`, what every check returns (`design`, `fit_checks`), with the
+`Change`s to the run's config its remedy picks; and those changes as the command to run next."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
+import shlex
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from blocklab import config
 from blocklab.analysis.stats import interval
 from blocklab.specs import SECOND_ORDER
+
+
+@dataclass(frozen=True)
+class Change:
+    """A setting the run's next command changes: the config's key (a nested config's dotted:
+    "train.steps"), its value in the run and the value to run next."""
+
+    key: str
+    old: Any
+    new: Any
 
 
 @dataclass(frozen=True)
 class Check:  # a subclass holds what the check measured; `reports/capacity.py` words it
     name: str
     passed: bool
+
+    def remedy(self, cfg) -> tuple[Change, ...]:
+        """What a failed check changes in the run's config `cfg` for the next run, each value
+        past the run's own (never advice the run already followed); () where no setting of the
+        config fixes it."""
+        return ()
 
 
 def loss(r: dict[str, Any]) -> float | None:
@@ -110,3 +131,86 @@ def budget_stats(rows, tol: float, level: float = 0.95) -> dict[str, dict[int, d
 def gmean(values) -> float:
     kept = [v for v in values if v is not None and math.isfinite(v) and v > 0]
     return float(np.exp(np.mean(np.log(kept)))) if kept else math.nan
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """How a run was started, which its next command repeats with changes: its config, the
+    command `run.json` recorded (None: not known), the experiment's command words and the
+    config fields its command has no flag for."""
+
+    cfg: Any
+    recorded: str | None = None
+    words: str = ""
+    skip: tuple[str, ...] = ()
+
+
+def setting(cfg, key: str) -> Any:
+    """The value of a dotted config key ("train.steps")."""
+    for part in key.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def doubled(cfg, key: str, least: int = 1) -> tuple[Change, ...]:
+    """`key` at twice the run's value, and at least `least`."""
+    old = setting(cfg, key)
+    return (Change(key, old, max(least, 2 * old)),)
+
+
+def widened(cfg, floor: int, span: float) -> tuple[Change, ...]:
+    """The run's budgets (its depths where it gave none) with the largest doubled until they
+    number at least `floor` and span at least `span` times, one more at least: a scaling
+    curve's points, further out."""
+    key = "budgets" if cfg.budgets else "depths"
+    values = sorted(setting(cfg, key))
+    if not values:
+        return ()
+    grown = [*values, 2 * values[-1]]
+    while len(grown) < floor or grown[-1] / grown[0] < span:
+        grown.append(2 * grown[-1])
+    return (Change(key, setting(cfg, key), tuple(grown)),)
+
+
+def replaced(cfg, changes) -> Any:
+    """`cfg` with `changes` made; the config's own checks run on the result."""
+    for c in changes:
+        head, *rest = c.key.split(".")
+        value = c.new
+        if rest:  # a nested config's field
+            value = dataclasses.replace(getattr(cfg, head), **{rest[0]: c.new})
+        cfg = dataclasses.replace(cfg, **{head: value})
+    return cfg
+
+
+# how `blocklab.run` records its command (`api.run`): the experiment's words, no flags
+API_CALL = re.compile(r"^blocklab\.api\.run\((['\"])(?P<words>[^'\"]+)\1")
+
+
+def next_command(run: Invocation, changes) -> tuple[Any, str]:
+    """The config after `changes` and the command that runs it: the run's own command (as
+    `run.json` recorded it) with the changed flags replaced, and the flags of keys the new
+    config no longer reads, and --fresh, dropped; where the run was not started from the
+    command line, `blocklab WORDS` (its own words where `blocklab.run` recorded them) with
+    every flag whose value differs from the defaults. Raises the config's error where the
+    changes make a config it refuses."""
+    cfg, recorded, words = run.cfg, run.recorded or "", run.words
+    new = replaced(cfg, changes)
+    by_key = {key: (flag, tp) for flag, (key, tp) in config.flags(type(cfg), run.skip).items()}
+    idle = set(config.unused(new))
+    if recorded.split(" ", 1)[0] == "blocklab":
+        drop = [by_key[k] for k in idle | {c.key for c in changes} if k in by_key]
+        # --fresh would refit what this run stored, which the next one reuses where it can
+        said = config.without(shlex.split(recorded)[1:], {**dict(drop), "--fresh": bool})
+        keys = [c.key for c in changes]
+    else:
+        called = API_CALL.match(recorded)
+        said, default = (called["words"] if called else words).split(), type(cfg)()
+        for k, v in sorted(getattr(new, "task_options", {}).items()):
+            said += ["--task-option", f"{k}={v}"]
+        keys = [k for k in by_key if setting(new, k) != setting(default, k)]
+    for key in keys:
+        if key in by_key and key not in idle:
+            flag, tp = by_key[key]
+            said += config.flag_words(flag, setting(new, key), tp)
+    return new, shlex.join(["blocklab", *said])

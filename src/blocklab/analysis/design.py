@@ -44,7 +44,19 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from blocklab.analysis.cells import Check, budget_stats, plateau_rule, plateaued, second_order
+from blocklab import config
+from blocklab.analysis.cells import (
+    Change,
+    Check,
+    Invocation,
+    budget_stats,
+    doubled,
+    next_command,
+    plateau_rule,
+    plateaued,
+    second_order,
+    widened,
+)
 from blocklab.analysis.fit_checks import (
     converged_check,
     curve_check,
@@ -52,6 +64,7 @@ from blocklab.analysis.fit_checks import (
     resolution_check,
     search_check,
 )
+from blocklab.errors import UserError
 from blocklab.specs import TrainConfig
 
 PLATEAU_SHARE = 0.9
@@ -80,6 +93,9 @@ class BudgetSpan(Check):
     budgets: int  # distinct budgets
     span: float  # the largest budget over the smallest
 
+    def remedy(self, cfg) -> tuple[Change, ...]:
+        return widened(cfg, MIN_BUDGETS, MIN_SPAN)
+
 
 @dataclass(frozen=True)
 class Plateau(Check):
@@ -88,6 +104,10 @@ class Plateau(Check):
     rule: str  # the criterion the rows were read by (`plateau_rule`)
     tol: float
     least: tuple[tuple[str, int, float], ...]  # (arm, budget, share plateaued), lowest first
+    count: int = 0  # the trials that plateaued
+
+    def remedy(self, cfg) -> tuple[Change, ...]:
+        return doubled(cfg, "train.steps")
 
 
 @dataclass(frozen=True)
@@ -95,10 +115,31 @@ class Generalization(Check):
     worst: float  # the largest mean test / mean train loss of a cell; NaN: no cell has both
     failing: tuple[tuple[str, int, float], ...]  # (arm, budget, ratio) above the limit, worst first
 
+    def remedy(self, cfg) -> tuple[Change, ...]:
+        """Twice the examples per parameter; and where that many at the largest failing budget
+        pass the cap on examples, a cap that holds them (a power of 2)."""
+        train = cfg.train
+        ratio = 2 * train.data_ratio
+        out = [Change("train.data_ratio", train.data_ratio, ratio)]
+        need = ratio * max((b for _, b, _ in self.failing), default=0)
+        if need > train.max_examples:
+            cap = 2 ** math.ceil(math.log2(need))
+            out.append(Change("train.max_examples", train.max_examples, cap))
+        return tuple(out)
+
 
 @dataclass(frozen=True)
 class LrEdge(Check):
     edges: tuple[tuple[str, float, tuple[float, ...]], ...]  # ("budget/arm", lr chosen, tried)
+
+    def remedy(self, cfg) -> tuple[Change, ...]:
+        """A rate alone is a fixed rate, never searched: rates 3x either side of it; a grid
+        extended as far as it was allowed: two extensions more."""
+        grid = tuple(cfg.lr_grid)
+        if len(grid) == 1:
+            lr = grid[0]
+            return (Change("lr_grid", grid, (float(f"{lr / 3:.2g}"), lr, float(f"{lr * 3:.2g}"))),)
+        return (Change("lr_extend", cfg.lr_extend, cfg.lr_extend + 2),)
 
 
 @dataclass(frozen=True)
@@ -107,11 +148,21 @@ class WidthMatch(Check):
     moved: tuple[tuple[str, int, int], ...]  # (arm, budget, width) more than `slack` off
     slack: int  # how far a width may move from it (`width_slack`)
 
+    def remedy(self, cfg) -> tuple[Change, ...]:
+        # without budgets every arm climbs --depths at --width itself: no width moves
+        return (Change("budgets", tuple(cfg.budgets), ()),) if cfg.budgets else ()
+
 
 @dataclass(frozen=True)
 class Replicates(Check):
     least: int  # the fewest finished (teacher, seed) pairs of a cell
     cells: tuple[tuple[str, int, int], ...]  # (arm, budget, pairs) below MIN_REPLICATES
+
+    def remedy(self, cfg) -> tuple[Change, ...]:
+        """The seeds that give the poorest cell MIN_REPLICATES pairs (one seed adds a pair per
+        teacher)."""
+        more = max(1, math.ceil((MIN_REPLICATES - self.least) / cfg.teachers))
+        return (Change("seeds", cfg.seeds, cfg.seeds + more),)
 
 
 def width_check(rows, width: int | None) -> WidthMatch:
@@ -159,6 +210,7 @@ def _plateau(rows, stats, tol: float) -> Plateau:
         rule=plateau_rule(rows),
         tol=tol,
         least=_least(stats, "plateaued_fraction"),
+        count=sum(flat),
     )
 
 
@@ -227,3 +279,53 @@ def design_checks(
         middle = [_plateau(rows, stats, tol), curve, _lr_edge(lr_choice)]
     last = [width_check(rows, width), _replicates(stats), resolution_check(multiplier)]
     return [*first, _budget_span(rows), *middle, *last]
+
+
+@dataclass(frozen=True)
+class NextRun:
+    """The command to run next where a run reached no verdict: the changes the failed checks'
+    remedies pick (or, every check passed, the seeds the power calculation asks for)."""
+
+    changes: tuple[Change, ...]
+    flags: tuple[str, ...]  # the changes as the command line's flags
+    command: str  # the run's own command with them (`cells.next_command`)
+
+
+def _further(a, b):
+    """Of two values two remedies pick for one key, the one that goes further: the larger, or
+    the longer list (an empty list of budgets, which hands the shapes to --depths, first)."""
+    if isinstance(a, tuple):
+        return a if not a or (b and len(a) >= len(b)) else b
+    return max(a, b)
+
+
+def next_run(failed, run: Invocation, units_needed: int | None = None) -> NextRun | None:
+    """What to run next: the remedies of the `failed` checks, merged (the furthest value of a
+    key two pick), and with no failed check the (teacher, seed) units `units_needed` a +-3%
+    interval needs, as seeds. Changes the new config would not read are dropped; None where
+    nothing is left to change or the config refuses the changes."""
+    cfg = run.cfg
+    picked: dict[str, Change] = {}
+    found = [c for check in failed for c in check.remedy(cfg)]
+    if not failed:
+        seeds = math.ceil((units_needed or 2 * cfg.teachers * cfg.seeds) / cfg.teachers)
+        found.append(Change("seeds", cfg.seeds, max(cfg.seeds + 1, seeds)))
+    for c in found:
+        had = picked.get(c.key)
+        picked[c.key] = c if had is None else Change(c.key, c.old, _further(had.new, c.new))
+    by_key = {key: (flag, tp) for flag, (key, tp) in config.flags(type(cfg), run.skip).items()}
+    try:
+        idle = config.unused(next_command(run, tuple(picked.values()))[0])
+        changes = tuple(
+            c for c in picked.values() if c.key in by_key and c.key not in idle and c.new != c.old
+        )
+        if not changes:
+            return None
+        _, command = next_command(run, changes)
+    except (ValueError, UserError):
+        return None
+    said: list[str] = []
+    for c in changes:
+        flag, tp = by_key[c.key]
+        said += config.flag_words(flag, c.new, tp)
+    return NextRun(changes, tuple(said), command)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from blocklab.analysis.cells import Check, gmean, loss
+from blocklab.analysis.cells import Change, Check, doubled, gmean, loss, widened
 from blocklab.theory import h
 
 CONVERGED_SHARE = 0.9
@@ -22,6 +22,7 @@ MIN_FALL = 2.0  # the least fall of an arm's loss over its budgets (`curve`)
 # the loss slack that is the resolution the run claims (`claimed`) in parameters
 RESOLUTION = h(3) / h(2) - 1
 DECISIVE = ("d=2", "d=4")  # with m_2 / m_4: the multipliers seed 000's question rests on
+REFERENCE = "d=3"  # the arm every multiplier is read against
 SEARCH_SHARE = 0.03  # `search`'s loss slack where no exponent was fitted
 
 
@@ -37,12 +38,26 @@ class Converged(Check):
     alpha: float = math.nan  # the shared exponent the tolerance was tied to; NaN: none fitted
     certificate_tol: float = math.nan  # the fits' own stopping tolerance
     resolution: float = math.nan  # the resolution in parameters the run claims (`claimed`)
+    count: int = 0  # the trials that converged
+
+    def remedy(self, cfg) -> tuple[Change, ...]:
+        return doubled(cfg, "train.steps")
 
 
 @dataclass(frozen=True)
 class InputRank(Check):
     # (arm, rank, inputs, depth, width): the rank of the arm's input Jacobian before any fit
     arms: tuple[tuple[str, int, int, int, int], ...]
+
+    def remedy(self, cfg) -> tuple[Change, ...]:
+        """RMSNorm where LayerNorm hid a direction (it removes the mean, RMSNorm does not);
+        else, in width mode, a width of the task's inputs."""
+        if cfg.shape.norm == "layer":
+            return (Change("shape.norm", "layer", "rms"),)
+        need = max((n for _, r, n, _, _ in self.arms if r < n), default=0)
+        if cfg.mode == "width" and cfg.shape.width < need:
+            return (Change("shape.width", cfg.shape.width, need),)
+        return ()
 
 
 @dataclass(frozen=True)
@@ -55,6 +70,21 @@ class Curve(Check):
     unbounded: tuple[str, ...]  # arms whose exponent interval reaches a bound or is missing
     bounds: tuple[float, float]
 
+    def remedy(self, cfg) -> tuple[Change, ...]:
+        """A flat curve: fits stuck, so twice the restarts (and the ladder where it was off),
+        or twice the steps under Adam; an exponent at a bound: one budget more, twice the
+        largest."""
+        out: list[Change] = []
+        if self.flat and cfg.train.second_order:
+            out += doubled(cfg, "train.restarts", least=2)
+            if cfg.ladder == "off" and cfg.mode == "width" and cfg.shape.residual:
+                out.append(Change("ladder", "off", "on"))
+        elif self.flat:
+            out += doubled(cfg, "train.steps")
+        if self.unbounded:
+            out += widened(cfg, 0, 0.0)
+        return tuple(out)
+
 
 @dataclass(frozen=True)
 class Search(Check):
@@ -64,12 +94,24 @@ class Search(Check):
     alpha: float = math.nan
     resolution: float = math.nan
 
+    def remedy(self, cfg) -> tuple[Change, ...]:
+        return doubled(cfg, "train.restarts", least=2)
+
 
 @dataclass(frozen=True)
 class Resolution(Check):
     # (name, value, low, high): every multiplier, and m_2 / m_4 where both ran
     intervals: tuple[tuple[str, float, float, float], ...]
     unbounded: tuple[str, ...]
+
+    def remedy(self, cfg) -> tuple[Change, ...]:
+        """No shared model: the reference arm where it did not run, else one budget more;
+        unbounded multipliers: twice the seeds."""
+        if self.unbounded == ("model",):
+            if REFERENCE not in {a.label for a in cfg.arms()}:
+                return (Change("degrees", tuple(cfg.degrees), (*cfg.degrees, "3")),)
+            return widened(cfg, 0, 0.0)
+        return doubled(cfg, "seeds")
 
 
 def _alpha(multiplier) -> float:
@@ -130,6 +172,7 @@ def converged_check(rows, tol: float, multiplier=None) -> Converged:
         alpha=alpha,
         certificate_tol=tol,
         resolution=res,
+        count=sum(ok),
     )
 
 

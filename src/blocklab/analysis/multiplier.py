@@ -24,6 +24,7 @@ multiplier describes the arms, and each arm's exponent is reported with its inte
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -218,11 +219,13 @@ def fit(
     level: float = 0.95,
     shape_level: float = 0.05,
     seed: int = 0,
+    on_draw: Callable[[int, int], None] | None = None,
 ) -> MultiplierFit | None:
     """The shared model, its shape tests, the per-arm model and their bootstrap (see the module
     docstring). An arm whose own exponent fits significantly better (`ShapeTest.differs`) keeps
     its own curve in the model every other arm's multiplier is read from. None when the
-    reference arm, or every other arm, has fewer than 2 cells."""
+    reference arm, or every other arm, has fewer than 2 cells. `on_draw(done, n_boot)` is
+    called after each draw, failed or not: the bootstrap is most of the time a fit takes."""
     arms_all, units = _table(observations)
     cells = _cells(arms_all)
     arms = [a for a, (lp, _) in cells.items() if len(lp) >= 2]
@@ -248,13 +251,10 @@ def fit(
     table = {a: arms_all[a] for a in arms}
     counts = _within_teacher_counts(units, n_boot, np.random.default_rng(seed))
     draws, draws_arm, failed = [], [], 0
-    for w in counts:  # a failed fit drops its draw
-        c = _cells(table, w)
-        if any(len(c[a][0]) < 2 for a in arms):
-            failed += 1
-            continue
-        got = model.fit(c, [theta])
-        got_arm = per_arm.fit(c, [point_arm[0]]) if point_arm else None
+    for i, w in enumerate(counts):  # a failed fit drops its draw
+        got, got_arm = _draw(_cells(table, w), arms, model, theta, per_arm, point_arm)
+        if on_draw is not None:
+            on_draw(i + 1, n_boot)
         if got is None:
             failed += 1
             continue
@@ -297,6 +297,16 @@ def fit(
         n_failed=failed,
         level=level,
     )
+
+
+def _draw(cells, arms, model: _Model, theta, per_arm: _Model, point_arm):
+    """One bootstrap draw's fits of the model and the per-arm model, each from its point fit;
+    (None, None) where an arm has fewer than 2 cells left or the model's fit failed."""
+    if any(len(cells[a][0]) < 2 for a in arms):
+        return None, None
+    got = model.fit(cells, [theta])
+    got_arm = per_arm.fit(cells, [point_arm[0]]) if point_arm else None
+    return got, got_arm
 
 
 def _ratio(model: _Model, theta, draws, level, failed, n_boot) -> Interval:

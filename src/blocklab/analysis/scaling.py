@@ -200,10 +200,13 @@ def _multiplier(ref, arm, p_ref):
     return np.where(failed, NAN, np.where(gap > 0, m, np.inf))
 
 
-def analyze(observations, reference="d=3", n_boot=1000, level=0.95, seed=0):
+def analyze(observations, reference="d=3", n_boot=1000, level=0.95, seed=0, on_draw=None):
     """Fit every arm's scaling curve and its parameter multiplier against the reference arm.
 
     See the module docstring for the bootstrap; n_boot = 0 gives point estimates with nan intervals.
+    `on_draw(done, total)`, when given, is called as each arm's draws are refitted (all of an
+    arm's at once): `done` counts the draws refitted so far over every arm, `total` is n_boot
+    per arm.
     """
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
@@ -227,12 +230,14 @@ def analyze(observations, reference="d=3", n_boot=1000, level=0.95, seed=0):
     draws = {}
     if n_boot and point:
         counts = _draw_counts(units, n_boot, np.random.default_rng(seed))
-        for arm, L in data.items():
+        for k, (arm, L) in enumerate(data.items()):
             have = np.isfinite(L)
             n_drawn = counts @ have
             with np.errstate(invalid="ignore"):
                 means = (counts @ np.where(have, L, 0.0)) / n_drawn
             draws[arm] = np.column_stack(fit_batch(point[arm][1], means, n_drawn > 0))
+            if on_draw is not None:
+                on_draw((k + 1) * n_boot, len(data) * n_boot)
 
     fits = {}
     for arm, (budgets, p, means, (c, a, alpha)) in point.items():

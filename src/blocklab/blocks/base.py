@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import torch
 from torch import Tensor, nn
 
 from blocklab.errors import UserError
@@ -68,11 +69,20 @@ class Block(nn.Module):
     def scale_output_(self, c: float) -> None:
         """Multiply the block's output by `c` >= 0 through its parameters, in place: a network
         rescales a residual branch this way without changing its function (the degree sweep's
-        depth ladder). Blocks whose output is not linear in some of their parameters cannot."""
-        raise UserError(
-            f"block {type(self).__name__.lower()} cannot rescale its output through its "
-            "parameters: a depth ladder over it needs --no-scaled-residual"
-        )
+        depth ladder). The default serves a block whose output is its last nn.Linear's own
+        output (an output projection): output = W h + b is c times itself when W and b are.
+        Any other block whose output is linear in some of its parameters overrides this; one
+        whose output is not cannot join a ladder (`models.check_ladder` says so)."""
+        final = self.final_linear()
+        if final is None:
+            raise UserError(
+                f"block {self.registered_name} cannot rescale its output through its parameters "
+                "(implement scale_output_: its output is not an nn.Linear's own)"
+            )
+        with torch.no_grad():
+            final.weight.mul_(c)
+            if final.bias is not None:
+                final.bias.mul_(c)
 
     def silence_(self) -> bool:
         """Make the block output zero while its gradient stays alive, in place: a layer added
@@ -81,6 +91,44 @@ class Block(nn.Module):
         which for a product of factors leaves the other factors' gradient to the zeroed one."""
         self.scale_output_(0.0)
         return True
+
+    @property
+    def registered_name(self) -> str:
+        """The name the block is registered under (`BLOCKS`), as arms and flags name it."""
+        return getattr(type(self), "name", type(self).__name__.lower())
+
+    def final_linear(self) -> nn.Linear | None:
+        """The nn.Linear whose output the block returns as its own, found by one probe call:
+        the block's output is that very tensor, the module ran once and shares no parameter
+        with another module. None when there is none (a product, an activation after it)."""
+        linears = [m for m in self.modules() if isinstance(m, nn.Linear)]
+        first = next(self.parameters(), None)
+        seq_len = getattr(self, "seq_len", None) if self.needs_seq_len else 2
+        if not linears or first is None or not isinstance(seq_len, int):
+            return None
+        calls: list[tuple[nn.Module, object]] = []
+        hooks = [
+            m.register_forward_hook(lambda m, args, out: calls.append((m, out))) for m in linears
+        ]
+        x = torch.ones(1, seq_len, self.d_in, dtype=first.dtype, device=first.device)
+        try:
+            # the probe draws no random numbers that a fit would otherwise have drawn
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                y = self(x)  # (1, T, D_out)
+        except Exception:  # a block that cannot run on the probe does not qualify
+            return None
+        finally:
+            for hook in hooks:
+                hook.remove()
+        last = [m for m, out in calls if out is y]
+        if len(last) != 1 or sum(m is last[0] for m, _ in calls) != 1:
+            return None
+        final = last[0]
+        own = {id(p) for p in final.parameters()}
+        for module in self.modules():
+            if module is not final and any(id(p) in own for p in module.parameters(recurse=False)):
+                return None  # a shared weight moves more than the output
+        return final
 
     def extra_repr(self) -> str:
         return f"d_in={self.d_in}, d_out={self.d_out}, degree={self.degree}"

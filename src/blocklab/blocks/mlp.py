@@ -45,18 +45,28 @@ class Mlp(Block):
     @torch.no_grad()
     def scale_output_(self, c: float) -> None:
         if self.activation != "relu":  # tanh and gelu are not homogeneous
-            super().scale_output_(c)
+            raise UserError(
+                f"block mlp(activation={self.activation}) cannot rescale its output through its "
+                "parameters: a depth ladder over it needs --no-scaled-residual, or --ladder off"
+            )
         self.linear.weight *= c  # relu(c z) = c relu(z) for c >= 0
         if self.bias:
             self.linear.bias *= c
 
+    @torch.no_grad()
     def silence_(self) -> bool:
+        if self.activation != "relu":
+            # tanh(0) = gelu(0) = 0 with a slope of 1 and 1/2 there: zero weights silence the
+            # unit exactly and its gradient, act'(0) x, lives on
+            self.linear.weight.zero_()
+            if self.bias:
+                self.linear.bias.zero_()
+            return True
         # relu(0) has zero gradient, so an exactly silent unit would never move: the weights
         # shrink by SILENT instead, which changes the network's function by O(SILENT)
         self.scale_output_(SILENT)
         if self.bias:
-            with torch.no_grad():
-                self.linear.bias.zero_()
+            self.linear.bias.zero_()
         return False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,19 +1,25 @@
 """The block contract: shape and finiteness, the exact parameter count, a gradient to every
 parameter, the same Jacobian in forward and reverse mode, the stated degree and homogeneity,
-determinism by seed, token mixing as stated, no look-ahead where causal, and the registered name.
+determinism by seed, token mixing as stated, no look-ahead where causal, the registered name, and
+the depth ladder the default degree sweep climbs (`check_ladder`, shared with the sweep).
 Run on each block with each of its `examples`, at d_in != d_out (a transposed or square-only
 weight shows) unless the block is `same_width`."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
+from torch import nn
 
-from blocklab.blocks import BLOCKS
+from blocklab import models
+from blocklab.blocks import BLOCKS, Block
 from blocklab.checks import NotApplicable, expect, label
+from blocklab.errors import UserError
+from blocklab.specs import Arm, NetShape
 
 D_IN, D_OUT = 7, 5
 T = 3  # the sequence length of `inputs()`
@@ -184,6 +190,113 @@ def name(case: Case) -> None:
     expect(got == case.name, f"registered as {case.name!r} but names itself {got!r}")
 
 
+
+# how far one added layer may move the network's output, relative to its size, when continuing
+# from a fitted network: float64 rounding where the silence is exact (products rescaled by a
+# ratio of depths), and where a block silences only approximately (`Block.silence_` False:
+# relu's weights shrunk to `mlp.SILENT`, 1e-6) 100 times that scale, room for the gains of the
+# layers above
+LADDER_EXACT, LADDER_SILENT = 1e-10, 1e-4
+
+
+class LadderRefused(UserError):
+    """A network that a depth ladder cannot continue; `declared` when its block says so itself
+    (it defines its own `scale_output_` or `silence_`, which refuse), not by default."""
+
+    def __init__(self, message: str, declared: bool = False):
+        super().__init__(message)
+        self.declared = declared
+
+
+def check_ladder(make: Callable[[int, int], nn.Module], x: torch.Tensor, label: str) -> bool:
+    """Whether networks from `make(depth, seed)` continue as a depth ladder continues them
+    (`models.continue_from`): depth 2 from depth 1, its function unchanged on the inputs `x` (to
+    `LADDER_EXACT`, or `LADDER_SILENT` where the block silences only approximately) and its
+    added layer still given a gradient, so a fit can move it. Returns whether exactly; raises
+    `LadderRefused` naming `label` and what to do. The degree sweep asks it of every arm before
+    any fit, and `blocklab check` of every per-token block: the two cannot disagree."""
+    old, new = make(1, 0).double(), make(2, 1).double()
+    x = x.double() if x.is_floating_point() else x
+    blocks = [layer.block for layer in new.layers]
+    own = any(
+        getattr(type(b), method) is not getattr(Block, method)
+        for b in blocks
+        for method in ("scale_output_", "silence_")
+        if isinstance(b, Block)
+    )
+
+    def refuse(reason: str, declared: bool = False) -> LadderRefused:
+        return LadderRefused(
+            f"{label} cannot continue the degree sweep's depth ladder: {reason}; or run the "
+            "sweep with --ladder off (a fresh fit at every budget)",
+            declared,
+        )
+
+    try:
+        exact = models.continue_from(new, old)
+    except UserError as exc:
+        names = {b.registered_name for b in blocks if isinstance(b, Block)}
+        said = str(exc)
+        for name in names:  # the label names the block already
+            said = said.replace(f"block {name} cannot", "it cannot", 1)
+        raise refuse(said, declared=own) from None
+    with torch.no_grad():
+        before, after = old(x), new(x)  # (B, n_out) or (B, T, n_out)
+    change = float((after - before).norm() / before.norm().clamp_min(1e-300))
+    tol = LADDER_EXACT if exact else LADDER_SILENT
+    if not change <= tol:  # NaN fails too
+        said = "exactly (silence_ returned True)" if exact else "approximately"
+        raise refuse(
+            f"one added layer, silenced {said}, moved the network's output by {change:.2g} of "
+            f"its size (at most {tol:g}): scale_output_ and silence_ must keep the function"
+        )
+    weights = torch.randn(after.shape, generator=torch.Generator().manual_seed(0))
+    added = [p for p in new.layers[-1].parameters() if p.requires_grad]
+    grads = torch.autograd.grad((new(x) * weights.to(after)).sum(), added, allow_unused=True)
+    if not any(g is not None and bool(g.abs().sum() > 0) for g in grads):
+        raise refuse(
+            "a layer it silences gets no gradient, so a fit never moves it: silence_ must zero "
+            "one factor's weights, not every path (or shrink them, as mlp does with relu)"
+        )
+    return exact
+
+
+# the default degree sweep's network (`experiments.degree_sweep.SHAPE`, a test holds them equal):
+# width 3, RMS norm, residual branches scaled by 1/sqrt(depth)
+LADDER_SHAPE = NetShape(depth=1, width=3, norm="rms", scaled_residual=True)
+LADDER_INPUTS = 2  # the default teacher's inputs
+
+
+def ladder(case: Case) -> None:
+    """The default degree sweep's depth ladder continues a network of the block one layer deeper
+    with its function unchanged and the added layer trainable (`check_ladder`, which the sweep
+    asks of every arm before any fit). A block whose own `scale_output_` refuses (mlp's tanh)
+    states it cannot: the sweep refuses it too, naming --ladder off."""
+    if case.cls.mixes_tokens or case.cls.needs_seq_len:
+        raise NotApplicable(
+            "mixes tokens: the default sweep's task has no sequence (over a sequence task the "
+            "sweep checks its ladder before any fit)"
+        )
+    width = LADDER_SHAPE.width
+    if n_params(build(case.name, case.example, 0, width, width)) != case.cls.count_params(
+        width, width, **case.kwargs()
+    ):
+        raise NotApplicable("no network of it builds: its count_params is wrong (see params)")
+    arm = Arm(str(case), case.name, (), dict(case.example))
+
+    def make(depth: int, seed: int) -> nn.Module:
+        torch.manual_seed(seed)
+        return models.Net(arm, replace(LADDER_SHAPE, depth=depth), LADDER_INPUTS, 1)
+
+    x = torch.randn(64, LADDER_INPUTS, generator=torch.Generator().manual_seed(3))  # (B, F)
+    try:
+        check_ladder(make, x, f"block {case}")
+    except LadderRefused as exc:
+        if exc.declared:
+            raise NotApplicable(str(exc)) from None
+        raise AssertionError(str(exc)) from None
+
+
 CHECKS = {
     "shape": shape,
     "params": params,
@@ -195,4 +308,5 @@ CHECKS = {
     "causal": causal,
     "degree": degree,
     "name": name,
+    "ladder": ladder,
 }

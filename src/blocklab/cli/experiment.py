@@ -11,6 +11,7 @@ import dataclasses
 import importlib
 import json
 import shlex
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -147,7 +148,23 @@ def run(experiment: type[Experiment], args: argparse.Namespace) -> int:
     else:
         paths = [f"\nreport: {payload['report']}", f"page: {payload['page']}"]
         print(wrapped("\n".join([*report.text, *paths, "", report.status.line])))
-    return 0
+    # the run failed where an arm lost every trial: what finished stays stored and reported
+    for line in failure_lines(payload):
+        print(f"blocklab: {line}", file=sys.stderr)
+    return 1 if lost_an_arm(payload) else 0
+
+
+def failure_lines(payload: dict[str, Any]) -> list[str]:
+    """A line per arm some of whose trials raised: how many, and the first error."""
+    return [
+        f"{a['arm']}: {a['failed']} of {a['trials']} trials failed; the first: {a['error']}"
+        for a in payload.get("failed_arms", [])
+    ]
+
+
+def lost_an_arm(payload: dict[str, Any]) -> bool:
+    """Whether every trial of some arm raised: the report compares without it."""
+    return any(a["failed"] == a["trials"] for a in payload.get("failed_arms", []))
 
 
 def _form_help(method, time: str | None = None) -> str:
@@ -173,7 +190,8 @@ def execute(
 ) -> tuple[Any, dict[str, Any]]:
     """The one run path, for the command line and `blocklab.api.run`: open the run directory,
     run the trials, write the report and the page; return the report and the JSON `--json`
-    prints (the report's, with `report`, `config`, `page` and `status`)."""
+    prints (the report's, with `report`, `config`, `page` and `status`, and where trials raised
+    `failed_arms`: each arm some of whose trials raised, `_failed_arms`)."""
     from blocklab.formatting import config_json, plain
 
     names = list(dict.fromkeys(trackers))
@@ -181,12 +199,14 @@ def execute(
         tracker_mod.require(name)  # before anything runs or is written
     out, store = _open_run(out, reuse, device)
     try:
-        report, page = _run_and_report(
+        report, page, failed_arms = _run_and_report(
             experiment, cfg, command, progress, out, store, resources, names
         )
     finally:
         store.close()  # the last connection to close folds the WAL back into the store file
     payload = {**report.json, "report": str(report.path), "config": config_json(cfg)}
+    if failed_arms:  # only then: a run's JSON keeps its keys
+        payload["failed_arms"] = failed_arms
     return report, plain({**payload, "page": str(page), "status": report.status.as_json()})
 
 
@@ -194,7 +214,8 @@ def _run_and_report(
     experiment, cfg, command: str, progress: bool, out: Path, store, resources, names
 ):
     """Run the trials (each logged to the trackers as it is stored), write the report and the
-    page, hand the trackers the summary; return the report and the page's path."""
+    page, hand the trackers the summary; return the report, the page's path and the arms some
+    of whose trials raised (`_failed_arms`)."""
     from blocklab.formatting import config_json
     from blocklab.reports import html, markdown
 
@@ -207,9 +228,13 @@ def _run_and_report(
     bar = Progress(enabled=progress)  # one display for every sweep the command runs
     try:
         trials = experiment.run(cfg, store, resources=resources, progress=bar)
-        bar.close()
-        # the report module analyzes the trials (summaries, tests, fits, findings) and writes
-        report = importlib.import_module(experiment.report).write(out, cfg, trials)
+        # the report module analyzes the trials (summaries, tests, fits, findings) and writes;
+        # the display says so, and shows what the analysis counts (`progress.current`): a
+        # context, not an argument, so every report keeps `write(out_dir, cfg, trials)`
+        rows = getattr(trials, "rows", None)  # `Trials`, or what the experiment's report reads
+        # trials, not rows: a depth ladder's trial is a row per rung
+        with bar.analysing(len({r.get("id") for r in rows}) if rows is not None else None):
+            report = importlib.import_module(experiment.report).write(out, cfg, trials)
     except BaseException:
         bar.close()
         for tracker in opened:
@@ -221,7 +246,28 @@ def _run_and_report(
     page = html.write(out, records)
     for tracker in opened:
         tracker.finish(records, report.path, report.json)
-    return report, page
+    return report, page, _failed_arms(trials, records)
+
+
+def _failed_arms(trials, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per arm with trials that raised (`Trials.failed`): the arm, how many of its trials
+    raised, of how many, and the first error's first line, in the order the arms first failed.
+    An arm all of whose trials raised is missing from the report's tables."""
+    arm_of = {r["id"]: r.get("config", {}).get("arm", {}).get("label") for r in records}
+    lost: dict[str, dict[str, Any]] = {}
+    # an experiment's run may return what its own report reads instead of `Trials`
+    failed, rows = getattr(trials, "failed", []), getattr(trials, "rows", [])
+    for f in failed:
+        # a trial never stored (not run) is named by its description: task, budget, arm, ...
+        words = f["trial"].split()
+        arm = arm_of.get(f["id"]) or (words[2] if len(words) > 2 else f["trial"])
+        entry = lost.setdefault(arm, {"arm": arm, "failed": 0, "error": ""})
+        entry["failed"] += 1
+        entry["error"] = entry["error"] or (f["error"].splitlines() or [""])[0]
+    for entry in lost.values():
+        done = {r.get("id") for r in rows if r.get("arm") == entry["arm"]}
+        entry["trials"] = entry["failed"] + len(done)
+    return list(lost.values())
 
 
 def _write_run_file(
@@ -250,6 +296,7 @@ def _open_run(out: str | Path, reuse: str, device: str) -> tuple[Path, Store]:
     """Check the run flags and the output directory, then open the store in it: a check that
     fails leaves nothing behind. --out always names a directory, whatever its name."""
     from blocklab.engine.devices import device_name
+    from blocklab.rundir import RunDir
 
     device_name(device)  # a bad or missing device fails here
     out = Path(out)
@@ -264,7 +311,10 @@ def _open_run(out: str | Path, reuse: str, device: str) -> tuple[Path, Store]:
             pass
     except OSError as exc:
         raise UserError(f"output directory {out} is not writable: {exc.strerror}") from None
-    return out, Store(out / DB_NAME, reuse=reuse)
+    store = Store(out / DB_NAME, reuse=reuse)
+    # each sweep's plan noted in run.json: an interrupted run reads `incomplete k/n` in the index
+    store.planners.append(RunDir(out).note_planned)
+    return out, store
 
 
 def _resources(args: argparse.Namespace, imports: tuple[str, ...] = ()) -> Resources:

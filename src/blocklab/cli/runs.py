@@ -14,12 +14,27 @@ from blocklab.store import DB_NAME, Store
 
 def add_parser(sub) -> None:
     p = sub.add_parser("runs", help="list, show and export stored trials")
-    p.add_argument("action", nargs="?", default="list", choices=("list", "show", "export"))
+    p.add_argument(
+        "action",
+        nargs="?",
+        default="list",
+        choices=("list", "show", "export"),
+        help="list: one line per trial (the default); show ID: one trial's config, metrics "
+        "and provenance; export FILE: the load_runs table as CSV or Parquet",
+    )
     p.add_argument("id", nargs="?", help="trial id (show), or the .csv or .parquet file (export)")
     p.add_argument("--out", default="runs/demo", help="directory holding blocklab.sqlite")
     p.add_argument("--experiment", help="only this experiment's trials")
-    p.add_argument("--status", choices=("done", "diverged", "failed"))
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--status",
+        choices=("done", "diverged", "failed"),
+        help="only the trials that ended so (list and export)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON on stdout: list, the trials with their metrics; show, the whole record",
+    )
     p.set_defaults(handler=run)
 
 
@@ -78,13 +93,27 @@ def run(args: argparse.Namespace) -> int:
             )
         )
         return 0
+    # the rows alone on stdout, for a pipe; their column names before them on stderr, like the
+    # count after them
+    width = max((len(r["id"]) for r in records), default=len("id"))
+    header = _line(["id", "experiment", "status", "fingerprint", "stale", "trial"], width)
+    print(header, file=sys.stderr, flush=True)
     for r in records:
-        code = f"{_fingerprint(r) or '-':<16} {'' if current[r['id']] else 'stale':<5}"
-        print(f"{r['id']}  {r['experiment']:<13} {r['status']:<8} {code} {_describe(r)}")
+        fields = [r["id"], r["experiment"], r["status"], _fingerprint(r) or "-"]
+        fields += ["" if current[r["id"]] else "stale", _describe(r)]
+        print(_line(fields, width))
+    sys.stdout.flush()  # the rows before the count, where both streams go to one place
     stale = sum(not ok for ok in current.values())
     note = f" ({stale} stale: made by code other than this)" if stale else ""
     print(f"{len(records)} trials in {store.path}{note}", file=sys.stderr)
     return 0
+
+
+def _line(fields: list[str], width: int) -> str:
+    """One line of `runs list`: id, experiment, status, the code's fingerprint, whether the
+    trial is stale, and what the trial is, in columns (the id's width: the longest id's)."""
+    ident, experiment, status, code, stale, trial = fields
+    return f"{ident:<{width}}  {experiment:<13} {status:<8} {code:<16} {stale:<5} {trial}"
 
 
 def _fingerprint(rec: dict[str, Any]) -> str | None:

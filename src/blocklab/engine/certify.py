@@ -1,8 +1,9 @@
 """A fit's convergence certificate (`converged`): run a fit, continue it as far again, and say
 whether that still lowered the loss by more than a tolerance; given a limit, keep doubling a fit
 that has not converged, so an easy fit stops early and a hard one gets the limit. A fit at
-float64's floor (`fit.FLOOR`) ends there certified. `fit_batched.converged_batched` certifies
-the members of a batched fit by the same rules.
+float64's floor (`floored`: Levenberg-Marquardt's step below `fit.FLOOR`, L-BFGS's loss unchanged
+at its rounding for `fit.STALLED_ITERATIONS`) ends there certified.
+`fit_batched.converged_batched` certifies the members of a batched fit by the same rules.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ def moved(first: float, second: float) -> bool:
     first few steps while its damping grows. Levenberg-Marquardt ends a stall of its own: its
     damping grows until the step's predicted decrease is below `FLOOR`, which a smooth loss
     with an exact gradient would have accepted long before (its gain ratio tends to 1 as the
-    step shrinks), so what remains is a minimum float64 resolves, or a kink of a relu network."""
+    step shrinks), so what remains is a minimum float64 resolves, or a kink of a relu network.
+    L-BFGS ends one too: a line search that finds no lower point leaves the fit where it was, the
+    loss repeats, and `fit.STALLED_ITERATIONS` such iterations floor it."""
     return second < first
 
 

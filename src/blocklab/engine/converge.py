@@ -12,9 +12,9 @@ iterations lowered the training loss by less than `converge_tol` of it (`certify
 measured by continuing the same fit. The first check doubles from `certify.first_check(steps)`
 (64 to 128 of 1,024); a fit that fails it doubles again and is checked again, up to `steps`, so
 a fit that converges early stops there and the iterations go to those that need them; a fit at
-float64's floor (`fit.FLOOR`) ends there, certified. The trial keeps
-the restart of least training loss (chosen on training data, never on test) and stores every
-restart's losses beside it, so the spread over initializations is in the record.
+float64's floor (`fit.FLOOR`; L-BFGS's `fit.STALLED_ITERATIONS`) ends there, certified. The
+trial keeps the restart of least training loss (chosen on training data, never on test) and
+stores every restart's losses beside it, so the spread over initializations is in the record.
 """
 
 from __future__ import annotations

@@ -12,8 +12,10 @@ few thousand parameters can reach, rather than how far Adam gets in a fixed numb
   member taking the steps `LevenbergMarquardt` takes on it alone.
 
 Each ends where float64 resolves no more (`floored`): Levenberg-Marquardt when its damped step
-predicts less than `FLOOR` of the loss, L-BFGS when the loss is within the targets' rounding
-(`TARGET_FLOOR`); `iterations` counts what ran.
+predicts less than `FLOOR` of the loss; L-BFGS, which reads the loss alone, when its iterations no
+longer change the loss beyond the loss's own rounding (`STALLED_ITERATIONS` in a row within
+`loss_resolution`), or when the loss is within the targets' rounding (`TARGET_FLOOR`);
+`iterations` counts what ran.
 
 Each fits a model in place; `run(iterations, on_step)` calls `on_step(iteration, loss)` with the
 mean squared error before each iteration's update and stops when it returns False (a
@@ -40,16 +42,34 @@ OnStep = Callable[[int, float], bool]
 # one, or a kink of a relu network), where before the damping grew without end (measured: an
 # mlp fit rejected every step for 512 iterations at its first rung, and was not certified)
 FLOOR = 1e-12
-# L-BFGS's floor: a mean squared error within (16 eps)^2 of the targets' mean square, residuals a
-# few units in the last place of the targets, where no fit is resolved further (measured: a
-# realizable target fitted to 5.6e-33 with mean(y^2) = 1/9, then 1,000 iterations of no gain,
-# not certified)
+# L-BFGS's floor. Its line search compares losses alone, so it resolves the loss's rounding
+# (`loss_resolution`), not the targets': at a minimum with residuals left (label noise, targets
+# rounded to float32, an arm that cannot fit them) it finds no lower point, returns a step of 0
+# and leaves the parameters and curvature history as they were, so every later iteration repeats
+# it exactly. The fit is floored once this many iterations in a row changed the loss by no more
+# than its resolution: a step of 0 repeats until the count is full; the count leaves room for
+# accepted steps within the rounding, whose curvature pairs are rounding too and may lead to one
+# more. Four bound what the window gained to 8 (log2 N + 2) eps of the loss, far below any
+# certificate's tolerance, while a fit still descending, however slowly, changes its loss by
+# many times its resolution each iteration
+STALLED_ITERATIONS = 4
+# L-BFGS's early exit: a mean squared error within (16 eps)^2 of the targets' mean square,
+# residuals a few units in the last place of the targets, where a lower point the line search
+# finds is the outputs' rounding, not a gain (the stall rule ends such a fit too, later)
 TARGET_FLOOR = (16 * 2.0**-52) ** 2
 # numbers of the Jacobian computed per vmapped pass (examples times parameters): bounds the memory
 # of a pass's activations while keeping passes few, since each pass's cost is mostly its fixed
 # per-operation overhead (measured at P = 409, N = 13,088: 143 ms in passes of 1,024 examples,
 # 62 ms in one pass)
 JACOBIAN_NUMBERS = 1 << 24
+
+
+def loss_resolution(n: int) -> float:
+    """The least change of a mean of `n` squares, a share of it, that float64 resolves: each
+    evaluation is exact to about (log2 n + 2) eps of itself (pairwise summation, as torch's
+    reductions sum, plus the rounding of the squares and of the division), so two evaluations can
+    differ by twice that with nothing changed that the fit could resolve."""
+    return 2 * (math.log2(max(n, 1)) + 2) * 2.0**-52
 
 
 class NotByLayers(Exception):
@@ -305,10 +325,13 @@ class LBFGS:
             tolerance_change=0.0,
             line_search_fn="strong_wolfe",
         )
-        # set when the loss reached the rounding of the targets (`TARGET_FLOOR`): a line search
-        # finds nothing there and the relative gain it measures is noise
+        # set when the loss stopped changing beyond its rounding (`STALLED_ITERATIONS`) or reached
+        # the rounding of the targets (`TARGET_FLOOR`): the line search resolves nothing more
         self.floored = False
         self.floor = TARGET_FLOOR * float((y * y).mean())
+        self.resolution = loss_resolution(y.numel())
+        self.last: float | None = None  # the loss at the start of the last iteration run
+        self.stalled = 0  # iterations in a row, up to the last one, that changed it within rounding
         self.iterations = 0
 
     def sync(self) -> None:
@@ -344,8 +367,7 @@ class LBFGS:
                 value = nn.functional.mse_loss(self.model(self.x), self.y)
                 if first and not on_step(i, value.item()):
                     raise _Stop
-                if first and value.item() <= self.floor:
-                    self.floored = True
+                if first and self._floor(value.item()):
                     raise _Stop
                 first = False
                 value.backward()
@@ -357,9 +379,21 @@ class LBFGS:
                 break
         return self.loss()
 
+    def _floor(self, loss: float) -> bool:
+        """Read the loss at an iteration's start, which is where the last iteration ended, and say
+        whether the fit is at its floor: `STALLED_ITERATIONS` in a row changed the loss by no more
+        than its resolution, or it is within the targets' rounding. A NaN is never a floor."""
+        if self.last is not None and abs(self.last - loss) <= self.resolution * self.last:
+            self.stalled += 1
+        else:
+            self.stalled = 0
+        self.last = loss
+        self.floored = self.stalled >= STALLED_ITERATIONS or loss <= self.floor
+        return self.floored
+
 
 class _Stop(Exception):
-    """`on_step` ended an L-BFGS fit before its iteration's update."""
+    """`on_step` or the floor ended an L-BFGS fit before its iteration's update."""
 
 
 FITTERS = {"lm": LevenbergMarquardt, "lbfgs": LBFGS}

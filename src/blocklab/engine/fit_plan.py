@@ -7,21 +7,27 @@ from P, N and the device (its float64 matmul rate measured on the spot, the memo
 use), keeps Levenberg-Marquardt where its iteration takes at most `LM_ITERATION_LIMIT` and its
 memory fits, gives the rest to L-BFGS (DESIGN.md: "Levenberg-Marquardt where its O(N P^2) cost
 fits, L-BFGS beyond"), says which it chose and why, and refuses a plan no optimizer can hold in
-memory.
+memory. Its estimate of the fits' time, every fit at its `steps` iterations, times an iteration
+of each network as well as counting its FLOPs (`rung_seconds`, `fit_timing.lm_iteration`), and
+counts the AdamW warm starts (`converge._warm`): a restart's warm start at the first rung, its
+steps (`warm_steps`) times one step of that network, timed here (`fit_timing.adam_step`). A
+small network's iteration or step costs mostly the calls it makes, which no FLOP count sees.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 import torch
 
+from blocklab.engine.fit_timing import adam_step, lm_iteration, sync
 from blocklab.engine.progress import minutes
 from blocklab.errors import UserError
 
@@ -67,10 +73,21 @@ def matmul_rate(device: str, dtype: torch.dtype, n: int, repeats: int) -> float:
     return 2 * n**3 / best / 1e9
 
 
-def sync(device: str) -> None:
-    """Wait for `device`'s queued work (a CUDA device; the CPU runs in order), for timing."""
-    if str(device).startswith("cuda"):
-        torch.cuda.synchronize()
+def parallelism(device: str, workers: int) -> float:
+    """How many of `workers` run at once at full speed, between 1 and `workers`: on a CPU, the
+    float64 matmul rate of `workers` times this process's threads over the rate of its threads
+    alone, so cores other processes hold now count against the run's workers as they will
+    (a loaded machine runs two workers no faster than one); `workers` on a GPU, as before."""
+    if workers <= 1 or str(device).startswith("cuda"):
+        return max(1, workers)
+    threads = torch.get_num_threads()
+    one = gemm64(device)
+    torch.set_num_threads(threads * workers)
+    try:
+        many = gemm64(device)
+    finally:
+        torch.set_num_threads(threads)
+    return min(float(workers), max(1.0, many / one))
 
 
 def worker_memory(device: str, workers: int) -> int:
@@ -137,12 +154,18 @@ def choose(
     out: TextIO | None = sys.stderr,
     rate: float | None = None,
     memory: int | None = None,
+    step: Callable[[Any], float] | None = None,
+    lm_step: Callable[[Any], float] | None = None,
+    parallel: float | None = None,
 ) -> list[Any]:
     """`specs` with each Levenberg-Marquardt fit whose iteration would pass `LM_ITERATION_LIMIT`
     or a worker's memory given to L-BFGS; a line to `out` says what was chosen and what it
     costs. A UserError when a fit does not fit a worker's memory under either optimizer, or
-    under the L-BFGS a spec asks for. `rate` (GFLOP/s) and `memory` (bytes per worker) are
-    measured when not given."""
+    under the L-BFGS a spec asks for. `rate` (GFLOP/s), `memory` (bytes per worker), `step`
+    (a network's seconds per AdamW step, for its warm starts) and `lm_step` (a network's seconds
+    per Levenberg-Marquardt iteration) and `parallel` (how many workers run at once,
+    `parallelism`) are measured when not given; the last three only for the line, after the
+    choice, on the fits that keep Levenberg-Marquardt."""
     fits = [s for s in specs if s.train.second_order]
     if not fits:
         return list(specs)
@@ -172,28 +195,44 @@ def choose(
             )
         chosen.append(spec)
     if out is not None:
-        out.write(_said(chosen, cache, moved, rate, workers) + "\n")
+        step = step or functools.partial(adam_step, device=device)
+        lm_step = lm_step or functools.partial(lm_iteration, device=device)
+        if parallel is None and any(
+            s.train.second_order and s.train.optimizer == "lm" for s in chosen
+        ):
+            parallel = parallelism(device, workers)
+        said = _said(chosen, moved, rate, workers, parallel or max(1, workers), step, lm_step)
+        out.write(said + "\n")
     return chosen
 
 
-def _said(chosen, cache, moved, rate: float, workers: int) -> str:
+def _said(chosen, moved, rate: float, workers: int, parallel: float, step, lm_step) -> str:
     """One line: which optimizer the fits got, the largest one's cost, and why any moved."""
     lm = [s for s in chosen if s.train.second_order and s.train.optimizer == "lm"]
     parts = []
     if lm:
-        biggest = max((cache[_key(s)] for s in lm), key=lambda e: e.params)
+        rungs = rung_seconds(lm, rate, lm_step)
+        big, big_seconds = max((r for s in lm for r in rungs[_key(s)]), key=lambda r: r[0].params)
         # every rung of a ladder at its own P and N, each chain at most `steps` iterations
-        per: dict[str, float] = {}
-        for s in lm:
-            if _key(s) not in per:
-                per[_key(s)] = sum(e.lm_seconds for e in _rung_estimates(s, rate))
-        total = sum(s.train.steps * s.train.restarts * per[_key(s)] for s in lm)
+        total = sum(
+            s.train.steps * s.train.restarts * sum(t for _, t in rungs[_key(s)]) for s in lm
+        )
+        (warm, timed), said = warm_seconds(lm, step), ""
+        if warm:  # shared by the workers as the fits are
+            steps = max(warm_steps(s.train) for s in lm)
+            share = minutes(sum(warm.values()) / parallel)
+            said = f", {share} of it AdamW warm starts ({steps:,} steps a restart at up to "
+            said += f"{max(timed.values()) * 1e3:.2g} ms a step, timed here)"
+        shared = f" (as fast as {parallel:.1f} on the cores free now)" if parallel < workers else ""
         parts.append(
-            f"Levenberg-Marquardt for {len(lm)} trial(s), the largest P = {biggest.params:,} on "
-            f"N = {biggest.examples:,}: about {_secs(biggest.lm_seconds)} and "
-            f"{_size(biggest.lm_bytes)} an iteration at {rate:.0f} GFLOP/s (float64), at most "
-            f"{minutes(total / max(1, workers))} on {workers} worker(s) without warm starts, "
-            "less as fits certify early"
+            f"Levenberg-Marquardt for {len(lm)} trial(s), the largest P = {big.params:,} on "
+            f"N = {big.examples:,}: an iteration about {_secs(big_seconds)} timed here "
+            f"({_secs(big.lm_seconds)} of FLOPs at {rate:.0f} GFLOP/s, float64) and "
+            f"{_size(big.lm_bytes)}; about "
+            f"{minutes((total + sum(warm.values())) / parallel)} on {workers} worker(s)"
+            f"{shared} "
+            f"if every fit runs its {max(s.train.steps for s in lm):,} iterations{said}, less as "
+            "fits certify early"
         )
     if moved:
         worst = max(moved, key=lambda e: e.params)
@@ -211,8 +250,71 @@ def _key(spec) -> str:
     return dataclasses.replace(spec, seed=0, data_seed=0).id
 
 
-def _rung_estimates(spec, rate: float) -> list[Estimate]:
-    """A ladder's rungs (one estimate per depth), or the fit itself."""
-    if not spec.ladder:
-        return [estimate(spec, rate)]
-    return [estimate(spec.at_depth(d, ladder=()), rate) for d in spec.ladder]
+def rung_seconds(
+    specs: Sequence[Any], rate: float, lm_step: Callable[[Any], float]
+) -> dict[str, list[tuple[Estimate, float]]]:
+    """Each trial's networks (a ladder's rungs, or the fit itself), by trial (`_key`): its
+    estimate at `rate` and the seconds of one iteration, the larger of its FLOPs at `rate` and
+    its time. A ladder's first and last rungs are timed (`lm_step`, each network once); a rung
+    between them reads its time off the line through those two in FLOPs, an iteration costing
+    a fixed overhead (the calls it makes) plus work that grows with its FLOPs, so the plan times
+    two networks a ladder, where timing every rung would cost as much again before the run."""
+    timed: dict[str, float] = {}
+
+    def seconds(net) -> float:
+        key = _key(net)
+        if key not in timed:
+            timed[key] = lm_step(net)
+        return timed[key]
+
+    out: dict[str, list[tuple[Estimate, float]]] = {}
+    for spec in specs:
+        if _key(spec) in out:
+            continue
+        nets = [spec.at_depth(d, ladder=()) for d in spec.ladder] if spec.ladder else [spec]
+        ests = [estimate(n, rate) for n in nets]
+        ends = [(ests[i].lm_seconds, seconds(nets[i])) for i in (0, -1)]
+        out[_key(spec)] = [(e, max(e.lm_seconds, _between(ends, e.lm_seconds))) for e in ests]
+    return out
+
+
+def _between(ends: list[tuple[float, float]], flops: float) -> float:
+    """The seconds at `flops` (FLOP seconds at the rate) on the line through two timed rungs."""
+    (f0, t0), (f1, t1) = ends
+    return t0 + (t1 - t0) * (flops - f0) / (f1 - f0) if f1 > f0 else max(t0, t1)
+
+
+def warm_steps(cfg) -> int:
+    """The AdamW steps of one warm start of `cfg`: its `warm_start` steps, and under wsd the
+    decay of the run of half the steps that branches off them (`train.half_run`)."""
+    from blocklab.engine.train import half_run
+
+    if not cfg.warm_start:
+        return 0
+    branch = half_run(dataclasses.replace(cfg, optimizer="adam", steps=cfg.warm_start))
+    return cfg.warm_start + (branch[1] - branch[0] if branch else 0)
+
+
+def _bottom(spec):
+    """The network a trial's warm starts train: a ladder's first rung, or the fit's own."""
+    return spec.at_depth(spec.ladder[0], ladder=()) if spec.ladder else spec
+
+
+def warm_seconds(
+    specs: Sequence[Any], step: Callable[[Any], float]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Seconds of each trial's warm starts, by trial id (none where a trial has none): one per
+    restart, at the first rung (a ladder's later rungs continue the fit below), each
+    `warm_steps` of `step(network)` seconds; and that step's seconds, by network, each timed
+    once."""
+    timed: dict[str, float] = {}
+    out = {}
+    for spec in specs:
+        if not spec.train.warm_start:
+            continue
+        bottom = _bottom(spec)
+        key = _key(bottom)
+        if key not in timed:
+            timed[key] = step(bottom)
+        out[spec.id] = spec.train.restarts * warm_steps(spec.train) * timed[key]
+    return out, timed

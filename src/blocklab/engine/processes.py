@@ -4,6 +4,7 @@ parent, and the jobs submitit starts here can be cancelled."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import ctypes
 import os
@@ -123,8 +124,6 @@ def check_main_importable() -> None:
     imported (they died, reported as lost), and one that calls blocklab at its top level, outside
     the guard, would start the sweep again in every worker (the parent waited for ever). A
     UserError names the fix instead. A module run with -m, -c or an interactive session is fine."""
-    import ast
-
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     if path is None or getattr(main, "__spec__", None) is not None:
@@ -140,18 +139,150 @@ def check_main_importable() -> None:
             tree = ast.parse(f.read())
     except (OSError, SyntaxError, ValueError):
         return
-    for node in tree.body:  # statements at the top level, outside any guard
-        if isinstance(node, ast.If) and "__name__" in ast.unparse(node.test):
-            continue
-        if any(_calls_blocklab(n) for n in ast.walk(node)):
-            raise UserError(
-                f"{os.path.basename(path)} calls blocklab at its top level, and every worker "
-                f"process imports it again: put the call under `{GUARD}`, or run with one worker"
-            )
+    if starts_a_sweep(tree):
+        raise UserError(
+            f"{os.path.basename(path)} calls blocklab at its top level, and every worker "
+            f"process imports it again: put the call under `{GUARD}`, or run with one worker"
+        )
 
 
-def _calls_blocklab(node) -> bool:
-    """A call of `blocklab.run` (or `run`, imported from it): what starts a sweep's workers."""
-    import ast
+def starts_a_sweep(tree: ast.Module) -> bool:
+    """Whether importing the script `tree` would call blocklab's `run` (`_ImportRun`)."""
+    return _ImportRun().run_module(tree)
 
-    return isinstance(node, ast.Call) and ast.unparse(node.func) in ("run", "blocklab.run")
+
+class _ImportRun:
+    """What importing a script would run, read from its syntax tree as Python executes it: the
+    statements at the top level in order, class bodies, decorators and default values, but not
+    the body of a `def` or a `lambda` until a top-level statement calls that function, nor the
+    body of the `__name__ == "__main__"` guard, which a worker's import skips. A call starts a
+    sweep when its name resolves to blocklab's `run` through the script's imports at that point
+    (`import blocklab`, `from blocklab import run as go`, `from blocklab import api`), so a
+    function of the user's own named `run` is not one."""
+
+    def __init__(self):
+        self.names: dict[str, str] = {}  # a name bound at the top level -> what it is
+        self.defs: dict[str, ast.AST] = {}  # top-level functions, by name
+        self.followed: set[str] = set()  # functions already entered (recursion)
+
+    def run_module(self, tree: ast.Module) -> bool:
+        return any(self._statement(node) for node in tree.body)
+
+    def _statement(self, node: ast.AST) -> bool:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            self._bind_import(node)
+            return False
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            runs = self._decorators(node) | self._expressions(_defaults(node.args))
+            self.names[node.name] = "def"
+            self.defs[node.name] = node
+            return runs
+        if isinstance(node, ast.ClassDef):
+            runs = self._decorators(node) | self._expressions(node.bases)
+            runs |= any(self._statement(n) for n in node.body)
+            self.names[node.name] = "class"
+            return runs
+        if isinstance(node, ast.If) and _is_main_guard(node.test) is not None:
+            skipped = node.body if _is_main_guard(node.test) else node.orelse
+            ran = node.orelse if skipped is node.body else node.body
+            return any(self._statement(n) for n in ran)
+        # any other statement runs its expressions and the statements nested in it
+        children = list(ast.iter_child_nodes(node))
+        runs = self._expressions([n for n in children if isinstance(n, ast.expr)])
+        for child in children:
+            if isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case, ast.withitem)):
+                runs |= self._statement(child)
+        for target in _assigned(node):  # a name rebound by the user is theirs from here on
+            self.names[target] = "value"
+        return runs
+
+    def _decorators(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> bool:
+        """A decorator is evaluated, then called with what it decorates."""
+        return any(self._expressions([d]) or self._call_starts(d) for d in node.decorator_list)
+
+    def _expressions(self, nodes) -> bool:
+        """Whether evaluating these expressions starts a sweep: a lambda's body is not run."""
+        for expr in nodes:
+            stack = [expr]
+            while stack:
+                n = stack.pop()
+                if isinstance(n, ast.Lambda):
+                    stack.extend(_defaults(n.args))
+                    continue
+                if isinstance(n, ast.Call) and self._call_starts(n.func):
+                    return True
+                stack.extend(ast.iter_child_nodes(n))
+        return False
+
+    def _call_starts(self, func: ast.expr) -> bool:
+        target = self._resolve(func)
+        if target == "blocklab.run":
+            return True
+        if isinstance(func, ast.Name) and self.names.get(func.id) == "def":
+            if func.id in self.followed:
+                return False
+            self.followed.add(func.id)  # calling a top-level function runs its body now
+            return any(self._statement(n) for n in self.defs[func.id].body)
+        return False
+
+    def _resolve(self, func: ast.expr) -> str | None:
+        if isinstance(func, ast.Name):
+            return self.names.get(func.id)
+        if isinstance(func, ast.Attribute):
+            owner = self._resolve(func.value)
+            if owner in ("blocklab", "blocklab.api") and func.attr == "run":
+                return "blocklab.run"
+            if owner == "blocklab" and func.attr == "api":
+                return "blocklab.api"
+        return None
+
+    def _bind_import(self, node: ast.Import | ast.ImportFrom) -> None:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    self.names[alias.asname] = _module(alias.name)
+                else:  # `import blocklab.api` binds `blocklab`
+                    top = alias.name.split(".")[0]
+                    self.names[top] = "blocklab" if top == "blocklab" else "value"
+            return
+        source = _module(node.module or "") if node.level == 0 else None
+        for alias in node.names:
+            name = alias.asname or alias.name
+            if source in ("blocklab", "blocklab.api") and alias.name == "run":
+                self.names[name] = "blocklab.run"
+            elif source == "blocklab" and alias.name == "api":
+                self.names[name] = "blocklab.api"
+            else:
+                self.names[name] = "value"
+
+
+def _module(name: str) -> str:
+    return name if name in ("blocklab", "blocklab.api") else "value"
+
+
+def _defaults(args: ast.arguments) -> list[ast.expr]:
+    """What a `def` or `lambda` evaluates when it is defined: its default values."""
+    return [*args.defaults, *[d for d in args.kw_defaults if d is not None]]
+
+
+def _is_main_guard(test: ast.expr) -> bool | None:
+    """True for `__name__ == "__main__"`, False for `__name__ != "__main__"`, else None."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None
+    sides = {ast.unparse(test.left), ast.unparse(test.comparators[0])}
+    if sides != {"__name__", "'__main__'"}:
+        return None
+    op = test.ops[0]
+    return True if isinstance(op, ast.Eq) else False if isinstance(op, ast.NotEq) else None
+
+
+def _assigned(node: ast.AST) -> list[str]:
+    """The names a statement binds at its own level (assignments, for targets, with ... as)."""
+    targets = []
+    if isinstance(node, ast.Assign):
+        targets = node.targets
+    elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
+        targets = [node.target]
+    elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+        targets = [node.optional_vars]
+    return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]

@@ -3,15 +3,31 @@
 One display serves the whole command: each sweep the command runs (a learning-rate search, its
 extensions, the seeds) adds its trials to the same total, and a phase the command knows it will
 run but has not planned yet (the seeds after a search) is counted in the total as expected, so the
-ETA covers the whole run from the first trial."""
+ETA covers the whole run from the first trial.
+
+A sweep that finds trials stored before the command began says so (`resuming ...`), and the
+command says when the trials are analysed (`Progress.analysing`). An analysis that counts its
+own steps (a bootstrap's draws) reports them through a callback `(stage, done, total)` from
+`current().counter(...)`: the analysis itself prints nothing, and a report written outside a
+command (a test, `blocklab report`) gets a display that is off."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from blocklab.specs import TrialSpec
+
+_current: Progress | None = None  # the display of the command now analysing its trials
+
+
+def current() -> Progress:
+    """The display of the command whose analysis runs now (`Progress.analysing`), or one that
+    is off."""
+    return _current if _current is not None else Progress(enabled=False)
 
 
 class Progress:
@@ -23,6 +39,10 @@ class Progress:
         self.planned = self.expected = self.count = 0
         self.label = ""
         self.start = time.monotonic()
+        # trials trained by this command, and those the store held before it began
+        self.fitted: set[str] = set()
+        self.reused: set[str] = set()
+        self.counts: list[Count] = []  # the analysis's counted stages, closed when it ends
 
     def __bool__(self) -> bool:
         return self.enabled
@@ -31,8 +51,17 @@ class Progress:
     def total(self) -> int:
         return self.planned + self.expected
 
-    def phase(self, label: str, todo: int) -> None:
-        """A sweep begins with `todo` trials to train."""
+    def phase(self, label: str, todo: int, stored: Collection[str] = ()) -> None:
+        """A sweep begins with `todo` trials to train and the ids of those the store holds
+        finished (`stored`); where some were stored before the command began and some are left,
+        it says so."""
+        earlier = set(stored) - self.fitted  # not those an earlier sweep of this command trained
+        self.reused |= earlier
+        if earlier and todo:
+            self.say(
+                f"resuming {label}: {len(stored)} of {len(stored) + todo} trials stored, "
+                f"{todo} to fit"
+            )
         self.label, self.planned = label, self.planned + todo
         self._show()
 
@@ -43,7 +72,7 @@ class Progress:
         self._show()
 
     def _show(self) -> None:
-        if not self.enabled or not self.total or not self.label:  # no sweep has begun
+        if not self.enabled or not self.planned or not self.label:  # nothing to train yet
             return
         if self.bar is None and sys.stderr.isatty():
             from tqdm import tqdm
@@ -56,6 +85,7 @@ class Progress:
 
     def update(self, spec: TrialSpec, record: dict[str, Any]) -> None:
         self.count += 1
+        self.fitted.add(spec.id)
         if not self.enabled:
             return
         m = record.get("metrics", {})
@@ -78,6 +108,86 @@ class Progress:
         elapsed = time.monotonic() - self.start
         left = elapsed / self.count * max(self.total - self.count, 0) if self.count else 0.0
         return f"{minutes(elapsed)} elapsed, ETA {minutes(left)}"
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def say(self, line: str) -> None:
+        """A line on stderr, above the bar where one is shown."""
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.write(line, file=sys.stderr)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    @contextlib.contextmanager
+    def analysing(self, rows: int | None) -> Iterator[Progress]:
+        """The command's analysis of its `rows` trials (None: an experiment whose result is not
+        rows): a line says it begins (that it re-analyses where every trial was stored before),
+        and `current()` is this display until it ends."""
+        global _current
+        self.close()
+        if self.reused and not self.fitted:
+            self.say(f"all {len(self.reused)} trials stored: re-analysing")
+        else:
+            self.say(f"analysing {rows} trials" if rows is not None else "analysing the run")
+        _current = self
+        try:
+            yield self
+        finally:
+            _current = None
+            for count in self.counts:
+                count.close()
+            self.counts = []
+
+    def counter(self, label: str, unit: str) -> Callable[[str, int, int], None]:
+        """A callback `(stage, done, total)` for an analysis that counts its steps: one `Count`
+        per stage, labelled `label.format(stage)`, closed when the analysis ends."""
+        counts: dict[str, Count] = {}
+
+        def on_step(stage: str, done: int, total: int) -> None:
+            if stage not in counts:
+                counts[stage] = Count(label.format(stage), unit, self.enabled)
+                self.counts.append(counts[stage])
+            counts[stage](done, total)
+
+        return on_step
+
+
+class Count:
+    """The steps of one stage of an analysis: a tqdm bar on a terminal, and in a log a line at
+    each quarter of its total (a few lines, not one per step)."""
+
+    def __init__(self, label: str, unit: str, enabled: bool = True):
+        self.label, self.unit, self.enabled = label, unit, enabled
+        self.bar, self.quarters = None, 0
+        self.start = time.monotonic()
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled or total <= 0:
+            return
+        if sys.stderr.isatty():
+            if self.bar is None:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, desc=self.label, unit=self.unit, file=sys.stderr)
+            self.bar.total = total
+            self.bar.update(done - self.bar.n)
+            if done >= total:
+                self.close()
+            return
+        quarters = 4 * done // total
+        if quarters > self.quarters:
+            self.quarters = quarters
+            elapsed = minutes(time.monotonic() - self.start)
+            print(
+                f"[{self.label} {done}/{total} {self.unit}s, {elapsed}]",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def close(self) -> None:
         if self.bar is not None:

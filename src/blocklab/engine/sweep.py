@@ -82,6 +82,7 @@ def run(
     # before the store is read: a trial another sweep stores after `done` is read then counts as
     # stored since (a record's finished_at is stamped just before it is committed)
     since = time.time()
+    store.plan(codes)
     done, stale = store.reusable({i: c["fingerprint"] for i, c in codes.items()})
     store.say_stale(stale)
     device = device_name(res.device)
@@ -94,7 +95,7 @@ def run(
     units = plan_units(specs, res.ensemble, workers)
     units = [u for u in units if any(s.id not in done for s in u)]
     bar, own = display(progress)
-    bar.phase(label, len(specs) - len(done))
+    bar.phase(label, len(specs) - len(done), stored=done)  # says what a resumed run has left
     runner = (
         make_executor(res.executor, workers, res.executor_options, res.plugins) if units else None
     )

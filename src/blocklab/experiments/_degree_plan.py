@@ -1,6 +1,7 @@
 """What the degree sweep plans before it fits: every (budget, arm) shape (`plan`), the depth
 ladder's trials (`ladders`), the referees' (`referees`), the rank of every arm's input
-Jacobian (`input_ranks`) and each fit's optimizer from its cost (`optimizers`)."""
+Jacobian (`input_ranks`), whether every arm's ladder continues (`check_ladders`) and each fit's
+optimizer from its cost (`optimizers`)."""
 
 from __future__ import annotations
 
@@ -85,6 +86,28 @@ def input_ranks(cfg, shapes, spec) -> dict[str, dict[str, Any]]:
             f"measure that floor; use {fix}"
         )
     return out
+
+
+def check_ladders(cfg, shapes, spec) -> None:
+    """Before any fit of a staged run: every arm continues as its depth ladder will continue it
+    (`checks.blocks.check_ladder`, the contract check `blocklab check` runs on every per-token
+    block), at the run's width, norm and residual scaling, on the first test inputs; else a
+    UserError naming the arm and --ladder off. `spec` as for `ladders`."""
+    if not cfg.staged:
+        return
+    from blocklab.checks.blocks import check_ladder
+    from blocklab.engine.trial import init_model, task_data
+
+    data = task_data(cfg.task, cfg.task_options, 0)
+    sample = data.test.x[:256]
+    arms = {arm.label: (arm, shape) for arm, shape in shapes.values()}
+    for label, (arm, shape) in arms.items():
+        one = spec(cfg, arm, shape, cfg.train.lr, 0)
+
+        def make(depth: int, seed: int, one=one):
+            return init_model(one.at_depth(depth), data, "cpu", seed)
+
+        check_ladder(make, sample, label if arm.degrees else f"block {label}")
 
 
 def plan(cfg, task: Task | None = None) -> dict[tuple[int, str], tuple[Arm, Shape]]:

@@ -126,7 +126,7 @@ def rung_rows(
     """A depth ladder's trial as one row per rung (`engine.converge.fit_ladder`), under the
     nominal budget `rungs[depth]` the rung was planned for; every row keeps the trial's id."""
     out = []
-    for step in rec["metrics"]["ladder"]:
+    for step in frames.rung_records(rec):  # the one split of a ladder into rungs
         depth = step["depth"]
         at = spec.at_depth(depth, budget=rungs[depth], ladder=())
         r = row(at, step, ladder=True, exact_start=step["exact_start"], **keys)

@@ -313,6 +313,7 @@ def run(
     task = make_task(cfg.task, **cfg.task_options)
     shapes, higher = plan(cfg, task), task.higher_is_better
     seen = _degree_plan.input_ranks(cfg, shapes, _spec)  # before any fit: a hidden input is refused
+    _degree_plan.check_ladders(cfg, shapes, _spec)  # and a block its ladder cannot continue
 
     def finals(rates: dict[tuple[int, str], float]) -> list[tuple[dict[str, Any], TrialSpec]]:
         return [

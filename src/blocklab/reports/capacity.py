@@ -12,7 +12,13 @@ from blocklab.analysis.cells import Check
 from blocklab.formatting import markdown_table
 from blocklab.formatting import short as fmt
 from blocklab.reports import referee
-from blocklab.reports.multipliers import inf_or, multiplier_json, multiplier_section, status_line
+from blocklab.reports.multipliers import (
+    inf_or,
+    multiplier_json,
+    multiplier_section,
+    next_lines,
+    status_line,
+)
 
 
 def criterion(rule: str, tol: float) -> str:
@@ -28,18 +34,49 @@ def criterion(rule: str, tol: float) -> str:
     )
 
 
+def digits(values, limit: float, at_least: bool, least: int = 2) -> int:
+    """The fewest significant digits (`least` or more) at which every finite one of `values`
+    and `limit`, each rounded, compare as they do unrounded (a value passes at >= `limit` where
+    `at_least`, else at <= it): no figure a check prints rounds across its threshold."""
+
+    def read(v: float, n: int) -> float:
+        return float(f"{v:.{n}g}")
+
+    def ok(v: float, lim: float) -> bool:
+        return v >= lim if at_least else v <= lim
+
+    kept = [v for v in values if math.isfinite(v)]
+    for n in range(least, 17):
+        if all(ok(read(v, n), read(limit, n)) == ok(v, limit) for v in kept):
+            return n
+    return 17
+
+
+def _g(value: float, n: int) -> str:
+    """`value` to `n` significant digits, without an exponent."""
+    said = f"{value:.{n}g}"
+    return f"{float(said):f}".rstrip("0").rstrip(".") if "e" in said else said
+
+
 def _budget_span(c: design.BudgetSpan) -> str:
-    need = f"a scaling fit needs >= {design.MIN_BUDGETS} over >= {design.MIN_SPAN:g}x"
-    text = f"every arm at {c.budgets}+ budgets over {c.span:.3g}x+ in actual counts ({need})"
+    n = digits([c.span], design.MIN_SPAN, at_least=True)
+    need = f"a scaling fit needs >= {design.MIN_BUDGETS} over >= {_g(design.MIN_SPAN, n)}x"
+    text = f"every arm at {c.budgets}+ budgets over {_g(c.span, n)}x+ in actual counts ({need})"
     return text if c.passed else f"{text}; give more or wider --budgets (or --depths)"
 
 
 def _share_of_trials(c, what: str, need: float, rule: str, advice: str) -> str:
-    """A check on the share of trials that `what`: that share, the rule, the cells lowest in it,
+    """A check on the share of trials that `what`: how many of how many and that share, to
+    as many digits as keep it on its side of the threshold, the rule, the cells lowest in it,
     and when it failed what to change."""
-    text = f"{c.share:.0%} of {c.trials} trials {what} (needs >= {need:.0%}; {rule})"
-    if c.least:
-        text += "; least: " + ", ".join(f"{a} at {b} ({f:.0%})" for a, b, f in c.least)
+    n = digits([100 * c.share], 100 * need, at_least=True, least=3)
+    text = (
+        f"{c.count} of {c.trials} ({_g(100 * c.share, n)}%) trials {what} "
+        f"(needs >= {_g(100 * need, n)}%; {rule})"
+    )
+    if c.least:  # each below every trial: never shown as 100%
+        k = digits([100 * f for _, _, f in c.least], 100.0, at_least=True)
+        text += "; least: " + ", ".join(f"{a} at {b} ({_g(100 * f, k)}%)" for a, b, f in c.least)
     return text if c.passed else f"{text}; {advice}"
 
 
@@ -69,14 +106,17 @@ def _converged(c: fit_checks.Converged) -> str:
 
 
 def _generalization(c: design.Generalization) -> str:
-    limit = f"{design.GENERALIZATION_RATIO:g}x"
+    ratio = design.GENERALIZATION_RATIO
+    n = digits([c.worst, *(r for _, _, r in c.failing[:4])], ratio, at_least=False, least=3)
+    limit = f"{_g(ratio, n)}x"
     if math.isnan(c.worst):
         return "no cell has both a test and a training loss to compare"
     if c.passed:
         return (
-            f"every cell's mean test loss within {limit} its training loss (worst {c.worst:.3g}x)"
+            f"every cell's mean test loss within {limit} its training loss (worst "
+            f"{_g(c.worst, n)}x)"
         )
-    listed = ", ".join(f"{a} at {b} ({r:.3g}x)" for a, b, r in c.failing[:4])
+    listed = ", ".join(f"{a} at {b} ({_g(r, n)}x)" for a, b, r in c.failing[:4])
     return (
         f"mean test loss above {limit} the mean training loss: {listed}{_more(c.failing)}; "
         "grow N (--data-ratio, --max-examples) or shrink P"
@@ -88,13 +128,14 @@ def _input_rank(c: fit_checks.InputRank) -> str:
     text = f"input Jacobian rank at initialization, before any fit: {seen}"
     if c.passed:
         return f"every arm sees every input ({seen})"
-    return f"{text}; a hidden input caps every fit: a wider network or --norm rms"
+    return f"{text}; a hidden input caps every fit: a width of the inputs or more, no LayerNorm"
 
 
 def _curve(c: fit_checks.Curve) -> str:
-    falls = ", ".join(f"{a} {f:.3g}x" for a, _, _, _, _, f in c.falls)
+    n = digits([f for *_, f in c.falls], fit_checks.MIN_FALL, at_least=True, least=3)
+    falls = ", ".join(f"{a} {_g(f, n)}x" for a, _, _, _, _, f in c.falls) or "no arm has two"
     text = f"loss falls from the smallest budget to the largest: {falls} (needs >= "
-    text += f"{fit_checks.MIN_FALL:g}x per arm)"
+    text += f"{_g(fit_checks.MIN_FALL, n)}x per arm)"
     alphas = ", ".join(
         f"{a} {al:.3g} [{lo:.3g}, {hi:.3g}]" for a, al, lo, hi in c.exponents if math.isfinite(al)
     )
@@ -111,23 +152,25 @@ def _curve(c: fit_checks.Curve) -> str:
                    f"{', '.join(c.unbounded)}")  # fmt: skip
     return (
         f"{text}; {'; '.join(why)}: the curve measures a floor, not what parameters buy "
-        "(a hidden input, fits stuck: more --restarts, --ladder on, wider --budgets)"
+        "(a hidden input, or fits stuck: more restarts or steps, or wider budgets)"
     )
 
 
 def _search(c: fit_checks.Search) -> str:
+    n = digits([100 * g for _, g, _ in c.gaps], 100 * c.tol, at_least=False)
     gaps = ", ".join(
-        f"{a} {g:.1%}" if math.isfinite(g) else f"{a} - ({k} restarts)" for a, g, k in c.gaps
+        f"{a} {_g(100 * g, n)}%" if math.isfinite(g) else f"{a} - ({k} restarts)"
+        for a, g, k in c.gaps
     )
     text = (
         f"best of the first K/2 restarts (chains) above the best of all K by {gaps} "
-        f"(needs <= {c.tol:.3g} per arm: {_tied(c.alpha, c.resolution)})"
+        f"(needs <= {_g(100 * c.tol, n)}% per arm: {_tied(c.alpha, c.resolution)})"
     )
-    return (
-        text
-        if c.passed
-        else f"{text}; more restarts would still move the losses: raise --restarts (2 or more)"
-    )
+    if c.passed:
+        return text
+    ran = max((k for _, _, k in c.gaps), default=0)
+    more = f"raise --restarts above {ran}" if ran >= 2 else "give --restarts 2 or more"
+    return f"{text}; more restarts would still move the losses: {more}"
 
 
 def _resolution_check(c: fit_checks.Resolution) -> str:
@@ -213,9 +256,8 @@ def converged_line(capacity) -> str | None:
     c = next((c for c in capacity.checks if isinstance(c, fit_checks.Converged)), None)
     if c is None:
         return None
-    done = round(c.share * c.trials)
     return (
-        f"converged fits: {done} of {c.trials} trials (their last doubling of the iterations "
+        f"converged fits: {c.count} of {c.trials} trials (their last doubling of the iterations "
         f"gained <= {c.tol:.3g}; a fit stops at a gain < {c.certificate_tol:g})"
     )
 
@@ -229,6 +271,8 @@ def capacity_json(capacity) -> dict[str, Any]:
             {"name": c.name, "passed": c.passed, "detail": detail(c)} for c in capacity.checks
         ],
         "verdict": said if verdict else None,
+        # the command to run next where the run reached no verdict (None: none to give)
+        "next_command": capacity.decision.next.command if capacity.decision.next else None,
         "arms": capacity.arms_json(),
         **multiplier_json(capacity),
         "resolution": capacity.fit.resolution,
@@ -250,6 +294,8 @@ def capacity_section(capacity):
         lines += ["![test loss against parameters](scaling.png)", ""]
         lines += multiplier_section(capacity)
     lines += ["## Design checks", "", *check_lines(capacity), ""]
+    if said := next_lines(capacity, markdown=True):
+        lines += [*said, ""]
     lines += _loss_table(capacity.stats, capacity.second_order)
     if capacity.second_order:
         lines += _fit_curves_text(capacity.referee is not None)

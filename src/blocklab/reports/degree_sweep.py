@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from blocklab.analysis.capacity import CapacityResult, Outcome
+from blocklab.analysis.capacity import CapacityResult, Invocation, Outcome
 from blocklab.analysis.capacity import analyze as analyze_capacity
 from blocklab.analysis.pilot import Pilot, pilot
 from blocklab.analysis.stats import (
@@ -24,7 +24,9 @@ from blocklab.analysis.stats import (
     summarize,
 )
 from blocklab.analysis.summary import drawn_interval
+from blocklab.engine.progress import current
 from blocklab.engine.provenance import provenance
+from blocklab.experiments.degree_sweep import EXPERIMENT, DegreeSweep
 from blocklab.formatting import config_json, markdown_table, plain, short, with_spread
 from blocklab.reports import Report, Status, plots, referee
 from blocklab.reports.capacity import (
@@ -35,7 +37,7 @@ from blocklab.reports.capacity import (
 )
 from blocklab.reports.capacity_plots import efficiency, fit_curves, scaling_curves
 from blocklab.reports.markdown import failures, require_finished
-from blocklab.reports.multipliers import multiplier_lines, status_line
+from blocklab.reports.multipliers import multiplier_lines, next_lines, status_line
 from blocklab.reports.pilot import pilot_json, pilot_lines
 from blocklab.reports.verdicts import claim, verdict_json
 from blocklab.rundir import RunDir
@@ -83,18 +85,9 @@ def _steps_cell(s):
 
 
 def _cells(s):
-    return (
-        s.task,
-        str(s.budget),
-        s.arm,
-        str(s.depth),
-        str(s.width),
-        str(s.block_params),
-        str(s.other_params),
-        _metric_cell(s),
-        f"{s.n_diverged}/{s.n_seeds}",
-        _steps_cell(s),
-    )
+    shape = (str(s.budget), s.arm, str(s.depth), str(s.width), str(s.block_params))
+    counts = (str(s.other_params), _metric_cell(s), f"{s.n_diverged}/{s.n_seeds}")
+    return (s.task, *shape, *counts, _steps_cell(s))
 
 
 def table(summaries) -> str:
@@ -328,9 +321,10 @@ class Result:
     input_rank: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-def analyze(cfg, trials) -> Result:
+def analyze(cfg, trials, command: str | None = None) -> Result:
     """The summaries over seeds, the paired tests, the capacity analysis
-    (`blocklab.analysis.capacity`) and the pilot's spreads of the sweep's rows."""
+    (`blocklab.analysis.capacity`) and the pilot's spreads of the sweep's rows. `command`: the
+    run's own as `run.json` recorded it, which a next command repeats (None: not known)."""
     tables = tabulate(trials.rows, alpha=cfg.alpha)
     verdicts = tables.verdicts
     refitted = getattr(trials, "referee", [])  # trials built before referees have none
@@ -345,6 +339,8 @@ def analyze(cfg, trials) -> Result:
         converge_tol=cfg.train.converge_tol,
         referee=refitted,
         input_rank=getattr(trials, "input_rank", None),
+        run=Invocation(cfg, command, EXPERIMENT, DegreeSweep.no_flags),
+        on_draw=current().counter("analysis: {} bootstrap", "draw"),  # the command's display
     )
     seen = getattr(trials, "input_rank", {})
     spreads = pilot(trials.rows, cap.model, cap.decision.units_for_3pct)
@@ -358,7 +354,7 @@ def write(out_dir, cfg, trials) -> Report:
     checks, the efficiency against d = 3 and the verdict, which exists only when the run passes
     its design checks."""
     require_finished(trials)
-    result = analyze(cfg, trials)
+    result = analyze(cfg, trials, RunDir(out_dir).record().get("command"))
     cap = result.capacity
     path = write_report(
         out_dir,
@@ -393,6 +389,7 @@ def write(out_dir, cfg, trials) -> Report:
     lines += ["\ndesign checks:", *check_lines(cap)]
     if converged := converged_line(cap):
         lines.append(converged)
+    lines += next_lines(cap)
     if cap.decision.outcome is not Outcome.NO_VERDICT and cap.paired:
         lines.append("\npaired tests per budget (Holm-corrected):")
         lines += [f"- {claim(p)}" for p in cap.paired]

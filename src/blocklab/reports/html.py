@@ -347,7 +347,8 @@ def write_index(parent: str | Path) -> list[Path]:
         records = _records(run_dir)
         pages.append(write(run_dir, records))
         facts = run_facts(run_dir, records)
-        title, verdict = _title(run_dir), RunDir(run_dir).status().get("line", "-")
+        # the status line, or `incomplete k/n` for a run stopped before its report
+        title, verdict = _title(run_dir), RunDir(run_dir).state(records)
         link = f'<a href="{escape(run_dir.name)}/{PAGE}">{escape(run_dir.name)}</a>'
         rows.append(
             [link, escape(facts["experiment"]), escape(title), _cell(facts["trials"])]

@@ -3,6 +3,7 @@
 report.md and their JSON keys."""
 
 import math
+import shlex
 from typing import Any
 
 from blocklab.analysis import capacity as cap
@@ -10,10 +11,11 @@ from blocklab.analysis.capacity import PREDICTED_EFFECT
 from blocklab.formatting import markdown_table
 from blocklab.theory import predicted_multiplier
 
-STATUS_WIDTH = 100  # the terminal's columns: the status line fits in one
-# what to change where a check failed, in a few words (the design checks above say more)
+STATUS_WIDTH = 100  # the terminal's columns: the status line fits in one where it can
+# what to change where a check failed, in a few words, where the run's config is not known and
+# there is no next command with values (each check's line under design checks says more)
 FIX = {
-    "input_rank": "a wider network or --norm rms",
+    "input_rank": "a width of the inputs or more, no LayerNorm",
     "budget_span": "more or wider budgets",
     "converged": "more --steps",
     "plateau": "more --steps",
@@ -60,28 +62,53 @@ def _finding_said(f: cap.Finding, reference: str) -> str:
     return text
 
 
+def _actions(d: cap.Decision) -> list[str]:
+    """What to change, most explicit first: the next command whole, then its changes alone
+    (`analysis.design.next_run`); without one, each failed check's fix in words."""
+    if d.next is not None:
+        return [d.next.command, f"rerun with {shlex.join(d.next.flags)}"]
+    fixes = ", ".join(dict.fromkeys(FIX[c.name] for c in d.failed if c.name in FIX))
+    return [fixes] if fixes else []
+
+
+def _first_fitting(lines: list[str]) -> str:
+    """The first of `lines` that fits STATUS_WIDTH, else the last (the shortest to say it)."""
+    return next((line for line in lines if len(line) <= STATUS_WIDTH), lines[-1])
+
+
+def _no_verdict(d: cap.Decision) -> str:
+    """NO VERDICT with the failed checks and what to change, in STATUS_WIDTH where it fits: the
+    next command whole, else its changes, naming fewer checks before giving the action up."""
+    names = [c.name for c in d.failed]
+    failed = [
+        "design checks failed: "
+        + ", ".join(names[:k])
+        + (f" and {len(names) - k} more" if k < len(names) else "")
+        for k in range(len(names), 0, -1)
+    ] + [f"{len(names)} design checks failed" if len(names) > 1 else "a design check failed"]
+    tried = [f"NO VERDICT: {n}; to change: {a}" for a in _actions(d) for n in failed]
+    # too long to say here: the next command (`next_lines`), or each failed check's line, is
+    # with the design checks, wherever those stand from here
+    where = "the next command given with the design checks" if d.next else (
+        "what each design check says"
+    )  # fmt: skip
+    return _first_fitting(tried + [f"NO VERDICT: {n}; to change: {where}" for n in failed])
+
+
 def status_line(capacity) -> tuple[bool, str]:
     """The run's status (`analysis.capacity.Decision`) as its one line: whether it is a
-    verdict, and the line, starting with VERDICT, INCONCLUSIVE or NO VERDICT."""
+    verdict, and the line, starting with VERDICT, INCONCLUSIVE or NO VERDICT. A run without a
+    verdict says what to run next (`next_lines`), where its place (last in the terminal, first
+    on the page) makes no "above" or "below" right."""
     d = capacity.decision
     if d.outcome is cap.Outcome.NO_VERDICT:
         if d.failed:
-            names = ", ".join(c.name for c in d.failed)
-            fixes = ", ".join(dict.fromkeys(FIX.get(c.name, "see above") for c in d.failed))
-            line = f"NO VERDICT: design checks failed: {names}; to change: {fixes}"
-            if len(line) > STATUS_WIDTH:  # the status is one line: what to change is above it
-                line = f"NO VERDICT: design checks failed: {names} (what to change: above)"
-            shown = len(d.failed)
-            while len(line) > STATUS_WIDTH and shown > 1:
-                shown -= 1
-                names = ", ".join(c.name for c in d.failed[:shown])
-                more = len(d.failed) - shown
-                line = f"NO VERDICT: design checks failed: {names} and {more} more (see above)"
-            return False, line
-        return False, (
+            return False, _no_verdict(d)
+        why = (
             f"NO VERDICT: the shared scaling model could not be fitted (it needs {d.reference} "
             "and another arm at 2 budgets or more)"
         )
+        return False, _first_fitting([f"{why}; to change: {a}" for a in _actions(d)] or [why])
     model = capacity.model
     if d.shape_rejected:
         alphas = "; ".join(
@@ -98,12 +125,40 @@ def status_line(capacity) -> tuple[bool, str]:
             if d.units_for_3pct
             else ""
         )
-        return False, (
+        line = (
             f"INCONCLUSIVE: {_finding(worst)}, resolution +-{_pct(worst.resolution)}; the "
             f"predicted effect is {PREDICTED_EFFECT:.1%}{size}"
         )
+        return False, _first_fitting([f"{line}; to change: {a}" for a in _actions(d)] or [line])
     said = "; ".join(_finding_said(f, d.reference) for f in d.findings if f.name in d.decisive)
     return True, f"VERDICT: {said}"
+
+
+def next_lines(capacity, markdown: bool = False) -> list[str]:
+    """The command to run next where the run reached no verdict, whole: for the terminal in
+    lines of STATUS_WIDTH continued by a backslash (a shell reads them as one), for report.md
+    in a code block; [] where there is none."""
+    d = capacity.decision
+    if d.next is None or (not markdown and d.next.command in status_line(capacity)[1]):
+        return []  # none, or the status line holds it whole
+    said = "next command, with the changes the failed checks ask for" if d.failed else (
+        "next command, with the (teacher, seed) units a +-3% interval needs"
+    )  # fmt: skip
+    if markdown:
+        return [f"{said[0].upper()}{said[1:]}:", "", f"    {d.next.command}"]
+    groups: list[str] = []  # a flag with its values, kept on one line where they fit
+    for word in map(shlex.quote, shlex.split(d.next.command)):
+        if groups and not (word.startswith("-") and not word[1:2].isdigit()):
+            groups[-1] += f" {word}"
+        else:
+            groups.append(word)
+    lines, line = [], ""
+    for group in groups:
+        if line and len(line) + len(group) + 3 > STATUS_WIDTH:
+            lines.append(f"{line} \\")
+            line = "   "
+        line = f"{line} {group}" if line else group
+    return [f"{said}:", *lines, line]
 
 
 def multiplier_rows(capacity) -> list[tuple[str, ...]]:

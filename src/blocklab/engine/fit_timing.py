@@ -1,0 +1,88 @@
+"""What one step of a fit costs, timed on its own network: an AdamW step of a warm start
+(`adam_step`) and a Levenberg-Marquardt iteration (`lm_iteration`), each as the run takes it, on
+the spot, so the machine's load counts as it will in the run. A small network's step costs
+mostly the calls it makes (the Jacobian by layers, J^T J, the solve, the residuals), which no
+FLOP count sees; `fit_plan` bounds the fits' time with these.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+
+def sync(device: str) -> None:
+    """Wait for `device`'s queued work (a CUDA device; the CPU runs in order), for timing."""
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def adam_step(spec, device: str = "cpu", steps: int = 16) -> float:
+    """Seconds of one AdamW step of `spec`'s network on a batch of its `batch_size`, as a warm
+    start takes it (`train.train`: forward, loss, backward, clipping, update, the loss read
+    back, and its share of drawing a generative task's fresh examples): the mean of `steps`
+    in a row after two that warm up."""
+    from blocklab.engine.converge import training_set
+    from blocklab.engine.train import ONLINE_CHUNK, autocast
+    from blocklab.engine.trial import init_model, task_data
+    from blocklab.tasks.base import loss
+
+    cfg = spec.train
+    data = task_data(spec.task, spec.task_options, spec.data_seed)
+    model = init_model(spec, data, "cpu", spec.seed).to(device)
+    batch = training_set(data, cfg.batch_size, spec.seed)
+    x, y = batch.x.to(device, torch.float32), batch.y.to(device, torch.float32)  # (B, ...)
+    params = [q for q in model.parameters() if q.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    cast = autocast(device, cfg.precision)
+    for i in range(steps + 2):
+        if i == 2:
+            sync(device)
+            start = time.perf_counter()
+        with cast:
+            out = model(x)
+        value = loss(out.float(), y, data.kind)
+        opt.zero_grad(set_to_none=True)
+        value.backward()
+        torch.nn.utils.clip_grad_norm_(params, cfg.clip)
+        opt.step()
+        value.item()
+    seconds = (time.perf_counter() - start) / steps
+    if data.online:  # fresh examples come ONLINE_CHUNK batches at a time
+        start = time.perf_counter()
+        data.sample(ONLINE_CHUNK * cfg.batch_size, torch.Generator().manual_seed(spec.seed))
+        seconds += (time.perf_counter() - start) / ONLINE_CHUNK
+    return seconds
+
+
+# the damping the timed iterations start from, relative to the Marquardt scale: large enough that
+# a step from a network's initialization is a short gradient step, which lowers the loss and is
+# accepted, where the fit's own start (1e-3) may reject its first steps while its damping grows
+TIMED_DAMPING = 1e2
+
+
+def lm_iteration(spec, device: str = "cpu", iterations: int = 2) -> float:
+    """Seconds of one Levenberg-Marquardt iteration of `spec`'s network on its fit's training set
+    in float64 (`converge.fit_once`: `converge.examples` and `converge.training_set`, the
+    network in float64), whole `run` calls timed: the damped solve, the residuals at the step,
+    and for an accepted step the next Jacobian and J^T J. The mean of `iterations` after one
+    that warms up, each step accepted (`TIMED_DAMPING`): an accepted step is an iteration's
+    dearest, a rejected one evaluates the residuals alone."""
+    from blocklab.engine import converge
+    from blocklab.engine.fit import LevenbergMarquardt
+    from blocklab.engine.trial import init_model, task_data
+
+    data = task_data(spec.task, spec.task_options, spec.data_seed)
+    model = init_model(spec, data, "cpu", spec.seed).to(device).double()
+    params = sum(q.numel() for q in model.parameters() if q.requires_grad)
+    available = None if data.online else len(data.train)
+    train = converge.training_set(data, converge.examples(spec.train, params, available), spec.seed)
+    fitter = LevenbergMarquardt(model, train.x.to(device), train.y.to(device))  # (N, ...)
+    fitter.mu = TIMED_DAMPING
+    fitter.run(1)
+    sync(device)
+    before, start = fitter.iterations, time.perf_counter()
+    fitter.run(iterations)
+    sync(device)
+    return (time.perf_counter() - start) / max(1, fitter.iterations - before)

@@ -1,0 +1,259 @@
+"""A run without a verdict says what to run next, with values: a failed check prints the figure
+that failed to as many digits as keep it on its side of the threshold; the next command is the
+run's own with the changes its failed checks ask for, parses with the command line and moves
+each changed setting past the run's value; the status line points nowhere it is not true."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import shlex
+
+import pytest
+
+from blocklab.analysis import capacity, design, fit_checks
+from blocklab.analysis.cells import Invocation, replaced
+from blocklab.analysis.stats import compare
+from blocklab.cli.experiment import resolve
+from blocklab.cli.main import build_parser
+from blocklab.experiments.degree_sweep import EXPERIMENT, DegreeSweep, DegreeSweepTrials
+from blocklab.formatting import config_json
+from blocklab.reports import degree_sweep, html, markdown
+from blocklab.reports.capacity import detail, digits
+from blocklab.reports.multipliers import STATUS_WIDTH, status_line
+from blocklab.rundir import RunDir
+from test_capacity import _choice, _rows
+from test_capacity_fits import BUDGETS, fit_rows
+
+# the command a run of the synthetic fits was started by: the demo's arms at their budgets
+RUN = ["demo", "--budgets", *map(str, BUDGETS), "--width", "8", "--seeds", "3", "--restarts"]
+RUN += ["2", "--steps", "64", "--ladder", "off", "--n-boot", "50"]
+ADAM = ["degree-sweep", "--optimizer", "adam", "--budgets", *map(str, BUDGETS), "--width", "8"]
+
+
+def configured(words: list[str]):
+    """The config the command line resolves `words` (after `blocklab`) to."""
+    return resolve(DegreeSweep, build_parser().parse_args(words))
+
+
+def reported(words: list[str], rows, recorded: str | None = "", **kw):
+    """The report's analysis of `rows` from a run started by `blocklab WORDS`."""
+    cfg = configured(words)
+    command = "blocklab " + shlex.join(words) if recorded == "" else recorded
+    return cfg, degree_sweep.analyze(cfg, DegreeSweepTrials(rows, [], {}, **kw), command).capacity
+
+
+def searched(rows, ratio=1.5):
+    """Two restarts per trial; d=4's first lands `ratio` times above its second, the best."""
+    for r in rows:
+        first = ratio if r["arm"] == "d=4" else 1.01
+        r["restart_train_losses"] = [r["train_loss"] * first, r["train_loss"]]
+    return rows
+
+
+def check(result, name):
+    return next(c for c in result.checks if c.name == name)
+
+
+def test_a_converged_check_at_43_of_48_prints_that_figure_and_fails():
+    cfg, result = reported(RUN, fit_rows(unconverged=5))
+    c = check(result, "converged")
+    assert not c.passed and (c.count, c.trials) == (43, 48)
+    assert "43 of 48 (89.6%) trials converged (needs >= 90%" in detail(c)
+    assert "90% of 48" not in detail(c)
+    said = check(reported(RUN, fit_rows(unconverged=4))[1], "converged")
+    assert said.passed and "44 of 48 (91.7%) trials converged" in detail(said)
+    # what to change: the steps, doubled
+    assert result.decision.next.changes == (design.Change("train.steps", 64, 128),)
+    assert status_line(result)[1].endswith("--steps 128")
+
+
+def _figure(text: str, pattern: str) -> float:
+    return float(re.search(pattern, text).group(1))
+
+
+# each check with a figure just on its failing side of the threshold, the pattern of the figure
+# it prints and of the threshold it prints, and whether a figure passes at >= the threshold
+NEAR = {
+    "converged": (
+        fit_checks.Converged("converged", False, 0.899996, 10**6, 0.03, (), count=899996),
+        r"\(([\d.]+)%\) trials", r"needs >= ([\d.]+)%", True,
+    ),
+    "plateau": (
+        design.Plateau("plateau", False, 0.899996, 10**6, "wsd", 0.03, (), count=899996),
+        r"\(([\d.]+)%\) trials", r"needs >= ([\d.]+)%", True,
+    ),
+    "budget_span": (
+        design.BudgetSpan("budget_span", False, 4, 7.99996),
+        r"over ([\d.]+)x\+", r"over >= ([\d.]+)x", True,
+    ),
+    "curve": (
+        fit_checks.Curve(
+            "curve", False, (("d=2", 100, 1.0, 800, 0.5, 1.99996),), ("d=2",), (), (), (0.01, 4)
+        ),
+        r"d=2 ([\d.]+)x", r"needs >= ([\d.]+)x", True,
+    ),
+    "generalization": (
+        design.Generalization("generalization", False, 1.100004, (("d=2", 100, 1.100004),)),
+        r"d=2 at 100 \(([\d.]+)x\)", r"above ([\d.]+)x", False,
+    ),
+    "search": (
+        fit_checks.Search("search", False, (("d=2", 0.0284711, 2),), 0.0284706),
+        r"d=2 ([\d.]+)%", r"needs <= ([\d.]+)%", False,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", NEAR)
+def test_no_failed_figure_rounds_across_its_threshold(name):
+    """A figure a hair past its threshold reads past the threshold as printed: rounding to a
+    fixed number of digits (90% of trials, 8x, 1.1x, 2.85%) would read as a pass."""
+    c, shown, limit, at_least = NEAR[name]
+    text = detail(c)
+    value, threshold = _figure(text, shown), _figure(text, limit)
+    assert (value >= threshold if at_least else value <= threshold) is False, text
+
+
+def test_digits_keep_a_figure_on_its_side():
+    assert digits([89.6], 90, at_least=True, least=3) == 3
+    n = digits([89.9996], 90, at_least=True, least=3)
+    assert float(f"{89.9996:.{n}g}") < 90 and f"{90:.{n}g}" == "90"
+    assert digits([90.0], 90, at_least=True) == 2  # on the threshold passes, as printed
+    assert digits([math.nan, 1.2], 1.1, at_least=False) == 2
+
+
+def test_a_run_with_two_restarts_is_advised_four():
+    cfg, result = reported(RUN, searched(fit_rows()))
+    assert cfg.train.restarts == 2
+    c = check(result, "search")
+    assert not c.passed and "raise --restarts above 2" in detail(c)
+    assert "(2 or more)" not in detail(c)
+    assert result.decision.next.changes == (design.Change("train.restarts", 2, 4),)
+    words = shlex.split(result.decision.next.command)
+    assert [words[i + 1] for i, w in enumerate(words) if w == "--restarts"] == ["4"]
+    line = status_line(result)[1]
+    assert "--restarts 4" in line and "--restarts 2" not in line
+
+
+def test_the_next_command_parses_and_moves_each_setting_past_the_run():
+    """Three checks fail (converged, search, replicates): the next command is the run's own,
+    its other flags kept in order, with steps, restarts and seeds raised; the command line
+    parses it to the run's config with those three changed and nothing else."""
+    # two seeds, the steps given as --steps=64, and --fresh, which the next run must not repeat
+    words = [*RUN[:9], "2", *RUN[10:]]
+    at = words.index("--steps")
+    words[at : at + 2] = ["--steps=64", "--fresh"]
+    cfg, result = reported(words, searched(fit_rows(seeds=2, unconverged=4)))
+    failed = [c.name for c in result.decision.failed]
+    assert {"converged", "search", "replicates"} <= set(failed)
+    command = shlex.split(result.decision.next.command)
+    assert command[:2] == ["blocklab", "demo"] and "--fresh" not in command
+    assert not any(w.startswith("--steps=") for w in command)
+    new = configured(command[1:])
+    assert (new.train.steps, new.train.restarts) == (128, 4)
+    assert new.seeds >= design.MIN_REPLICATES > cfg.seeds
+    same = dataclasses.replace(new, seeds=cfg.seeds, train=cfg.train)
+    assert same == cfg  # nothing else moved
+    kept = [w for w in command[2:] if w in words]
+    assert kept[:6] == words[1:7]  # the budgets and the width as given
+
+
+def test_without_a_command_line_the_command_is_built_from_the_config():
+    """A run from `blocklab.run` (or with no record) gets `blocklab WORDS` and a flag for each
+    setting off the defaults: the command line builds exactly the changed config from it."""
+    cfg = configured(RUN)
+    trials = DegreeSweepTrials(fit_rows(unconverged=5), [], {})
+    for recorded, words in [("blocklab.api.run('demo', ...)", "demo"), (None, EXPERIMENT)]:
+        result = degree_sweep.analyze(cfg, trials, recorded).capacity
+        command = shlex.split(result.decision.next.command)
+        assert command[:2] == ["blocklab", words]
+        assert configured(command[1:]) == replaced(cfg, result.decision.next.changes)
+
+
+def test_an_inconclusive_run_is_told_the_seeds_the_power_calculation_asks_for():
+    rows = _rows(seeds=3, noise=0.3)
+    cfg = configured([*ADAM, "--seeds", "3"])
+    run = Invocation(cfg, "blocklab " + shlex.join([*ADAM, "--seeds", "3"]), EXPERIMENT)
+    result = capacity.analyze(
+        rows, _choice(), list(BUDGETS), tol=0.03, n_boot=200, paired=compare(rows), width=8,
+        run=run,
+    )  # fmt: skip
+    d = result.decision
+    assert d.outcome is capacity.Outcome.INCONCLUSIVE and d.units_for_3pct > 3
+    (change,) = d.next.changes
+    assert change.key == "seeds" and change.new * cfg.teachers >= d.units_for_3pct
+    assert configured(shlex.split(d.next.command)[1:]).seeds == change.new
+    assert f"--seeds {change.new}" in status_line(result)[1]
+
+
+def test_moved_widths_hand_the_shapes_to_the_depths():
+    """The budget solver moved a width: the next run gives no budgets (every arm at --width
+    on --depths) and drops --budget-tol, which only budgets read."""
+    words = [*ADAM, "--budget-tol", "0.1", "--seeds", "6"]
+    cfg = configured(words)
+    rows = _rows(moved=("d=3", 1000))
+    run = Invocation(cfg, "blocklab " + shlex.join(words), EXPERIMENT)
+    result = capacity.analyze(
+        rows, _choice(), list(BUDGETS), tol=0.03, n_boot=200, paired=compare(rows), width=8,
+        run=run,
+    )  # fmt: skip
+    assert [c.name for c in result.decision.failed] == ["width_matched"]
+    command = shlex.split(result.decision.next.command)
+    assert "--budget-tol" not in command
+    new = configured(command[1:])
+    assert new.budgets == () and new.depths == cfg.depths and new.shape.width == 8
+
+
+# the synthetic fits' design in a config file, so that a short command runs it
+TOML = """budgets = [1000, 2000, 4000, 8000]
+n_boot = 50
+ladder = "off"
+[shape]
+width = 8
+[train]
+restarts = 2
+steps = 64
+"""
+
+
+def _page(run_dir, words):
+    """A run directory as the command writes it: run.json, report.md with its status, the
+    page; returns the report, the status line and the page's text."""
+    run_dir.mkdir()
+    cfg = configured(words)
+    command = "blocklab " + shlex.join(words)
+    RunDir(run_dir).write_record("degree_sweep", command, config_json(cfg))
+    report = degree_sweep.write(run_dir, cfg, DegreeSweepTrials(fit_rows(unconverged=5), [], {}))
+    RunDir(run_dir).write_record("degree_sweep", command, config_json(cfg), report.status.as_json())
+    markdown.put_status(report.path, report.status)
+    return report, report.status.line, html.write(run_dir, []).read_text()
+
+
+def test_the_page_and_the_terminal_point_where_the_next_command_is(tmp_path, monkeypatch):
+    """The status line leads the page and ends the terminal: it says no "above" or "below".
+    Short, it holds the next command; too long for one line, the changes alone, and the whole
+    command stands with the design checks, on the page and in the terminal."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.toml").write_text(TOML)
+    _, line, page = _page(tmp_path / "short", ["demo", "--config", "c.toml"])
+    assert line == (
+        "NO VERDICT: design checks failed: converged; to change: blocklab demo --config c.toml "
+        "--steps 128"
+    )
+    assert len(line) <= STATUS_WIDTH
+    banner = page.index('<p class="status no-verdict">')
+    assert banner < page.index("blocklab demo --config c.toml --steps 128") < page.index(
+        "Design checks"
+    )
+    out = "runs/" + "a-long-run-directory-name" * 3
+    report, line, page = _page(tmp_path / "long", ["demo", "--config", "c.toml", "--out", out])
+    assert line.endswith("; to change: rerun with --steps 128")
+    assert len(line) <= STATUS_WIDTH
+    command = f"blocklab demo --config c.toml --out {out} --steps 128"
+    checks = page.index("Design checks")
+    assert page.index('<p class="status no-verdict">') < checks < page.index(command, checks)
+    text = "\n".join(report.text)
+    assert text.index("design checks:") < text.index("next command") < text.index(f"--out {out}")
+    assert command in text.replace(" \\\n    ", " ")  # continued lines read as one
+    assert not re.search(r"\b(above|below)\b", line)
