@@ -219,11 +219,6 @@ def test_check_passes_a_good_block_and_names_a_wrong_count(tmp_path):
     assert "FAIL block cubic [params]: count_params gives 36" in text.stdout
 
 
-def test_the_example_block_passes_check():
-    proc = blocklab("check", "--import", "examples/my_block.py", "--only", "my_block", cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-
-
 def test_an_entry_point_is_found_without_import(tmp_path):
     site = distribution(
         tmp_path,
