@@ -127,3 +127,18 @@ def test_run_is_silent_with_progress_off_and_shows_progress_on_a_terminal(
     err = capfd.readouterr().err
     assert err.startswith("all 8 trials stored: re-analysing\n")
     assert "analysis: multiplier bootstrap" in err and "20/20" in err
+
+
+def test_a_fit_sweep_plans_aloud_only_what_is_left_to_fit(tmp_path, capsys):
+    """The plan line (the fits' optimizer and time) where trials are left to fit; a rerun that
+    only re-analyses fits nothing, and says that instead."""
+    from test_ladder import TINY
+
+    flags = ["degree-sweep", "--out", str(tmp_path / "fits"), *(f for f in TINY if f != "--quiet")]
+    assert main(flags) == 0
+    first = capsys.readouterr().err
+    assert "fits: Levenberg-Marquardt for" in first
+    assert main(flags) == 0
+    second = capsys.readouterr().err
+    assert "fits: Levenberg-Marquardt for" not in second
+    assert second.splitlines()[0] == "all 6 trials stored: re-analysing"

@@ -61,6 +61,15 @@ def check_builds(specs: list[TrialSpec], told: set[str] | None = None) -> None:
             )
 
 
+def left_to_run(specs: Iterable[TrialSpec], store: Store) -> list[TrialSpec]:
+    """The specs `run` would train now: those whose finished trial the store does not let this
+    code reuse (`Store.reusable`, as `run` reads it)."""
+    specs = list({s.id: s for s in specs}.values())
+    codes = {s.id: code(code_modules(s))["fingerprint"] for s in specs}
+    done, _ = store.reusable(codes)
+    return [s for s in specs if s.id not in done]
+
+
 def run(
     specs: Iterable[TrialSpec],
     store: Store,

@@ -308,6 +308,7 @@ def run(
     resources: Resources | None = None,
     progress: bool = True,
 ) -> DegreeSweepTrials:
+    from blocklab.engine.sweep import left_to_run
     from blocklab.tasks import make_task
 
     task = make_task(cfg.task, **cfg.task_options)
@@ -329,7 +330,9 @@ def run(
         planned = finals({key: cfg.train.lr for key in shapes})
         planned += [({"referee": True}, s) for s in _degree_plan.referees(cfg, shapes, _spec)]
     if cfg.train.second_order:
-        planned = _degree_plan.optimizers(planned, resources, progress)
+        # the plan said only where something is left to fit: a rerun that re-analyses fits none
+        left = bool(left_to_run([s for _, s in planned], store))
+        planned = _degree_plan.optimizers(planned, resources, progress and left)
         # the largest first: a fit's cost grows as N P^2 = O(P^3), so two workers that start on
         # the dearest fits finish together instead of one waiting on a late large fit
         planned.sort(key=lambda keyed: -keyed[1].budget)
