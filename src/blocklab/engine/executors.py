@@ -177,10 +177,15 @@ def _why_died(report: str, processes) -> str:
     failed = start_failure(report)
     if failed:
         return f"a worker process failed to start: {failed}"
-    codes = []
+    processes = list(processes)
     for process in processes:  # stopped by `_stop` by now, the dead one first of all
         process.join(timeout=2)
-        codes.append(process.exitcode)
+    # the pool's own thread reaps its dead workers too: where it reaped one first, this join
+    # finds no child and returns before that thread has stored the exit code it read
+    deadline = time.monotonic() + 2
+    while any(p.exitcode is None for p in processes) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    codes = [process.exitcode for process in processes]
     # SIGTERM is how `_stop` ended the live ones: another exit is the cause
     for code in sorted((c for c in codes if c), key=lambda c: c == -signal.SIGTERM):
         if code < 0:

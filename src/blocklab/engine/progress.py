@@ -77,7 +77,7 @@ class Progress:
         if self.bar is None and sys.stderr.isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=self.total, unit="trial", file=sys.stderr)
+            self.bar = tqdm(total=self.total, desc=self.label, unit="trial", file=sys.stderr)
         if self.bar is not None:
             self.bar.total = self.total
             self.bar.set_description_str(self.label, refresh=False)
