@@ -405,3 +405,17 @@ def test_blocklab_run_raises_where_an_arm_lost_every_trial(tmp_path, monkeypatch
             restarts=2, steps=8, warm_start=20, data_ratio=4, n_boot=20,
         )  # fmt: skip
     assert {a["arm"] for a in raised.value.result["failed_arms"]} == {"d=2", "d=3"}
+
+
+@pytest.mark.parametrize("activation", ["tanh", "gelu"])
+def test_tanh_and_gelu_layers_continue_exactly_without_scaled_branches(activation):
+    """tanh(0) = gelu(0) = 0 with a slope there: zeroed weights silence an added layer exactly
+    and leave it a gradient."""
+    arm = f"mlp(activation={activation})"
+    old, new = _net(arm, 2, 0), _net(arm, 4, 1)
+    assert continue_from(new, old) is True
+    with torch.no_grad():
+        torch.testing.assert_close(new(X), old(X), rtol=0, atol=1e-12)  # the same float64 path
+    new(X).sum().backward()
+    added = [p.grad for layer in list(new.layers)[2:] for p in layer.parameters()]
+    assert any(g is not None and float(g.abs().max()) > 0 for g in added)
