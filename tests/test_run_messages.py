@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 
+import test_api
 from blocklab.analysis import multiplier, scaling
 from blocklab.analysis.scaling import Observation
 from blocklab.api import run
@@ -73,20 +74,9 @@ def test_a_resumed_sweep_says_what_is_stored_and_what_is_left(
     assert capsys.readouterr().err == "analysing 4 trials\n"
 
 
-# a small Adam degree sweep: two degrees at two budgets, two seeds, one rate
-TINY = dict(
-    optimizer="adam",
-    degrees=("2", "3"),
-    baselines=(),
-    budgets=(40, 80),
-    seeds=2,
-    steps=4,
-    lr_grid=(1e-2,),
-    lr_extend=0,
-    task_options={"n_train": 256, "n_val": 64, "n_test": 128},
-    workers=1,
-    n_boot=20,
-)
+# test_api's tiny Adam sweep cut to two budgets and 4 steps: what these tests read is what a run
+# says, not its numbers
+TINY = {**test_api.TINY, "budgets": (40, 80), "steps": 4}
 FLAGS = ["--optimizer", "adam", "--degrees", "2", "3", "--baselines", "--budgets", "40", "80"]
 FLAGS += ["--seeds", "2", "--steps", "4", "--lr-grid", "1e-2", "--lr-extend", "0"]
 FLAGS += ["--task-option", "n_train=256", "--task-option", "n_val=64"]
