@@ -11,6 +11,7 @@ import pytest
 from blocklab.api import run
 from blocklab.cli import main
 from blocklab.errors import UserError
+from blocklab.formatting import wrapped
 from blocklab.reports import Status
 
 # a tiny Adam sweep: two degrees, four budgets over 8x, the teacher's small splits
@@ -53,13 +54,24 @@ def test_run_returns_what_the_command_prints_and_writes_the_same_run(tmp_path, c
     assert "to change: " in payload["status"]["line"]
     failed = {c["name"] for c in payload["design_checks"] if not c["passed"]}
     assert "replicates" in failed
+    # both counts and the exact measures, under the JSON contract's names
+    assert payload["count"] == "nominal"
+    assert payload["multipliers"] == payload["multipliers_nominal"]
+    assert set(payload["multipliers_functional"]) == {"d=2", "d=3"}
+    for arm in ("d=2", "d=3"):
+        assert set(payload["exact"][arm]) >= {
+            "separation_rank_per_param",
+            "functional_dimension_per_param",
+        }
+        for cell in payload["arms"][arm]["budgets"].values():
+            assert 0 < cell["functional_params"] < cell["block_params"]
     out = tmp_path / "api"
     assert json.loads((out / "run.json").read_text())["status"] == payload["status"]
     assert f"**{payload['status']['line']}**" in (out / "report.md").read_text().splitlines()[:3]
     assert (out / "index.html").is_file() and payload["page"] == str(out / "index.html")
-    # the terminal prints the status line last
+    # the terminal prints the status line last, wrapped at its columns where it is longer
     assert main(["degree-sweep", "--out", str(tmp_path / "cli"), *FLAGS]) == 0
-    assert capsys.readouterr().out.rstrip().splitlines()[-1] == payload["status"]["line"]
+    assert capsys.readouterr().out.rstrip().endswith(wrapped(payload["status"]["line"]))
 
 
 def test_the_package_serves_run_without_importing_the_top_layer_first():

@@ -79,8 +79,9 @@ def test_teachers_keep_their_seeds_in_the_bootstrap():
 
 
 def test_run_size_for_three_percent_grows_as_the_square_of_the_half_width():
+    """The bootstrap's half width (df = inf) shrinks as 1 / sqrt(units)."""
     hw = math.log(1.06)  # +-6% with 4 units: +-3% needs 4 times as many
-    assert multiplier.units_for(hw, 4) == math.ceil(4 * (hw / math.log(1.03)) ** 2)
+    assert multiplier.units_for(hw, 4, df=math.inf) == math.ceil(4 * (hw / math.log(1.03)) ** 2)
     assert multiplier.units_for(math.inf, 4) is None
 
 

@@ -57,7 +57,7 @@ def test_without_a_bounded_interval_the_run_is_not_sized():
 
 
 def test_the_pilot_form_is_the_demos_ladder_with_more_units_and_chains():
-    quick, form = DegreeSweepConfig(), DegreeSweepConfig.pilot()
-    assert (form.teachers, form.seeds, form.train.restarts) == (2, 4, 8)
+    quick, form = DegreeSweepConfig.demo(), DegreeSweepConfig.pilot()
+    assert (form.teachers, form.seeds, form.train.restarts) == (4, 2, 8)
     assert form.depths == quick.depths and form.staged and form.degrees == quick.degrees
-    assert form.baselines == ("mlp",) and form.train.chains == quick.train.chains
+    assert form.baselines == quick.baselines and form.train.chains == quick.train.chains

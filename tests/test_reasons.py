@@ -243,8 +243,10 @@ def test_the_page_and_the_terminal_point_where_the_next_command_is(tmp_path, mon
     )
     assert len(line) <= STATUS_WIDTH
     banner = page.index('<p class="status no-verdict">')
-    assert banner < page.index("blocklab demo --config c.toml --steps 128") < page.index(
-        "Design checks"
+    assert (
+        banner
+        < page.index("blocklab demo --config c.toml --steps 128")
+        < page.index("Design checks")
     )
     out = "runs/" + "a-long-run-directory-name" * 3
     report, line, page = _page(tmp_path / "long", ["demo", "--config", "c.toml", "--out", out])
@@ -257,3 +259,17 @@ def test_the_page_and_the_terminal_point_where_the_next_command_is(tmp_path, mon
     assert text.index("design checks:") < text.index("next command") < text.index(f"--out {out}")
     assert command in text.replace(" \\\n    ", " ")  # continued lines read as one
     assert not re.search(r"\b(above|below)\b", line)
+
+
+def test_task_options_on_the_default_task_change_its_defaults_one_by_one():
+    """The demo's target is the teacher task with options of its own (`DegreeSweepConfig`): a
+    --task-option changes one of them and keeps the rest; on another task the flags are all."""
+    defaults = DegreeSweep.Config.demo().task_options
+    one = configured(["demo", "--task-option", "n_in=3"])
+    assert one.task_options == {**defaults, "n_in": "3"}  # read by the task's own options
+    other = configured(["demo", "--task", "poly_target", "--task-option", "n_in=3"])
+    assert other.task_options == {"n_in": "3"}
+    # and the demo's own design is its form's, which degree-sweep's defaults are not
+    demo, quick = configured(["demo"]), configured(["degree-sweep"])
+    assert demo == DegreeSweep.Config.demo() and quick == DegreeSweep.Config()
+    assert (demo.teachers, demo.seeds, other.teachers, other.seeds) == (3, 1, 1, 3)

@@ -40,7 +40,9 @@ def test_the_shared_models_bootstrap_reports_every_draw_failed_or_not():
     for p, units in ((30, range(6)), (60, [0])):
         obs += [Observation("d=2", p, p, (0, s), 0.5 * p**-0.5) for s in units]
     calls = []
-    fit = multiplier.fit(obs, n_boot=30, on_draw=lambda done, total: calls.append((done, total)))
+    fit = multiplier.fit(
+        obs, n_boot=30, method="bootstrap", on_draw=lambda done, total: calls.append((done, total))
+    )
     assert fit is not None and 0 < fit.n_failed < 30
     assert calls == [(i, 30) for i in range(1, 31)]
 
@@ -91,15 +93,17 @@ def test_a_sweep_shows_its_analysis_and_its_rerun_says_it_re_analyses(tmp_path, 
     trials = [line for line in first if line.startswith("[lr search") or line.startswith("[seeds")]
     assert len(trials) == 8 and "analysing 8 trials" in first
     assert first.index("analysing 8 trials") > first.index(trials[-1])
-    draws = [line.split(",")[0] for line in first if line.startswith("[analysis:")]
-    assert draws == [f"[analysis: multiplier bootstrap {n}/20 draws" for n in (5, 10, 15, 20)]
+    # the shared model's intervals refit each of the 2 units (each arm's own curve needs 3
+    # budgets: with 2 it is not fitted, and draws nothing)
+    fits = [line.split(",")[0] for line in first if line.startswith("[analysis:")]
+    assert fits == [f"[analysis: multiplier intervals {n}/2 fits" for n in (1, 2)]
     assert not any("resuming" in line or "re-analysing" in line for line in first)
 
     assert main(args) == 0
     second = capsys.readouterr().err.splitlines()
     assert second[0] == "all 8 trials stored: re-analysing"
     assert not any(line.startswith(("[lr search", "[seeds", "analysing")) for line in second)
-    assert "[analysis: multiplier bootstrap 20/20 draws" in [s.split(",")[0] for s in second]
+    assert "[analysis: multiplier intervals 2/2 fits" in [s.split(",")[0] for s in second]
 
     assert main([*args, "--quiet"]) == 0
     assert capsys.readouterr().err == ""
@@ -116,7 +120,7 @@ def test_run_is_silent_with_progress_off_and_shows_progress_on_a_terminal(
     run("degree-sweep", out=tmp_path, **TINY)
     err = capfd.readouterr().err
     assert err.startswith("all 8 trials stored: re-analysing\n")
-    assert "analysis: multiplier bootstrap" in err and "20/20" in err
+    assert "analysis: multiplier intervals" in err and "2/2" in err
 
 
 def test_a_fit_sweep_plans_aloud_only_what_is_left_to_fit(tmp_path, capsys):

@@ -60,6 +60,27 @@ def test_teacher_drawn_before_data(kind):
     assert torch.corrcoef(torch.cat([d.test.y, net(d.test.x).float()], 1).T)[0, 1] > 1 - 1e-6
 
 
+def test_teacher_activation_and_gain_change_the_target_and_their_defaults_do_not():
+    default = small("teacher").make(0)
+    assert torch.equal(small("teacher", activation="tanh", gain=2.0).make(0).test.y, default.test.y)
+    relu = small("teacher", activation="relu").make(0)
+    sharp = small("teacher", gain=6.0).make(0)
+    for other in (relu, sharp):
+        assert torch.corrcoef(torch.cat([default.test.y, other.test.y], 1).T)[0, 1] < 0.999
+    # relu's kinks: its targets are piecewise linear, so along a line through the input cube the
+    # second differences vanish except where a unit switches
+    o = TASKS.get("teacher").Options()
+    net = TeacherNet("tanh", o.n_in, 1, o.width, o.depth, torch.Generator().manual_seed(0), "relu")
+    t = torch.linspace(-1, 1, 2001, dtype=torch.float64)[:, None]
+    y = net(t * torch.tensor([[1.0, 0.5]], dtype=torch.float64))[:, 0]
+    second = (y[2:] - 2 * y[1:-1] + y[:-2]).abs()
+    assert (second < 1e-12).float().mean() > 0.95
+    with pytest.raises(UserError, match="activation"):
+        make_task("teacher", activation="sigmoid")
+    with pytest.raises(UserError, match="gain"):
+        make_task("teacher", gain=0)
+
+
 def test_teacher_noise_only_on_fitting_splits():
     clean, noisy = small("teacher").make(0), small("teacher", noise=0.5).make(0)
     assert not torch.allclose(clean.train.y, noisy.train.y)

@@ -91,7 +91,7 @@ def _config(found, command: Command, form, config_file, given: dict[str, Any]) -
     cls = found.Config
     if form is not None and form not in found.forms:
         raise UserError(f"{command.words} has no {form!r} form")
-    defaults = getattr(cls, form)() if form else cls()
+    defaults = found.defaults(command.words, form)
     toml = str(config_file) if config_file else None
     if found.task_options and "task_options" in given:  # read as `--task-option K=V` reads them
         pairs = [f"{k}={v}" for k, v in given["task_options"].items()]

@@ -3,17 +3,25 @@
 Seed 000 eq. 4: a stack of p degree-d layers of width D costs p * d * D^2, so at budget B the fixed
 -width depth is p = B / (d D^2). Depth is rounded first, then the width adjusted so that the actual
 count lands within `tol` of B; the actual count is what gets recorded.
+
+Beside the nominal count, `functional_params` gives a cell's functional one: the dimension of the
+function space its layers span (`blocklab.measures.functional`), what the nominal count pays for
+less the redundant directions of its parametrization.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from blocklab.errors import UserError
-from blocklab.models import block_params
+from blocklab.models import Net, block_params
 from blocklab.specs import BUDGET_TOLERANCE as TOLERANCE
-from blocklab.specs import Arm
+from blocklab.specs import Arm, NetShape
+
+if TYPE_CHECKING:
+    from blocklab.measures.functional import FunctionalDimension
 
 
 @dataclass(frozen=True)
@@ -114,3 +122,29 @@ def solve(
             f"(closest: depth {q}, width {w}, {count} parameters){tail}"
         )
     return Shape(depth=q, width=w, block_params=count, budget=budget)
+
+
+def functional_params(
+    arm: Arm,
+    shape: NetShape,
+    n_in: int,
+    n_out: int = 1,
+    seed: int = 0,
+    n_inputs: int | None = None,
+) -> FunctionalDimension:
+    """The functional dimension of a cell's layers: a vector `Net(arm, shape, n_in, n_out)` at
+    its initialization from `seed` (drawn without touching the global random state), the rank of
+    its outputs' Jacobian over its budgeted parameters (`param_counts()["blocks"]`, so the
+    embedding and readout stay fixed) on standard normal inputs from `seed`: `n_inputs`, or
+    enough for the count (`measures.functional.enough_inputs`)."""
+    import torch
+
+    from blocklab.measures.functional import enough_inputs, functional_dimension
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        net = Net(arm, shape, n_in, n_out)
+    n = n_inputs or enough_inputs(net.param_counts()["blocks"], n_out)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, n_in, generator=g, dtype=torch.float64)  # (N, n_in)
+    return functional_dimension(net, x, params="budgeted")

@@ -251,12 +251,19 @@ def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 def resolve(
     cls: type[D], defaults: D, toml_path: str | None, flags: dict[str, Any], what: str = "config"
 ) -> D:
-    """defaults < TOML file < flags; unknown keys anywhere fail with a hint, and so do keys the
-    config does not read as it stands (its `unused()`: {dotted key: what sets that instead})."""
+    """defaults < TOML file < flags, tables merged key by key (a flag's task option changes that
+    option of the defaults' task; another task starts from the config's OTHER_TASK); unknown
+    keys anywhere fail with a hint, and so do keys the config does not read as it stands (its
+    `unused()`: {dotted key: what sets that instead})."""
     table = load_toml(toml_path) if toml_path else {}
     table.pop(IMPORT_KEY, None)  # plugins, loaded by the command before this (`imports`)
     given = merge(table, flags)
-    cfg = options.build(cls, merge(dataclasses.asdict(defaults), given), what="config")
+    base = dataclasses.asdict(defaults)
+    if given.get("task", base.get("task")) != base.get("task"):
+        # the defaults chosen for their task (its options, how many targets) are not another's:
+        # that one starts from the config's OTHER_TASK (by default, no task options)
+        base.update(getattr(cls, "OTHER_TASK", {"task_options": {}}))
+    cfg = options.build(cls, merge(base, given), what="config")
     for key, why in unused(cfg).items():
         if _has(given, key.split(".")):
             raise UserError(f"{key} is not used by {what}: {why}")

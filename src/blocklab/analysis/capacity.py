@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 
 from blocklab.analysis import design, fit_checks, multiplier, scaling
-from blocklab.analysis.cells import Check, Invocation, budget_stats, loss, second_order
+from blocklab.analysis.cells import Check, Invocation, budget_stats, second_order
 from blocklab.analysis.cells import plateau_rule as plateau_rule  # read here by sanford_match
 from blocklab.analysis.cells import plateaued as plateaued  # read here by sanford_match
+from blocklab.analysis.counts import COUNTS, counted, multiplier_fit, predictions, scaling_fits
 from blocklab.analysis.design import design_checks
 from blocklab.analysis.stats import Verdict
 from blocklab.specs import TrainConfig
@@ -29,36 +30,6 @@ from blocklab.theory import predicted_multiplier
 REFERENCE = fit_checks.REFERENCE
 # what the theory says separates d = 3 from d = 2 and 4: the resolution a verdict must reach
 PREDICTED_EFFECT = fit_checks.RESOLUTION
-
-
-def scaling_fits(rows, n_boot: int, level: float = 0.95, on_draw=None) -> scaling.ScalingResult:
-    """Each arm's own curve L = L_inf + a P^-alpha and its multiplier read off it
-    (`scaling`): the figure's curves, beside the shared model that decides."""
-    return scaling.analyze(
-        _observations(rows), reference=REFERENCE, n_boot=n_boot, level=level, on_draw=on_draw
-    )
-
-
-def _observations(rows) -> list[scaling.Observation]:
-    return [
-        scaling.Observation(
-            r["arm"],
-            int(r["budget"]),
-            int(r["block_params"]),
-            (int(r.get("teacher") or 0), int(r["seed"])),
-            loss(r) if loss(r) is not None else math.nan,
-        )
-        for r in rows
-    ]
-
-
-def multiplier_fit(
-    rows, n_boot: int, level: float = 0.95, on_draw=None
-) -> multiplier.MultiplierFit | None:
-    """The shared scaling model over every arm (`multiplier`), on the test losses."""
-    return multiplier.fit(
-        _observations(rows), reference=REFERENCE, n_boot=n_boot, level=level, on_draw=on_draw
-    )
 
 
 class Outcome(Enum):  # what the status line says
@@ -134,20 +105,29 @@ def _finding(name: str, interval: multiplier.Interval, predicted: float | None) 
 DECISIVE = (*fit_checks.DECISIVE, "m2/m4")
 
 
-def decide(checks: list[Check], model: multiplier.MultiplierFit | None, degrees: dict) -> Decision:
+def decide(
+    checks: list[Check],
+    model: multiplier.MultiplierFit | None,
+    degrees: dict,
+    predicted: dict[str, float | None] | None = None,
+) -> Decision:
     """The status (see `Outcome`): the findings rest on d=2, d=4 and m_2 / m_4 where they ran,
-    else on every other arm."""
+    else on every other arm. `predicted`: arm -> the theory's multiplier on the count the model
+    was fitted on (`predictions`; None: the nominal count's h(3) / h(d))."""
     failed = tuple(c for c in checks if not c.passed)
     if model is None:
         return Decision(Outcome.NO_VERDICT, REFERENCE, failed=failed, no_model=True)
+    if predicted is None:
+        predicted = {arm: predicted_multiplier(arm, d) for arm, d in degrees.items()}
     differs = model.shape.differs  # arms with an exponent of their own: no multiplier
     findings = [
-        _finding(arm, m, predicted_multiplier(arm, degrees.get(arm)))
+        _finding(arm, m, predicted.get(arm))
         for arm, m in model.multipliers.items()
         if arm != model.reference and arm not in differs
     ]
     if model.ratio_2_4 is not None:
-        findings.append(_finding("m2/m4", model.ratio_2_4, 1.0))
+        p2, p4 = predicted.get("d=2"), predicted.get("d=4")
+        findings.append(_finding("m2/m4", model.ratio_2_4, p2 / p4 if p2 and p4 else 1.0))
     names = [f.name for f in findings]
     decisive = tuple(n for n in DECISIVE if n in names) or tuple(names)
     # the question rests on d=2 and d=4: an exponent of their own means no constant multiplier
@@ -161,7 +141,7 @@ def decide(checks: list[Check], model: multiplier.MultiplierFit | None, degrees:
         findings=tuple(findings),
         decisive=decisive,
         units=model.units,
-        units_for_3pct=multiplier.units_for(widest, model.units),
+        units_for_3pct=multiplier.units_for(widest, model.units, df=model.df, level=model.level),
         level=model.level,
         shape_rejected=rejected,
         differs=differs,
@@ -233,6 +213,14 @@ def referee_summary(rows, referee) -> RefereeSummary | None:
     return RefereeSummary(cells=cells, median_gap=median, max_gap=max(gaps, default=math.nan))
 
 
+@dataclass(frozen=True)
+class Counted:  # the shared model fitted on one parameter count (COUNTS), and its status
+    count: str
+    model: multiplier.MultiplierFit | None
+    decision: Decision
+    predicted: dict[str, float | None]  # arm -> the theory's multiplier on this count
+
+
 @dataclass
 class CapacityResult:
     budgets: list[int]
@@ -245,6 +233,10 @@ class CapacityResult:
     paired: tuple[Verdict, ...] = ()  # per budget, `stats.compare`
     second_order: bool = False  # the rows are second-order fits (`cells.second_order`)
     referee: RefereeSummary | None = None  # fits with referee rows (`referee_summary`)
+    # the count `model` and `decision` are fitted on, and the shared model on every count the
+    # rows carry (`Counted`), that one included
+    count: str = "nominal"
+    counts: dict[str, Counted] = dataclasses.field(default_factory=dict)
 
     @property
     def passed(self) -> bool:  # every design check
@@ -265,6 +257,7 @@ class CapacityResult:
                         "block_params": s["block_params"],
                         # the same count under the key the JSON contract names
                         "params": s["block_params"],
+                        "functional_params": s["functional_params"],
                         "within_teacher_std": s["within_teacher_std"],
                         "between_teacher_std": s["between_teacher_std"],
                         "train_mean": s["train_mean"],
@@ -312,9 +305,12 @@ def analyze(
     input_rank=None,
     run: Invocation | None = None,
     on_draw=None,
+    count: str = "nominal",
 ):
-    """`width`: the nominal width of a width-mode run (None in depth mode); `converge_tol`: the
-    fits' certificate tolerance; `referee`: the referee rows of a second-order sweep;
+    """`count`: the parameter count (COUNTS) the status's shared model is fitted on; the other
+    is fitted too where the rows carry it, with its own status on the same checks. `width`: the
+    nominal width of a width-mode run (None in depth mode); `converge_tol`: the fits'
+    certificate tolerance; `referee`: the referee rows of a second-order sweep;
     `input_rank`: arm -> the rank of its input Jacobian, measured before the fits; `run`: how
     the run was started, which the next command of a run without a verdict repeats;
     `on_draw(stage, done, total)`: the bootstraps' progress, `stage` naming the analysis module
@@ -325,16 +321,24 @@ def analyze(
 
     degrees = {r["arm"]: r["degree"] for r in rows}
     stats = budget_stats(rows, tol, level)
-    model = multiplier_fit(rows, n_boot, level, drew("multiplier"))
+    if not counted(rows, count):
+        raise ValueError(f"the rows carry no {COUNTS[count]}: fit on another count")
+    model = multiplier_fit(rows, n_boot, level, drew("multiplier"), count)
     checks = design_checks(
         rows, lr_choice, budgets, tol, stats, width, converge_tol=converge_tol,
         multiplier=model, input_rank=input_rank,
     )  # fmt: skip
-    fit = scaling_fits(rows, n_boot, level, drew("scaling"))
-    decision = decide(checks, model, degrees)
+    fit = scaling_fits(rows, n_boot, level, drew("scaling"), count)
+    counts = {}
+    for c in [count] + [c for c in COUNTS if c != count and counted(rows, c)]:
+        got = model if c == count else multiplier_fit(rows, n_boot, level, None, c)
+        predicted = predictions(rows, degrees, c)
+        counts[c] = Counted(c, got, decide(checks, got, degrees, predicted), predicted)
+    decision = counts[count].decision
     if run is not None and decision.outcome is not Outcome.VERDICT:
         after = design.next_run(decision.failed, run, decision.units_for_3pct)
         decision = dataclasses.replace(decision, next=after)
+        counts[count] = dataclasses.replace(counts[count], decision=decision)
     return CapacityResult(
         budgets=sorted(budgets),
         checks=checks,
@@ -346,4 +350,6 @@ def analyze(
         paired=tuple(paired),
         second_order=second_order(rows),
         referee=referee_summary(rows, referee),
+        count=count,
+        counts=counts,
     )

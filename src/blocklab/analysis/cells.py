@@ -123,6 +123,8 @@ def budget_stats(rows, tol: float, level: float = 0.95) -> dict[str, dict[int, d
                 "between_teacher_std": float(np.std(means, ddof=1)) if len(means) > 1 else math.nan,
                 "teachers": len(per_teacher),
                 "block_params": int(trials[0]["block_params"]),
+                # the cell's functional count (`measures.functional`); None: not recorded
+                "functional_params": trials[0].get("functional_params"),
                 **_fit_stats(trials),
             }
     return out
@@ -143,6 +145,9 @@ class Invocation:
     recorded: str | None = None
     words: str = ""
     skip: tuple[str, ...] = ()
+    # command words -> the config that command starts from (`Experiment.defaults`); None: the
+    # config's class called bare
+    defaults: Any = None
 
 
 def setting(cfg, key: str) -> Any:
@@ -205,7 +210,8 @@ def next_command(run: Invocation, changes) -> tuple[Any, str]:
         keys = [c.key for c in changes]
     else:
         called = API_CALL.match(recorded)
-        said, default = (called["words"] if called else words).split(), type(cfg)()
+        said = (called["words"] if called else words).split()
+        default = run.defaults(" ".join(said)) if run.defaults else type(cfg)()
         for k, v in sorted(getattr(new, "task_options", {}).items()):
             said += ["--task-option", f"{k}={v}"]
         keys = [k for k in by_key if setting(new, k) != setting(default, k)]

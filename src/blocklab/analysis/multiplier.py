@@ -4,16 +4,19 @@
     L_a(P) = L_inf + A (P / m_a)^(-alpha),    m_ref = 1,
 
 fitted by least squares on log loss to each cell's geometric-mean loss (the mean log loss over its
-(teacher, seed) units) against the cell's actual parameter count. m_a > 1: arm a needs m_a times
-the reference's parameters for every loss on the curve; the theory of seed 000 predicts
-m_d = h(3) / h(d), so m_2 / m_4 = 1 exactly (h(2) = h(4)).
+(teacher, seed) units) against the cell's parameter count (`Observation.params`). m_a > 1: arm a
+needs m_a times the reference's parameters for every loss on the curve; the theory of seed 000
+predicts m_d = h(3) / h(d), so m_2 / m_4 = 1 exactly (h(2) = h(4)). Every point is this fit's.
 
-Intervals: a paired bootstrap over (teacher, seed) units, resampled within teachers (each teacher
-keeps its count of seeds; with one teacher, a plain bootstrap over seeds). One draw of units serves
-every arm, so noise a unit shares across arms cancels; the whole model is refitted per draw
-(Besiroglu et al. 2024, arXiv 2404.10102: intervals on fitted scaling parameters come from
-resampling real replicates). A multiplier that reaches its bound (LOG_M_MAX) in a draw counts as
-unbounded there: 0 or inf.
+Intervals by `method`, their coverage measured by simulation (`coverage`, and the table of
+`benchmarks/coverage.py` the default rests on). "units": the model refitted to each unit's cells,
+the pooled point +- t se of the units' mean log m, df = units - 1 (summary measures, Matthews et
+al. 1990, BMJ 300: 230); with >= 2 teachers a random effect, se of the teachers' means, df =
+teachers - 1 (Searle, Casella & McCulloch 1992), covering the spread between teachers.
+"bootstrap": units resampled within teachers, percentiles (Besiroglu et al. 2024, arXiv
+2404.10102); with few units (3: 10 distinct draws) or teachers it under-covers. One replicate
+serves every arm, so noise a unit shares across arms cancels; a multiplier on its bound
+(LOG_M_MAX) anywhere reads as unbounded: 0 or inf.
 
 Shape test (Roy et al. 2025, arXiv 2507.02754): the nested model with one exponent and one
 coefficient per arm (L_inf shared) against the shared one, by an F test on the residual sums of
@@ -38,6 +41,7 @@ ALPHA_MIN, ALPHA_MAX = 1e-3, 4.0
 LOG_M_MAX = math.log(1e3)  # a multiplier beyond 1000x either way is unbounded for this design
 _AT_BOUND = 1e-6  # within this of a bound counts as on it
 NAN = float("nan")
+METHODS = ("units", "bootstrap")
 
 
 @dataclass(frozen=True)
@@ -82,15 +86,17 @@ class MultiplierFit:
     ratio_2_4: Interval | None  # m_2 / m_4; None unless both d=2 and d=4 ran with a multiplier
     arm_alpha: dict[str, Interval]  # each arm's exponent in the per-arm model
     shape: ShapeTest
-    units: int  # (teacher, seed) units in the bootstrap
-    n_boot: int
-    n_failed: int  # draws whose fit failed (dropped)
+    units: int  # (teacher, seed) units
+    n_boot: int  # the bootstrap's draws; 0 for "units"
+    n_failed: int  # replicate fits that failed (a draw dropped, a unit left out)
     level: float
+    method: str = "units"  # METHODS
+    df: float = math.inf  # groups (units; teachers where >= 2) fitted, less 1; bootstrap: inf
+    teachers: int = 1
 
 
 def _within_teacher_counts(units, n_boot, rng):
-    """(n_boot, U) times each unit is drawn: every teacher's seeds resampled with replacement,
-    the teachers themselves kept."""
+    """(n_boot, U) times each unit is drawn: each teacher's seeds resampled, teachers kept."""
     counts = np.zeros((n_boot, len(units)))
     for t in sorted({u[0] for u in units}):
         cols = [i for i, u in enumerate(units) if u[0] == t]
@@ -108,8 +114,7 @@ def _cells(arms, weights=None):
         n = w @ have
         with np.errstate(invalid="ignore", divide="ignore"):
             mean = (w @ np.where(have, np.log(np.where(have, L, 1.0)), 0.0)) / n
-        ok = n > 0
-        out[arm] = (np.log(p[ok]), mean[ok])
+        out[arm] = (np.log(p[n > 0]), mean[n > 0])
     return out
 
 
@@ -123,51 +128,53 @@ class _Model:
         self.arms, self.reference, self.u0 = arms, reference, u0
         self.free = [a for a in arms if a in free and a != reference]
         self.others = [a for a in arms if a != reference and a not in self.free]
+        self.size = 3 + len(self.others) + 2 * len(self.free)
 
-    def size(self) -> int:
-        return 3 + len(self.others) + 2 * len(self.free)
-
-    def bounds(self, cmax: float):
-        lo = [0.0, -np.inf, ALPHA_MIN] + [-LOG_M_MAX] * len(self.others)
-        hi = [cmax, np.inf, ALPHA_MAX] + [LOG_M_MAX] * len(self.others)
-        lo += [-np.inf, ALPHA_MIN] * len(self.free)
-        hi += [np.inf, ALPHA_MAX] * len(self.free)
-        return np.array(lo), np.array(hi)
-
-    def terms(self, theta, arm):
-        """(log A_a, alpha_a, log m_a) of an arm."""
+    def index(self, arm) -> tuple[int, int, int]:
+        """theta's columns of (log A_a, alpha_a, log m_a); column `size` reads 0 (no m_a)."""
         if arm in self.free:
             i = 3 + len(self.others) + 2 * self.free.index(arm)
-            return theta[i], theta[i + 1], 0.0
-        log_m = 0.0 if arm == self.reference else theta[3 + self.others.index(arm)]
-        return theta[1], theta[2], log_m
+            return i, i + 1, self.size
+        return 1, 2, self.size if arm == self.reference else 3 + self.others.index(arm)
 
-    def alpha_index(self, arm) -> int:
-        if arm in self.free:
-            return 3 + len(self.others) + 2 * self.free.index(arm) + 1
-        return 2
+    def _curve(self, theta, packed):
+        lp, _, cols = packed  # every cell: centred log params, mean log loss, its columns
+        t = np.append(theta, 0.0)
+        z, alpha = lp - t[cols[:, 2]], t[cols[:, 1]]  # log (P / m_a), centred; alpha_a
+        with np.errstate(over="ignore", invalid="ignore"):
+            g = np.exp(t[cols[:, 0]] - alpha * z)  # A_a (P / m_a)^-alpha
+        return z, alpha, g, theta[0] + g
 
-    def residuals(self, theta, cells):
-        out = []
-        for arm in self.arms:
-            lp, y = cells[arm]
-            log_a, alpha, log_m = self.terms(theta, arm)
-            with np.errstate(over="ignore", invalid="ignore"):
-                f = theta[0] + np.exp(log_a - alpha * (lp - self.u0 - log_m))
-                out.append(np.log(f) - y)
-        return np.concatenate(out)
+    def residuals(self, theta, packed):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.log(self._curve(theta, packed)[3]) - packed[1]
+
+    def jacobian(self, theta, packed):
+        z, alpha, g, f = self._curve(theta, packed)
+        cols, rows = packed[2], np.arange(len(f))
+        jac = np.zeros((len(f), self.size + 1))
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            jac[:, 0] = 1 / f
+            jac[rows, cols[:, 0]], jac[rows, cols[:, 1]] = g / f, -z * g / f
+            jac[rows, cols[:, 2]] = alpha * g / f
+        return jac[:, :-1]
 
     def fit(self, cells, starts):
         """The best least-squares fit from the given starts; None when every start failed."""
-        ymin = min(float(np.exp(y.min())) for _, y in cells.values())
-        lo, hi = self.bounds(ymin * (1 - 1e-6))
+        cap = min(float(np.exp(y.min())) for _, y in cells.values() if len(y)) * (1 - 1e-6)
+        m, f = len(self.others), len(self.free)
+        lo = np.array([0.0, -np.inf, ALPHA_MIN] + [-LOG_M_MAX] * m + [-np.inf, ALPHA_MIN] * f)
+        hi = np.array([cap, np.inf, ALPHA_MAX] + [LOG_M_MAX] * m + [np.inf, ALPHA_MAX] * f)
+        lp = np.concatenate([cells[a][0] for a in self.arms]) - self.u0
+        y = np.concatenate([cells[a][1] for a in self.arms])
+        cols = np.array([self.index(a) for a in self.arms for _ in cells[a][0]], dtype=int)
         best = None
         for x0 in starts:
-            x0 = np.clip(x0, lo, hi)
             try:
                 res = optimize.least_squares(
-                    self.residuals, x0, bounds=(lo, hi), args=(cells,), method="trf",
-                    x_scale="jac", ftol=1e-12, xtol=1e-12, gtol=1e-12, max_nfev=2000,
+                    self.residuals, np.clip(x0, lo, hi), jac=self.jacobian, bounds=(lo, hi),
+                    args=((lp, y, cols.reshape(-1, 3)),), method="trf", x_scale="jac",
+                    ftol=1e-12, xtol=1e-12, gtol=1e-12, max_nfev=2000,
                 )  # fmt: skip
             except (ValueError, np.linalg.LinAlgError):
                 continue
@@ -184,32 +191,103 @@ def _starts(model: _Model, cells) -> list[np.ndarray]:
     starts = []
     for alpha in (0.1, 0.4, 1.0, 2.0):
         for floor in (0.0, 0.5 * ymin, 0.9 * ymin):
-            gap = max(float(np.exp(np.mean(y_ref))) - floor, 1e-12 * ymin)
-            log_a = math.log(gap)
-            starts.append(
-                np.array(
-                    [floor, log_a, alpha]
-                    + [0.0] * len(model.others)
-                    + [log_a, alpha] * len(model.free)
-                )
-            )
+            log_a = math.log(max(float(np.exp(np.mean(y_ref))) - floor, 1e-12 * ymin))
+            rest = [0.0] * len(model.others) + [log_a, alpha] * len(model.free)
+            starts.append(np.array([floor, log_a, alpha, *rest]))
     return starts
 
 
-def _interval(point: float, draws: np.ndarray, level: float, n_failed: int, n_boot: int):
-    if n_boot == 0 or 2 * n_failed > n_boot or not len(draws):
-        return Interval(point, NAN, NAN)
-    lo, hi = _quantiles(draws, level)  # an end among infinite draws is inf
-    return Interval(point, lo, hi)
+def shared_point(observations: list[Observation], reference: str = "d=3"):
+    """((arms, table, units, cells, u0), the shared model, (theta, cost)) on the arms with >= 2
+    cells, the reference first, before any shape test; None without the reference or a fit."""
+    table, units = _table(observations)
+    arms = [a for a, (lp, _) in _cells(table).items() if len(lp) >= 2]
+    if reference not in arms or len(arms) < 2:
+        return None
+    table = {a: table[a] for a in [reference] + sorted(a for a in arms if a != reference)}
+    cells, arms = _cells(table), list(table)
+    u0 = float(np.mean(np.concatenate([cells[a][0] for a in arms])))
+    shared = _Model(arms, reference, u0)
+    first = shared.fit(cells, _starts(shared, cells))
+    return None if first is None else ((arms, table, units, cells, u0), shared, first)
 
 
-def _multiplier_value(log_m: float) -> float:
-    """exp(log m), with a value on its bound read as unbounded (0 or inf)."""
-    if log_m >= LOG_M_MAX - _AT_BOUND:
-        return math.inf
-    if log_m <= -LOG_M_MAX + _AT_BOUND:
-        return 0.0
-    return math.exp(log_m)
+def groups(units) -> np.ndarray:
+    """(U,) each unit's group: its teacher where >= 2 teachers ran, else the unit itself."""
+    teachers = np.unique([u[0] for u in units], return_inverse=True)[1]
+    return teachers if teachers.max(initial=0) > 0 else np.arange(len(units))
+
+
+def replicates(table, fits, weights, on_draw=None, min_cells: int = 0) -> list[np.ndarray]:
+    """Per (model, theta) in `fits`, (R, size): refitted from theta to each row of `weights`'
+    cells (a row drawn twice, once); NaN rows where the reference has < 2 cells, an arm fewer than
+    `min_cells` or the fit failed, NaN columns of an arm without a cell. `on_draw(i, R)` per row."""
+    done, rows = {}, []
+    for i, w in enumerate(weights):
+        if (key := w.tobytes()) not in done:
+            cells, done[key] = _cells(table, w), []
+            for m, theta in fits:
+                n = {a: len(cells[a][0]) for a in m.arms}
+                ok = theta is not None and n[m.reference] >= 2 and min(n.values()) >= min_cells
+                got = m.fit(cells, [theta]) if ok else None
+                row = np.append(got[0], NAN) if got is not None else np.full(m.size + 1, NAN)
+                row[[j for a in m.arms if not n[a] for j in m.index(a) if j > 2]] = NAN
+                done[key].append(row[:-1])  # the last column: the index of "no multiplier"
+        rows.append(done[key])
+        if on_draw is not None:
+            on_draw(i + 1, len(weights))
+    return [np.reshape([r[k] for r in rows], (len(rows), m.size)) for k, (m, _) in enumerate(fits)]
+
+
+def log_m(t) -> np.ndarray:
+    """log m, with a value on its bound read as unbounded (+-inf); NaN stays NaN."""
+    return np.where(np.abs(t) >= LOG_M_MAX - _AT_BOUND, np.copysign(np.inf, t), t)
+
+
+def log_ratio(logs: np.ndarray) -> np.ndarray:
+    """(..., 2) log m_2, log m_4 -> log(m_2 / m_4): inf where either is unbounded."""
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isinf(logs).any(-1), np.inf, logs[..., 0] - logs[..., 1])
+
+
+def t_interval(point: float, values, groups, level: float) -> tuple[float, float]:
+    """`point` +- t_{G-1} se of `values` (per unit; NaN: none; +-inf: on a bound, unbounded)
+    averaged within their G `groups`; (NaN, NaN) with G < 2."""
+    ok = ~np.isnan(values)
+    if np.isinf(values[ok]).any() or not math.isfinite(point):
+        return -math.inf, math.inf
+    g = np.asarray(groups)[ok]
+    v = np.array([values[ok][g == k].mean() for k in np.unique(g)])
+    if len(v) < 2:
+        return NAN, NAN
+    half = float(st.t.ppf((1 + level) / 2, len(v) - 1)) * float(np.std(v, ddof=1))
+    return point - half / math.sqrt(len(v)), point + half / math.sqrt(len(v))
+
+
+@dataclass(frozen=True)
+class Reader:
+    """A quantity's interval by `method`; more than half the bootstrap's draws failed: none."""
+
+    method: str
+    level: float
+    groups: np.ndarray  # each unit's group (`groups`)
+    failed: int = 0
+    n_boot: int = 0
+
+    def __call__(self, point: float, values, ratio=False) -> Interval:
+        """`point`, `values`: logs of a positive quantity (+-inf: a multiplier on its bound);
+        `ratio`: m_2 / m_4, which has no value where either multiplier is on a bound."""
+        value = NAN if ratio and not math.isfinite(point) else math.exp(point)
+        if self.method == "bootstrap":
+            failed, values = self.failed, values[~np.isnan(values)]
+            if ratio:  # a draw with either multiplier on its bound counts as failed
+                failed += int(np.isinf(values).sum())
+                values = values[np.isfinite(values)]
+            if self.n_boot == 0 or 2 * failed > self.n_boot or not len(values):
+                return Interval(value, NAN, NAN)
+            return Interval(value, *_quantiles(np.exp(values), self.level))  # an inf draw: inf
+        lo, hi = t_interval(point, values, self.groups, self.level)
+        return Interval(value, math.exp(lo), math.exp(hi))
 
 
 def fit(
@@ -220,107 +298,50 @@ def fit(
     shape_level: float = 0.05,
     seed: int = 0,
     on_draw: Callable[[int, int], None] | None = None,
+    method: str = "units",
 ) -> MultiplierFit | None:
-    """The shared model, its shape tests, the per-arm model and their bootstrap (see the module
-    docstring). An arm whose own exponent fits significantly better (`ShapeTest.differs`) keeps
-    its own curve in the model every other arm's multiplier is read from. None when the
-    reference arm, or every other arm, has fewer than 2 cells. `on_draw(done, n_boot)` is
-    called after each draw, failed or not: the bootstrap is most of the time a fit takes."""
-    arms_all, units = _table(observations)
-    cells = _cells(arms_all)
-    arms = [a for a, (lp, _) in cells.items() if len(lp) >= 2]
-    if reference not in arms or len(arms) < 2:
+    """The shared model, its shape tests, the per-arm model and their intervals by `method`. An
+    arm whose own exponent fits significantly better (`ShapeTest.differs`) keeps its own curve in
+    the model the others' multipliers are read from. None when the reference arm, or every other
+    arm, has < 2 cells. `on_draw(done, total)` after each replicate fit, failed or not."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    got = shared_point(observations, reference)
+    if got is None:
         return None
-    arms = [reference] + sorted(a for a in arms if a != reference)
-    cells = {a: cells[a] for a in arms}
-    u0 = float(np.mean(np.concatenate([cells[a][0] for a in arms])))
-    shared = _Model(arms, reference, u0)
+    (arms, table, units, cells, u0), shared, first = got
     per_arm = _Model(arms, reference, u0, frozenset(arms))
-    first = shared.fit(cells, _starts(shared, cells))
-    if first is None:
-        return None
     point_arm = per_arm.fit(cells, _starts(per_arm, cells))
     shape = _shape_test(first[1], point_arm, cells, shared, per_arm, shape_level)
     model = _Model(arms, reference, u0, frozenset(shape.differs))
     point = model.fit(cells, _starts(model, cells)) if shape.differs else first
     if point is None:
         return None
-    theta = point[0]
-
-    # the bootstrap: the same draws of units for every arm and both models
-    table = {a: arms_all[a] for a in arms}
-    counts = _within_teacher_counts(units, n_boot, np.random.default_rng(seed))
-    draws, draws_arm, failed = [], [], 0
-    for i, w in enumerate(counts):  # a failed fit drops its draw
-        got, got_arm = _draw(_cells(table, w), arms, model, theta, per_arm, point_arm)
-        if on_draw is not None:
-            on_draw(i + 1, n_boot)
-        if got is None:
-            failed += 1
-            continue
-        draws.append(got[0])
-        draws_arm.append(got_arm[0] if got_arm else np.full(per_arm.size(), NAN))
-    draws = np.array(draws).reshape(-1, model.size())
-    draws_arm = np.array(draws_arm).reshape(-1, per_arm.size())
-
-    multipliers = {reference: Interval(1.0, 1.0, 1.0)}
-    for arm in model.free:
-        multipliers[arm] = Interval(NAN, NAN, NAN)
-    for k, arm in enumerate(model.others):
-        values = np.vectorize(_multiplier_value)(draws[:, 3 + k]) if len(draws) else draws
-        multipliers[arm] = _interval(
-            _multiplier_value(float(theta[3 + k])), values, level, failed, n_boot
-        )
-    multipliers = {a: multipliers[a] for a in arms}
+    theta, theta_arm = point[0], point_arm[0] if point_arm is not None else None
+    rng, boot = np.random.default_rng(seed), method == "bootstrap"
+    weights = _within_teacher_counts(units, n_boot, rng) if boot else np.eye(len(units))
+    fits = [(model, theta), (per_arm, theta_arm)]
+    reps, reps_arm = replicates(table, fits, weights, on_draw, min_cells=2 if boot else 0)
+    held, g = ~np.isnan(reps[:, 0]), groups(units)  # held: the shared model's fit did
+    reps, reps_arm = (reps[held], reps_arm[held]) if boot else (reps, reps_arm)
+    read = Reader(method, level, g, int((~held).sum()), n_boot)
+    col, logs = {a: 3 + i for i, a in enumerate(model.others)}, log_m(reps)  # col: a's log m
+    multipliers = {a: Interval(NAN, NAN, NAN) for a in arms} | {reference: Interval(1.0, 1.0, 1.0)}
+    multipliers |= {a: read(float(log_m(theta[j])), logs[:, j]) for a, j in col.items()}
     ratio = None
-    if "d=2" in model.others and "d=4" in model.others:
-        ratio = _ratio(model, theta, draws, level, failed, n_boot)
-    arm_alpha = {}
-    if point_arm is not None:
-        for arm in arms:
-            i = per_arm.alpha_index(arm)
-            col = draws_arm[:, i] if len(draws_arm) else draws_arm
-            col = col[np.isfinite(col)] if len(col) else col
-            arm_alpha[arm] = _interval(float(point_arm[0][i]), col, level, failed, n_boot)
+    if "d=2" in col and "d=4" in col:
+        j = [col["d=2"], col["d=4"]]
+        ratio = read(float(log_ratio(log_m(theta[j]))), log_ratio(logs[:, j]), ratio=True)
+    alphas = [(a, per_arm.index(a)[1]) for a in (arms if theta_arm is not None else ())]
+    arm_alpha = {a: read(math.log(theta_arm[i]), np.log(reps_arm[:, i])) for a, i in alphas}
     return MultiplierFit(
-        reference=reference,
-        arms=tuple(arms),
-        L_inf=float(theta[0]),
+        reference=reference, arms=tuple(arms), L_inf=float(theta[0]),
         A=float(math.exp(theta[1] + theta[2] * u0)),
-        alpha=_interval(float(theta[2]), draws[:, 2], level, failed, n_boot),
-        multipliers=multipliers,
-        ratio_2_4=ratio,
-        arm_alpha=arm_alpha,
-        shape=shape,
-        units=len(units),
-        n_boot=n_boot,
-        n_failed=failed,
-        level=level,
-    )
-
-
-def _draw(cells, arms, model: _Model, theta, per_arm: _Model, point_arm):
-    """One bootstrap draw's fits of the model and the per-arm model, each from its point fit;
-    (None, None) where an arm has fewer than 2 cells left or the model's fit failed."""
-    if any(len(cells[a][0]) < 2 for a in arms):
-        return None, None
-    got = model.fit(cells, [theta])
-    got_arm = per_arm.fit(cells, [point_arm[0]]) if point_arm else None
-    return got, got_arm
-
-
-def _ratio(model: _Model, theta, draws, level, failed, n_boot) -> Interval:
-    """m_2 / m_4 and its interval; a draw with either multiplier on its bound is unbounded."""
-    i2, i4 = (3 + model.others.index(a) for a in ("d=2", "d=4"))
-
-    def values(t):
-        on_bound = (np.abs(t[..., [i2, i4]]) >= LOG_M_MAX - _AT_BOUND).any(-1)
-        return np.where(on_bound, NAN, np.exp(t[..., i2] - t[..., i4]))
-
-    point = float(values(np.asarray(theta)))
-    kept = values(draws) if len(draws) else np.empty(0)
-    unbounded = int(np.isnan(kept).sum())
-    return _interval(point, kept[np.isfinite(kept)], level, failed + unbounded, n_boot)
+        alpha=read(math.log(theta[2]), np.log(reps[:, 2])), multipliers=multipliers,
+        ratio_2_4=ratio, arm_alpha=arm_alpha, shape=shape, units=len(units),
+        teachers=len({u[0] for u in units}), n_boot=n_boot if boot else 0, n_failed=read.failed,
+        level=level, method=method, df=math.inf if boot else max(len(np.unique(g[held])) - 1, 0),
+    )  # fmt: skip
 
 
 def _f_test(rss_small, rss_big, extra: int, df2: int) -> tuple[float, float]:
@@ -340,24 +361,37 @@ def _shape_test(rss_shared, point_arm, cells, shared: _Model, per_arm: _Model, l
     exponent differs."""
     n = sum(len(lp) for lp, _ in cells.values())
     rss_arm = point_arm[1] if point_arm is not None else NAN
-    f, p = _f_test(rss_shared, rss_arm, per_arm.size() - shared.size(), n - per_arm.size())
+    f, p = _f_test(rss_shared, rss_arm, per_arm.size - shared.size, n - per_arm.size)
     raw = {}
     for arm in shared.others:
         one = _Model(shared.arms, shared.reference, shared.u0, frozenset([arm]))
         got = one.fit(cells, _starts(one, cells))
         if got is not None:
-            raw[arm] = _f_test(rss_shared, got[1], one.size() - shared.size(), n - one.size())[1]
+            raw[arm] = _f_test(rss_shared, got[1], one.size - shared.size, n - one.size)[1]
     tested = {a: v for a, v in raw.items() if math.isfinite(v)}
     adjusted = dict(zip(tested, holm(list(tested.values())).tolist(), strict=True))
     differs = tuple(a for a, v in adjusted.items() if v < level)
-    return ShapeTest(not differs, p, f, (per_arm.size() - shared.size(), n - per_arm.size()),
+    return ShapeTest(not differs, p, f, (per_arm.size - shared.size, n - per_arm.size),
                      level, adjusted, differs)  # fmt: skip
 
 
-def units_for(half_width_log: float, units: int, target: float = 0.03) -> int | None:
-    """(teacher, seed) units a run needs for a +-`target` interval on a multiplier, from the half
-    width this run reached with `units`: the half width shrinks as one over the square root of
-    the units (the bootstrap's spread is the units' spread over sqrt(n))."""
-    if not (math.isfinite(half_width_log) and half_width_log > 0 and units > 0):
+def units_for(
+    half_width_log: float, units: int, target: float = 0.03, df: float | None = None,
+    level: float = 0.95,
+) -> int | None:  # fmt: skip
+    """(teacher, seed) units for a +-`target` interval on a multiplier, from the half width this
+    run reached with `units` and `df` (`MultiplierFit.df`; None: units - 1). A t interval over
+    G = df + 1 groups is t_{G-1} s / sqrt(G): the run grows by whole groups (teachers, where they
+    are the groups) until that is <= log(1 + target). df = inf (bootstrap): 1 / sqrt(units)."""
+    df = units - 1 if df is None else df
+    if not (math.isfinite(half_width_log) and half_width_log > 0 and units > 0 and df >= 1):
         return None
-    return math.ceil(units * (half_width_log / math.log1p(target)) ** 2)
+    goal = math.log1p(target)
+    if math.isinf(df):
+        return math.ceil(units * (half_width_log / goal) ** 2)
+    q = lambda n: float(st.t.ppf((1 + level) / 2, n - 1))  # noqa: E731
+    sd = half_width_log / q(df + 1) * math.sqrt(df + 1)  # the groups' own spread
+    grow = max(2, math.ceil((float(st.norm.ppf((1 + level) / 2)) * sd / goal) ** 2))  # t > z
+    while q(grow) * sd / math.sqrt(grow) > goal:
+        grow += 1
+    return math.ceil(grow * units / (df + 1))

@@ -190,7 +190,6 @@ def name(case: Case) -> None:
     expect(got == case.name, f"registered as {case.name!r} but names itself {got!r}")
 
 
-
 # how far one added layer may move the network's output, relative to its size, when continuing
 # from a fitted network: float64 rounding where the silence is exact (products rescaled by a
 # ratio of depths), and where a block silences only approximately (`Block.silence_` False:

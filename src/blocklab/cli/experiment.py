@@ -283,12 +283,12 @@ def _write_run_file(
 def resolve(experiment: type[Experiment], args: argparse.Namespace) -> Any:
     """Defaults (the quick form, or the full form with --full) < TOML < flags."""
     cls = experiment.Config
+    words = " ".join(w for w in (args.command, getattr(args, "which", None)) if w)
     form = next((f for f in experiment.forms if getattr(args, f, False)), None)
-    defaults = getattr(cls, form)() if form else cls()
+    defaults = experiment.defaults(words, form)
     flags = cfgmod.overrides(args, cls, skip=experiment.no_flags)
     if experiment.task_options and args.task_option:
         flags["task_options"] = parse_pairs(args.task_option, "task")
-    words = " ".join(w for w in (args.command, getattr(args, "which", None)) if w)
     return cfgmod.resolve(cls, defaults, args.config, flags, what=words)
 
 

@@ -41,6 +41,7 @@ class Command:
     help: str
     out: str
     measured: str = ""
+    form: str = ""  # the config's classmethod its defaults come from ("": the quick defaults)
 
 
 class Experiment:
@@ -64,6 +65,14 @@ class Experiment:
     # wall time where one was measured or estimated (the text says which), else None; the
     # command line offers each as a flag (`--medium`, `--sweep-width`)
     forms: ClassVar[dict[str, str | None]] = {}
+
+    @classmethod
+    def defaults(cls, words: str = "", form: str | None = None) -> Any:
+        """The config a command starts from: the named `form`, else the form of the command
+        these `words` call (`Command.form`: `blocklab demo`), else the quick defaults."""
+        command = next((c for c in cls.commands if c.words == words), None)
+        form = form or (command.form if command else "")
+        return getattr(cls.Config, form)() if form else cls.Config()
 
 
 @dataclass

@@ -5,15 +5,31 @@ optimizer from its cost (`optimizers`)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from blocklab.errors import UserError
+from blocklab.experiments import Trials
 
 if TYPE_CHECKING:
     from blocklab.budget import Shape
     from blocklab.specs import Arm, TrialSpec
     from blocklab.tasks import Task
+
+
+@dataclass
+class DegreeSweepTrials(Trials):
+    # rows: one per final trial (done or diverged); failed: the final trials that raised.
+    # "budget/arm" -> the chosen lr, the rates tried with their validation scores, and whether
+    # the choice still lies at an edge of what was tried (empty for second-order fits)
+    lr_choice: dict[str, dict[str, Any]]
+    # second-order fits: each cell's first trial fitted by the other optimizer (`referee`)
+    referee: list[dict[str, Any]] = field(default_factory=list)
+    # arm -> the rank of its input Jacobian before any fit, and the task's input dimension
+    # (`input_ranks`); empty for token tasks
+    input_rank: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # arm -> its exact per-parameter measures at the run's width (`_degree_exact`)
+    exact: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def ladders(cfg, shapes, spec) -> list[tuple[dict[str, Any], TrialSpec]]:

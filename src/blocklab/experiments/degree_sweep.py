@@ -17,18 +17,13 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from blocklab.errors import UserError
-from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _degree_plan, _trials
-from blocklab.experiments._degree_plan import bias_of, plan
+from blocklab.experiments import EXPERIMENTS, Command, Experiment, _degree_plan, _trials
+from blocklab.experiments._degree_plan import DegreeSweepTrials, bias_of, plan
 from blocklab.options import meta, validate
-from blocklab.specs import (
-    Arm,
-    NetShape,
-    TrainConfig,
-    TrialSpec,
-)
+from blocklab.specs import Arm, NetShape, TrainConfig, TrialSpec
 from blocklab.store import Store
 
 if TYPE_CHECKING:
@@ -40,20 +35,20 @@ DEMO_BUDGET_TOLERANCE = 0.2
 
 
 # the shape every arm starts from: each budget solves its depth (width mode) or its width
-# (depth mode). Width 3: a layer costs 18 (d=2), 27 (d=3), 36 (d=4) and 12 (mlp) parameters,
-# and every arm climbs depths 1, 2, 4, 8 (8x in parameters; the fits read the actual counts).
-# Fits cost O(N P^2) with N = data_ratio * P, so width 4 (P up to 512) cost about 3x more
+# (depth mode). Width 3, the least RMS norm sees 2 inputs through: a layer costs 18 (d=2), 27
+# (d=3), 36 (d=4) parameters, climbing depths 1, 2, 4, 8; fits cost O(N P^2) = O(P^3)
 SHAPE = NetShape(depth=4, width=3, norm="rms", scaled_residual=True)
 
 
 @dataclass(frozen=True)
 class DegreeSweepConfig:
+    # another task than a form's own starts from these (`config.resolve`): 3 seeds of one target
+    OTHER_TASK: ClassVar[dict[str, Any]] = {"task_options": {}, "teachers": 1, "seeds": 3}
     task: str = field(default="teacher", metadata=meta("registered task name"))
     task_options: dict[str, Any] = field(default_factory=dict)
-    # d = e is left out of the defaults: at width 3 its fractional factor is rank 1 (it costs what
-    # the theory assumes, 24 against e * 9 = 24.5), a one-dimensional spow gate whose fits tested
-    # 1.11-1.17x their training loss at 48-64 examples per parameter and scaled with an exponent
-    # half the integer arms' (1.2 against 2.4-2.9): it measured the gate more than the degree
+    # d = e is left out of the defaults: at width 3 its fractional factor is rank 1, a
+    # one-dimensional gate whose fits generalized worse and scaled with an exponent of their own
+    # (the results log): it measured the gate more than the degree
     degrees: tuple[str, ...] = field(
         default=("2", "3", "4"),
         metadata=meta(
@@ -87,7 +82,6 @@ class DegreeSweepConfig:
             min_len=0,
         ),
     )
-    # 3: the fewest the `replicates` design check accepts for a bootstrap interval
     seeds: int = field(default=3, metadata=meta("seeds per configuration (0, 1, ...)", ge=1))
     teachers: int = field(
         default=1,
@@ -126,6 +120,15 @@ class DegreeSweepConfig:
     n_boot: int = field(
         default=1000, metadata=meta("bootstrap draws for the scaling fits' intervals", ge=0)
     )
+    count: str = field(
+        default="nominal",
+        metadata=meta(
+            "the count the status's multipliers are fitted on: 'nominal' (what a budget pays, "
+            "seed 000's count) or 'functional' (the rank of the parameter Jacobian; a degree-d "
+            "layer of width w has (d-1) w redundant parameters); the report shows both",
+            choices=("nominal", "functional"),
+        ),
+    )
     ladder: str = field(
         default="on",
         metadata=meta(
@@ -144,13 +147,12 @@ class DegreeSweepConfig:
         ),
     )
     # Levenberg-Marquardt from a short Adam warm start at the first depth: the question is what
-    # each degree can fit. At most 1,024 iterations per depth: a fit stops at its first doubling
-    # that gains less than --converge-tol; the deepest fits of d=4 still gained 10-40% at 512.
-    # Two chains climb the depths, each depth continuing the best fit below (--chains best: with
-    # independent chains the best of one chain was 33-258% above the best of two, against 13-35%).
-    # 64 examples per parameter, at least 4,096: at 32 the deepest cells tested 1.13-1.2x their
-    # training loss. Under --optimizer adam give --steps (1,000 or more); wsd makes each Adam
-    # trial measure what twice its steps would have gained (`train.half_run`)
+    # each degree can fit, so a fit runs until a doubling of its iterations gains less than
+    # --converge-tol; two chains climb the depths, each continuing the best fit below (one
+    # chain's best strays far above two chains'); examples per parameter enough that test loss
+    # stays near train (the measurements are in the results log). Under --optimizer adam give
+    # --steps (1,000 or more); wsd makes each Adam trial measure what twice its steps would have
+    # gained (`train.half_run`)
     train: TrainConfig = field(
         default_factory=lambda: TrainConfig(
             optimizer="lm",
@@ -167,12 +169,22 @@ class DegreeSweepConfig:
     )
 
     @classmethod
-    def pilot(cls) -> DegreeSweepConfig:
-        """2 teachers x 4 seeds x 8 chains per arm on the demo's ladder: it measures sigma,
-        alpha and the spread between teachers, and sizes a +-3% run from them. The same
-        design's larger run is sized, not made: it prints the units and hours +-3% needs"""
+    def demo(cls) -> DegreeSweepConfig:
+        """`blocklab demo`, chosen by the results log's candidates table: a relu teacher (its
+        fits finish at every depth, where tanh teachers let deep fits creep on or stop in basins
+        of their own), 3 teachers of 1 seed (teachers are the intervals' random effect: 3 on 3
+        targets resolve more than 4 on 2), no mlp control (at width 3 its dead relu units
+        flatten its curve), 512 iterations a rung at most"""
         quick = cls()
-        return cls(teachers=2, seeds=4, train=replace(quick.train, restarts=8))
+        return replace(quick, task_options={"activation": "relu"}, baselines=(), seeds=1,
+                       teachers=3, train=replace(quick.train, steps=512))  # fmt: skip
+
+    @classmethod
+    def pilot(cls) -> DegreeSweepConfig:
+        """4 teachers x 2 seeds x 8 chains per arm on the demo's ladder: it measures sigma,
+        alpha and the spread between teachers, and sizes a +-3% run from them"""
+        demo = cls.demo()
+        return replace(demo, teachers=4, seeds=2, train=replace(demo.train, restarts=8))
 
     def __post_init__(self):
         from blocklab.tasks import make_task
@@ -283,19 +295,6 @@ def _spec(cfg: DegreeSweepConfig, arm: Arm, shape: Shape, lr: float, seed: int, 
     )
 
 
-@dataclass
-class DegreeSweepTrials(Trials):
-    # rows: one per final trial (done or diverged); failed: the final trials that raised.
-    # "budget/arm" -> the chosen lr, the rates tried with their validation scores, and whether
-    # the choice still lies at an edge of what was tried (empty for second-order fits)
-    lr_choice: dict[str, dict[str, Any]]
-    # second-order fits: each cell's first trial fitted by the other optimizer (`referee`)
-    referee: list[dict[str, Any]] = field(default_factory=list)
-    # arm -> the rank of its input Jacobian before any fit, and the task's input dimension
-    # (`input_ranks`); empty for token tasks
-    input_rank: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-
 def search_at(cfg: DegreeSweepConfig, shapes) -> dict[tuple[int, str], Any]:
     """Per (budget, arm): its trial at a given rate with seed 0 and teacher 0."""
     return {key: functools.partial(_spec, cfg, *shapes[key], seed=0) for key in shapes}
@@ -309,12 +308,18 @@ def run(
     progress: bool = True,
 ) -> DegreeSweepTrials:
     from blocklab.engine.sweep import left_to_run
+    from blocklab.experiments import _degree_exact
     from blocklab.tasks import make_task
 
     task = make_task(cfg.task, **cfg.task_options)
     shapes, higher = plan(cfg, task), task.higher_is_better
     seen = _degree_plan.input_ranks(cfg, shapes, _spec)  # before any fit: a hidden input is refused
     _degree_plan.check_ladders(cfg, shapes, _spec)  # and a block its ladder cannot continue
+    # each row gets its cell's functional count beside the nominal one, measured before any fit
+    counted = functools.partial(
+        _degree_exact.with_counts, _degree_exact.functional_counts(cfg, shapes, _spec)
+    )
+    exact = _degree_exact.exact_measures(cfg, cfg.arms())
 
     def finals(rates: dict[tuple[int, str], float]) -> list[tuple[dict[str, Any], TrialSpec]]:
         return [
@@ -339,17 +344,18 @@ def run(
         trials = _trials.run_planned(
             planned, store, EXPERIMENT, resources=resources, progress=progress, label="fits"
         )
-        rows = [r for r in trials.rows if not r.get("referee")]
+        rows = counted([r for r in trials.rows if not r.get("referee")])
         referee = [r for r in trials.rows if r.get("referee")]
-        return DegreeSweepTrials(rows, trials.failed, {}, referee, seen)
+        return DegreeSweepTrials(rows, trials.failed, {}, referee, seen, exact)
     at = search_at(cfg, shapes)
     trials, lr_choice = _trials.run_searched(
         cfg, at, finals, store, EXPERIMENT, resources=resources, progress=progress, higher=higher
     )
-    return DegreeSweepTrials(trials.rows, trials.failed, lr_choice, input_rank=seen)
+    return DegreeSweepTrials(
+        counted(trials.rows), trials.failed, lr_choice, input_rank=seen, exact=exact
+    )
 
 
-# the pilot form's wall time: estimated from measured parts, not measured whole
 PILOT_TIME = (
     "estimated, not measured: about 1.3 h on 2 CPU cores (the demo's 295 core-seconds per "
     "(teacher, seed) unit at 2 chains, times 4 for 8 chains, times 8 units) and about 50 min on "
@@ -368,6 +374,7 @@ class DegreeSweep(Experiment):
             "demo",
             "the main job: seed 000's degree experiment, in minutes",
             "runs/demo",
+            form="demo",
             measured="8 min 15 s from a fresh clone (an AVX-512 machine)",
         ),
         Command(

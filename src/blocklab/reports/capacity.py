@@ -12,11 +12,14 @@ from blocklab.analysis.cells import Check
 from blocklab.formatting import markdown_table
 from blocklab.formatting import short as fmt
 from blocklab.reports import referee
+from blocklab.reports.loss_table import loss_table
 from blocklab.reports.multipliers import (
+    counts_json,
     inf_or,
     multiplier_json,
     multiplier_section,
     next_lines,
+    other_count_lines,
     status_line,
 )
 
@@ -275,6 +278,7 @@ def capacity_json(capacity) -> dict[str, Any]:
         "next_command": capacity.decision.next.command if capacity.decision.next else None,
         "arms": capacity.arms_json(),
         **multiplier_json(capacity),
+        **counts_json(capacity),
         "resolution": capacity.fit.resolution,
         "predicted_effect": PREDICTED_EFFECT,
         "reference": capacity.fit.reference,
@@ -293,80 +297,17 @@ def capacity_section(capacity):
     if capacity.model is not None:
         lines += ["![test loss against parameters](scaling.png)", ""]
         lines += multiplier_section(capacity)
+        if other := other_count_lines(capacity):
+            lines += ["## Multipliers on the other count", "", *other[1:], ""]
     lines += ["## Design checks", "", *check_lines(capacity), ""]
     if said := next_lines(capacity, markdown=True):
         lines += [*said, ""]
-    lines += _loss_table(capacity.stats, capacity.second_order)
+    lines += loss_table(capacity.stats, capacity.second_order)
     if capacity.second_order:
         lines += _fit_curves_text(capacity.referee is not None)
     if capacity.referee is not None:
         lines += referee.section(capacity.referee)
     return lines + _fit_table(capacity.fit)
-
-
-# how far the trials got: Adam runs by their plateau, second-order fits by their training loss,
-# certificates and restarts (the plateau is not their criterion)
-TRAINED = ("plateaued",)
-FITTED = ("train loss", "median restart", "converged", "restart spread")
-
-
-def _share(x: float, digits: int = 0) -> str:
-    return f"{x:.{digits}%}" if math.isfinite(x) else "-"
-
-
-def _trained(st, second_order: bool) -> tuple[str, ...]:
-    if not second_order:
-        return (_share(st["plateaued_fraction"]),)
-    return (
-        fmt(st["train_mean"]),
-        fmt(st["restart_median_mean"]),
-        _share(st["converged_fraction"]),
-        _share(st["restart_spread"], 1),
-    )
-
-
-def _loss_table(stats, second_order: bool) -> list[str]:
-    if second_order:
-        trained = (
-            "train loss: the final training MSE of each trial's best restart, mean over trials; "
-            "median restart: the same of each trial's median restart; converged: share of trials "
-            "whose certificate holds; restart spread: (median restart - best) / best, mean over "
-            "trials."
-        )
-    else:
-        trained = (
-            "plateaued: share of trials that had stopped improving (the criterion is in the "
-            "design checks)."
-        )
-    lines = [
-        "## Test loss per budget",
-        "",
-        "Mean over (teacher, seed) with std, and the geometric mean with the 95% Student-t "
-        f"interval of the log loss mapped back (never below zero); {trained} "
-        "With several teachers, the spread within a teacher (mean std over seeds) and between "
-        "teachers (std of their means) are shown apart.",
-        "",
-    ]
-    body = [
-        (
-            arm,
-            str(b),
-            str(st["block_params"]),
-            f"{fmt(st['mean'])} ± {fmt(st['std'])}",
-            f"{fmt(st['gmean'])} [{fmt(st['g_low'])}, {fmt(st['g_high'])}]",
-            *_trained(st, second_order),
-            fmt(st["within_teacher_std"]),
-            fmt(st["between_teacher_std"]),
-        )
-        for arm, by_b in stats.items()
-        for b, st in by_b.items()
-    ]
-    header = (
-        ("arm", "budget", "params", "test loss", "geometric mean [95% CI]")
-        + (FITTED if second_order else TRAINED)
-        + ("within", "between")
-    )
-    return lines + markdown_table(header, body)
 
 
 def _fit_curves_text(refereed: bool) -> list[str]:

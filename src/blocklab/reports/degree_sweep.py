@@ -7,7 +7,6 @@ Every number comes from the rows (one per finished trial) or from blocklab.theor
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from blocklab.engine.progress import current
 from blocklab.engine.provenance import provenance
 from blocklab.experiments.degree_sweep import EXPERIMENT, DegreeSweep
 from blocklab.formatting import config_json, markdown_table, plain, short, with_spread
-from blocklab.reports import Report, Status, plots, referee
+from blocklab.reports import Report, Status, exact, plots, referee
 from blocklab.reports.capacity import (
     capacity_json,
     capacity_section,
@@ -36,18 +35,17 @@ from blocklab.reports.capacity import (
     converged_line,
 )
 from blocklab.reports.capacity_plots import efficiency, fit_curves, scaling_curves
+from blocklab.reports.degree_theory import question, theory_section
 from blocklab.reports.markdown import failures, require_finished
-from blocklab.reports.multipliers import multiplier_lines, next_lines, status_line
+from blocklab.reports.multipliers import (
+    multiplier_lines,
+    next_lines,
+    other_count_lines,
+    status_line,
+)
 from blocklab.reports.pilot import pilot_json, pilot_lines
 from blocklab.reports.verdicts import claim, verdict_json
 from blocklab.rundir import RunDir
-from blocklab.theory import (
-    degree_proxy_log10,
-    h,
-    layer_degrees,
-    layers_at_budget,
-    optimal_degree,
-)
 
 COLUMNS = (
     "task",
@@ -120,89 +118,6 @@ def table(summaries) -> str:
     return "\n".join([title, "", line(head), rule, *map(line, body)])
 
 
-def _order(arms, values):
-    # "a > b = c": equal predicted scores (h(2) == h(4) exactly) are shown as ties, not an order.
-    text = arms[0]
-    for i in range(1, len(arms)):
-        tie = math.isclose(values[i - 1], values[i], rel_tol=1e-12)
-        text += (" = " if tie else " > ") + arms[i]
-    return text
-
-
-def _question():
-    return (
-        "Seed 000 asks: at a fixed parameter budget B, which polynomial degree d of a building "
-        "block is most expressive? A degree-d layer costs d N_dx parameters (eq. 4), so B buys "
-        "B / (d N_dx) layers and a network polynomial of degree (d^(1/d))^(B / N_dx) (eq. 17). "
-        f"That is largest where h(d) = ln d / d is (eq. 5): at d = e = {optimal_degree():.4f}, "
-        f"so d = 3 among integers (h(3) = {h(3):.4f} > h(2) = h(4) = {h(2):.4f}). Each arm below "
-        "is trained at the same block budget over several seeds: integer and fractional "
-        "degrees, mixed stacks (per-layer degrees in the label, their average as the degree) and "
-        "an mlp control; the verdicts state which differences the seeds support."
-    )
-
-
-def _theory_section(summaries, rankings):
-    lines = [
-        "## Theory beside measurement",
-        "",
-        "h of each arm (for a mixed stack [d_1, ..., d_L]: sum ln d_i / sum d_i, the "
-        "per-parameter log-degree of eq. 16-17, which is not h of the average degree):",
-        "",
-    ]
-    arms = {s.arm: s.degree for s in summaries if s.degree is not None}
-    body = [
-        (
-            arm,
-            ", ".join(f"{x:g}" for x in layer_degrees(arm, d)),
-            f"{d:.4g}",
-            f"{h(layer_degrees(arm, d)):.5f}",
-        )
-        for arm, d in sorted(arms.items(), key=lambda kv: (kv[1], kv[0]))
-    ]
-    lines += markdown_table(("arm", "layer degrees", "degree", "h"), body)
-    lines += [
-        "",
-        "Degree proxy of seed 000 eq. 17 at each budget, with N_dx = width^2 at the "
-        "width the arm ran at; layers B / (d N_dx) of eq. 4 beside the depth it ran at:",
-        "",
-    ]
-    body = {}  # tasks that ran an arm at the same shape share a line
-    for s in summaries:
-        if s.degree is not None and s.width > 0:
-            n_dx = s.width**2
-            body.setdefault(
-                (str(s.budget), s.arm, str(s.width), str(s.depth)),
-                (
-                    f"{layers_at_budget(s.degree, s.budget, n_dx):.3g}",
-                    f"{degree_proxy_log10(layer_degrees(s.arm, s.degree), s.budget, n_dx):.4g}",
-                ),
-            )
-    lines += markdown_table(
-        ("budget", "arm", "width", "depth", "layers (eq. 4)", "log10 degree (eq. 17)"),
-        [k + v for k, v in body.items()],
-    )
-    lines += [
-        "",
-        "Ranking predicted by h (best first) and measured by mean test metric, with "
-        "Spearman's rank correlation (rho > 0: the measurement follows the theory):",
-        "",
-    ]
-    for r in rankings:
-        h_of = dict(zip(r.arms, r.h, strict=True))
-        rho = (
-            f"rho = {r.rho:.3g} over {len(r.arms)} arms"
-            if math.isfinite(r.rho)
-            else f"rho undefined ({len(r.arms)} arms or a constant ranking)"
-        )
-        lines.append(
-            f"- {r.task}, budget {r.budget}: predicted "
-            f"{_order(r.predicted, [h_of[a] for a in r.predicted])}; "
-            f"measured {' > '.join(r.measured)}; {rho}"
-        )
-    return lines
-
-
 @dataclass
 class Tables:
     """The sweep's tables, computed once (`tabulate`) and worded by `write_report` and `to_json`:
@@ -225,7 +140,16 @@ def tabulate(rows, alpha=0.05) -> Tables:
 
 
 def write_report(
-    out_dir, tables: Tables, *, title, config, provenance, capacity=None, referee_rows=()
+    out_dir,
+    tables: Tables,
+    *,
+    title,
+    config,
+    provenance,
+    capacity=None,
+    referee_rows=(),
+    exact_measures=None,
+    width=None,
 ):
     """Write report.md and its figures into out_dir; return the report's path. With `capacity`
     (blocklab.analysis.capacity) the design checks, verdict, fits and efficiency lead; second-order
@@ -249,7 +173,9 @@ def write_report(
     lines = [f"# {title}", ""]
     if capacity is not None:  # the scaling plot and the multipliers first, then the question
         lines += capacity_section(capacity)
-    lines += ["## Question", "", _question(), ""]
+    if exact_measures:
+        lines += ["## Exact measures", "", *exact.lines(exact_measures, width, markdown=True), ""]
+    lines += ["## Question", "", question(), ""]
     lines += [
         "## Paired tests per budget",
         "",
@@ -268,7 +194,7 @@ def write_report(
         "",
     ]
     lines += markdown_table(COLUMNS, [_cells(s) for s in summaries])
-    lines += [""] + _theory_section(summaries, rankings)
+    lines += [""] + theory_section(summaries, rankings)
     lines += [
         "",
         "![test metric vs degree](metric_vs_degree.png)",
@@ -319,6 +245,8 @@ class Result:
     referee: list[dict[str, Any]] = field(default_factory=list)
     # arm -> the rank of its input Jacobian measured before the fits (`input_ranks`)
     input_rank: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # arm -> its exact per-parameter measures at the run's width (`_degree_exact`)
+    exact: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def analyze(cfg, trials, command: str | None = None) -> Result:
@@ -339,14 +267,16 @@ def analyze(cfg, trials, command: str | None = None) -> Result:
         converge_tol=cfg.train.converge_tol,
         referee=refitted,
         input_rank=getattr(trials, "input_rank", None),
-        run=Invocation(cfg, command, EXPERIMENT, DegreeSweep.no_flags),
-        on_draw=current().counter("analysis: {} bootstrap", "draw"),  # the command's display
+        run=Invocation(cfg, command, EXPERIMENT, DegreeSweep.no_flags, DegreeSweep.defaults),
+        on_draw=current().counter("analysis: {} intervals", "fit"),  # the command's display
+        count=cfg.count,
     )
     seen = getattr(trials, "input_rank", {})
     spreads = pilot(trials.rows, cap.model, cap.decision.units_for_3pct)
     return Result(
-        trials.rows, trials.lr_choice, trials.failed, tables, cap, spreads, refitted, seen
-    )
+        trials.rows, trials.lr_choice, trials.failed, tables, cap, spreads, refitted, seen,
+        getattr(trials, "exact", {}),
+    )  # fmt: skip
 
 
 def write(out_dir, cfg, trials) -> Report:
@@ -364,6 +294,8 @@ def write(out_dir, cfg, trials) -> Report:
         provenance=provenance(),
         capacity=cap,
         referee_rows=result.referee,
+        exact_measures=result.exact,
+        width=cfg.shape.width,
     )
     payload = to_json(result.tables)
     payload.update(capacity_json(cap))
@@ -378,12 +310,16 @@ def write(out_dir, cfg, trials) -> Report:
         referee=referee.summary_json(cap.referee),
     )
     payload.update(ladder=cfg.ladder if cfg.staged else "off", input_rank=result.input_rank)
+    payload["exact"] = exact.json(result.exact)
     spreads = result.pilot
     payload["pilot"] = pilot_json(spreads)
     verdict, line = status_line(cap)
+    line = exact.beside(line, cap, result.exact)
     lines = [table(result.tables.summaries)]
     if cap.model is not None:
-        lines += ["", *multiplier_lines(cap)]
+        lines += ["", *multiplier_lines(cap), *other_count_lines(cap)]
+    if result.exact:
+        lines += ["", *exact.lines(result.exact, cfg.shape.width)]
     if cap.second_order:
         lines += pilot_lines(spreads)
     lines += ["\ndesign checks:", *check_lines(cap)]

@@ -176,7 +176,7 @@ def multiplier_rows(capacity) -> list[tuple[str, ...]]:
         rows.append((arm, "-", "-", "-" if pred is None else f"{pred:.3f}", own))
     for f in d.findings:
         if f.name == "m2/m4":
-            name, pred = "m_2 / m_4", "1"
+            name, pred = "m_2 / m_4", "-" if f.predicted is None else f"{f.predicted:.3g}"
         else:
             name, pred = f.name, "-" if f.predicted is None else f"{f.predicted:.3f}"
         i = f.interval
@@ -206,12 +206,62 @@ def multiplier_lines(capacity) -> list[str]:
             "constant multiplier there"
         )
     return [
-        f"shared scaling model L_a(P) = L_inf + A (P / m_a)^-alpha, "
+        f"shared scaling model on the {capacity.count} count, L_a(P) = L_inf + A (P / m_a)^-alpha, "
         f"m_{capacity.decision.reference} = 1: alpha = {a.value:.3g} "
         f"[{inf_or(a.low)}, {inf_or(a.high)}], L_inf = {model.L_inf:.3g}; "
-        f"{test}; {model.level:.0%} paired bootstrap over {model.units} (teacher, seed) units",
+        f"{test}; {model.level:.0%} {interval_words(model)}",
         *table,
     ]
+
+
+def on_count(capacity, count: str):
+    """The capacity result with `model` and `decision` those of `count` (`Counted`), which the
+    tables of this module then word; None where that count was not fitted."""
+    import dataclasses
+
+    got = capacity.counts.get(count)
+    if got is None or got.model is None:
+        return None
+    return dataclasses.replace(capacity, model=got.model, decision=got.decision, count=count)
+
+
+COUNT_WORDS = {
+    "nominal": "the nominal count (what a budget pays; seed 000's d N_dx per layer)",
+    "functional": "the functional count (the rank of the parameter Jacobian)",
+}
+
+
+def other_count_lines(capacity) -> list[str]:
+    """The shared model on each count the status is not fitted on: its outcome, exponent and
+    multipliers beside the theory's prediction on that count."""
+    out = []
+    for count in capacity.counts:
+        if count == capacity.count or (other := on_count(capacity, count)) is None:
+            continue
+        word = other.decision.outcome.value
+        out += ["", f"on {COUNT_WORDS[count]}: {word} on the same design checks", *(
+            multiplier_lines(other))]  # fmt: skip
+    return out
+
+
+def interval_words(model) -> str:
+    """How the model's intervals were made (`multiplier.METHODS`), in a clause."""
+    if model.method == "bootstrap":
+        return (
+            f"percentiles of {model.n_boot} paired bootstrap draws over {model.units} (teacher, "
+            "seed) units, resampled within teachers"
+        )
+    over = (
+        f"the means of {model.teachers} teachers (a random effect: it covers the spread between "
+        "targets)"
+        if model.teachers > 1
+        else f"{model.units} seeds of one teacher (it says nothing of other targets)"
+    )
+    return (
+        f"t interval (df {model.df:g}) over {over}, each unit's multipliers refitted on its own "
+        "cells; such intervals covered >= 90% in simulations at 3-8 units and 1-3 teachers "
+        "(benchmarks/coverage.py)"
+    )
 
 
 def _p(p: float) -> str:
@@ -227,9 +277,8 @@ def multiplier_section(capacity) -> list[str]:
         "d = 3, fitted by least squares to each cell's geometric-mean test loss against its "
         "actual parameter count; m > 1: the arm needs m times the parameters d = 3 needs for "
         "the same loss. Predicted: h(3)/h(d) (seed 000 eq. 17), and m_2 / m_4 = 1 exactly "
-        f"(h(2) = h(4)). Intervals: {model.level:.0%} percentiles of {model.n_boot} paired "
-        f"bootstrap draws over {model.units} (teacher, seed) units, resampled within teachers "
-        f"({model.n_failed} draws failed).",
+        f"(h(2) = h(4)). Intervals: {model.level:.0%} {interval_words(model)} "
+        f"({model.n_failed} {'unit fits' if model.method == 'units' else 'draws'} failed).",
         "",
         *multiplier_lines(capacity)[1:],
         "",
@@ -275,4 +324,25 @@ def multiplier_json(capacity) -> dict[str, Any]:
         "arm_alpha": {a: _interval_json(i) for a, i in model.arm_alpha.items()},
     }
     out["L_inf"], out["A"] = model.L_inf, model.A
+    return out
+
+
+def counts_json(capacity) -> dict[str, Any]:
+    """`count` (what `multipliers` are fitted on), and `multipliers_<count>` for both counts,
+    each {arm: {"m", "ci_low", "ci_high"}} with the reference at 1 ({} where the rows carry no
+    such count or its model could not be fitted); `outcomes`: each count's status word and
+    `m2_over_m4_<count>`."""
+    out: dict[str, Any] = {"count": capacity.count, "outcomes": {}}
+    for count in ("nominal", "functional"):
+        got = capacity.counts.get(count)
+        model = got.model if got else None
+        out[f"multipliers_{count}"] = (
+            {a: _interval_json(i) for a, i in model.multipliers.items()} if model else {}
+        )
+        r = model.ratio_2_4 if model else None
+        out[f"m2_over_m4_{count}"] = (
+            {"ratio": r.value, "ci_low": r.low, "ci_high": r.high} if r else None
+        )
+        if got:
+            out["outcomes"][count] = got.decision.outcome.value
     return out

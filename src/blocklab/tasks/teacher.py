@@ -1,4 +1,5 @@
-"""Regression onto a fixed random network: a tanh MLP, or tanh layers mixed with products."""
+"""Regression onto a fixed random network: a tanh (or relu) MLP, or such layers mixed with
+products."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ from blocklab.tasks import TASKS
 from blocklab.tasks.base import Task, TaskData, regression_splits
 
 TEACHERS = ("tanh", "mixed")
+# the nonlinearity of the teacher's non-product layers: tanh is analytic, so a deep network's fit
+# can creep along ever finer corrections; relu's kinks are a different kind of structure, with
+# the same per-arm falls at every depth of the degree sweep's ladder
+ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu}
 # input distributions, each of unit variance per coordinate: the Gaussian's tails hold few
 # training points, where deep polynomial networks (degree d^L) extrapolate wildly, so a fit's test
 # loss there can sit far above its training loss; the uniform cube has no tails
@@ -26,15 +31,16 @@ CALIBRATION = 8192  # samples used to normalize product-layer features
 
 @dataclass
 class _Layer:
-    w: torch.Tensor  # (k, width, fan_in): k = 1 for tanh, k = degree for a product layer
+    w: torch.Tensor  # (k, width, fan_in): k = 1 for an activation, k = degree for a product layer
     b: torch.Tensor  # (k, 1, width)
+    act: str = "tanh"  # ACTIVATIONS, for k = 1
     shift: torch.Tensor | None = None  # product layers: feature mean and std, calibration batch
     scale: torch.Tensor | None = None
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         z = h @ self.w.mT + self.b  # (k, n, width)
         if self.w.shape[0] == 1:
-            return torch.tanh(z[0])
+            return ACTIVATIONS[self.act](z[0])
         z = z.prod(0)  # (n, width)
         if self.shift is None:  # the first call is the calibration batch
             self.shift, self.scale = z.mean(0), z.std(0).clamp_min(1e-12)
@@ -51,16 +57,26 @@ class TeacherNet:
     matches it, and every product layer is normalized on a fixed calibration batch.
     """
 
-    def __init__(self, teacher: str, n_in: int, n_out: int, width: int, depth: int, generator):
+    def __init__(
+        self,
+        teacher: str,
+        n_in: int,
+        n_out: int,
+        width: int,
+        depth: int,
+        generator,
+        activation: str = "tanh",
+        gain: float = TANH_GAIN,
+    ):
         g, f64 = generator, torch.float64
         self.layers = []
         fan_in = n_in
         for i in range(depth):
             k = 1 if teacher == "tanh" or i % 2 == 1 else 2 + (i // 2) % 2
-            gain = TANH_GAIN if k == 1 else 1.0
-            w = torch.randn(k, width, fan_in, generator=g, dtype=f64) * gain / math.sqrt(fan_in)
+            scale = gain if k == 1 else 1.0
+            w = torch.randn(k, width, fan_in, generator=g, dtype=f64) * scale / math.sqrt(fan_in)
             b = torch.randn(k, 1, width, generator=g, dtype=f64) * BIAS_STD
-            self.layers.append(_Layer(w, b))
+            self.layers.append(_Layer(w, b, act=activation))
             fan_in = width
         self.readout = torch.randn(fan_in, n_out, generator=g, dtype=f64) / math.sqrt(fan_in)
         self(torch.randn(CALIBRATION, n_in, generator=g, dtype=f64))  # fixes product-layer stats
@@ -99,6 +115,10 @@ class Teacher(Task):
         n_in: int = 2
         n_out: int = 1
         teacher: str = "tanh"
+        # the non-product layers' nonlinearity (ACTIVATIONS) and their weights' scale (times
+        # 1 / sqrt(fan-in)): a larger gain gives a target with finer structure
+        activation: str = "tanh"
+        gain: float = TANH_GAIN
         width: int = 8
         depth: int = 2
         n_train: int = 65536  # plenty: the comparison is about fitting, not generalization
@@ -115,6 +135,11 @@ class Teacher(Task):
             for key in ("n_in", "n_out", "width", "depth", "n_train", "n_val", "n_test"):
                 if getattr(self, key) < 1:
                     raise UserError(f"{key} must be >= 1, got {getattr(self, key)}")
+            if self.activation not in ACTIVATIONS:
+                known = ", ".join(ACTIVATIONS)
+                raise UserError(f"activation must be one of {known}, got {self.activation!r}")
+            if not self.gain > 0:
+                raise UserError(f"gain must be > 0, got {self.gain}")
             if self.inputs not in INPUTS:
                 raise UserError(f"inputs must be one of {', '.join(INPUTS)}, got {self.inputs!r}")
             if self.noise < 0:
@@ -129,7 +154,9 @@ class Teacher(Task):
     def make(self, seed: int) -> TaskData:
         o = self.options
         g = torch.Generator().manual_seed(seed)
-        net = TeacherNet(o.teacher, o.n_in, o.n_out, o.width, o.depth, g)  # drawn before the data
+        net = TeacherNet(
+            o.teacher, o.n_in, o.n_out, o.width, o.depth, g, o.activation, o.gain
+        )  # drawn before the data
 
         n = o.n_train + o.n_val + o.n_test
         x = self._inputs(n, g)  # (n, n_in) float32, unit variance

@@ -1,0 +1,131 @@
+"""What the degree sweep measures exactly, beside what it trains: each cell's functional count
+(`functional_counts`) and each arm's exact per-parameter measures at the run's width
+(`exact_measures`), both computed in seconds before any fit.
+
+- Functional dimension (Kileel, Trager, Bruna 2019, arXiv 1905.12207; `measures.functional`):
+  the rank of the Jacobian of the network's outputs with respect to its block parameters at
+  generic values. A degree-d product layer of width w spends (d-1) w of its d w^2 parameters
+  on rescalings of one factor's rows against another's, so per nominal parameter a poly stack
+  has 1 - (d-1) / (d w) functional ones: the count favours low degrees, most at small widths.
+- Exact separation rank (`measures.exact_rank`, over F_p): a degree-d network on two scalar
+  variables is a polynomial of degree d^p, whose separation rank is d^p + 1 (seed 000 eq. 16;
+  `experiments.seprank_degree`). At one budget every integer arm reaches (12 w^2 for d = 2, 3, 4:
+  depths 6, 4, 3), its log per parameter is seed 000's degree proxy, which h(d) = ln d / d
+  ranks d = 3 first.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from functools import reduce
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from blocklab.specs import Arm
+
+MAX_TEMPLATES = 1024  # an exact grid of M^2 points: beyond this the rank is left unmeasured
+VARIABLES = 2  # the separation rank's closed form (d^p + 1) holds for two scalar variables
+
+
+def functional_counts(cfg, shapes, spec) -> dict[tuple[int, str], dict[str, Any]]:
+    """Per (budget, arm): the functional dimension of the cell's network at initialization
+    (seed 0, teacher 0) over its budgeted parameters, on the task's first test inputs (at least
+    four rows per parameter and output). `spec(cfg, arm, shape, lr, seed)` makes the cell's
+    trial, as for `_degree_plan.ladders`."""
+    from blocklab.engine.trial import init_model, task_data
+    from blocklab.measures import functional_dimension
+
+    data = task_data(cfg.task, cfg.task_options, 0)
+    out: dict[tuple[int, str], dict[str, Any]] = {}
+    for key, (arm, shape) in shapes.items():
+        model = init_model(spec(cfg, arm, shape, cfg.train.lr, 0), data, "cpu", 0)
+        budgeted = model.param_counts()["blocks"]
+        outputs = max(1, math.prod(data.test.y.shape[1:]))
+        rows = max(256, math.ceil(4 * budgeted / outputs))
+        got = functional_dimension(model, data.test.x[:rows], params="budgeted")
+        out[key] = {"functional_params": got.rank, "params": got.params, "saturated": got.saturated}
+    return out
+
+
+def with_counts(counts, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each row with its cell's `functional_params` (`functional_counts`) beside `block_params`."""
+    for r in rows:
+        r["functional_params"] = counts[(int(r["budget"]), r["arm"])]["functional_params"]
+    return rows
+
+
+def _common_depths(degrees: list[int]) -> dict[int, int]:
+    """Per integer degree, the depth at which every one costs lcm(degrees) layers of d w^2."""
+    lcm = reduce(math.lcm, degrees, 1)
+    return {d: lcm // d for d in degrees}
+
+
+def exact_measures(cfg, arms: list[Arm]) -> dict[str, dict[str, Any]]:
+    """Per arm at the run's width: its functional dimension per nominal parameter (the run's
+    shape: norm, residual, bias) with the closed form 1 - (d-1) / (d w) for a poly arm, and for
+    integer-degree arms the exact separation rank on two variables at the budget they share
+    (`_common_depths`), the natural log of that rank per parameter and seed 000's d^p + 1."""
+    import torch
+
+    from blocklab.experiments._degree_plan import bias_of
+    from blocklab.experiments._seprank import ANALYZED, build_net
+    from blocklab.measures import functional_dimension
+    from blocklab.measures.exact_rank import exact_grid_rank
+    from blocklab.models import block_params
+
+    width = cfg.shape.width
+    integer = sorted({int(a.degrees[0]) for a in arms if _integer_degree(a)})
+    depths = _common_depths(integer)
+    budget = (reduce(math.lcm, integer, 1) * width**2) if integer else None
+    out: dict[str, dict[str, Any]] = {}
+    for arm in arms:
+        d = int(arm.degrees[0]) if _integer_degree(arm) else None
+        # the functional count's depth: the shared budget's for integer arms; the others near it
+        depth = depths[d] if d else _depth_near(arm, cfg, budget)
+        shape = replace(cfg.shape, depth=depth, bias=bias_of(cfg, arm))
+        net = build_net(arm, shape, VARIABLES, 1, seed=0)
+        nominal = net.param_counts()["blocks"]
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            x = torch.randn(max(256, 4 * nominal), VARIABLES)  # (n, 2): generic inputs
+        fd = functional_dimension(net, x, params="budgeted")
+        entry: dict[str, Any] = {
+            "depth": depth,
+            "params": nominal,
+            "functional_dimension": fd.rank,
+            "functional_dimension_per_param": fd.rank / nominal,
+            "functional_predicted": (1 - (d - 1) / (d * width)) if d else None,
+            "separation_rank": None,
+            "separation_rank_per_param": None,
+            "separation_predicted": None,
+        }
+        if d:
+            predicted = d**depth + 1
+            templates = 1 << max(1, math.ceil(math.log2(predicted + 1)))
+            if templates <= MAX_TEMPLATES:
+                analysed = build_net(arm, replace(ANALYZED, depth=depth, width=width), 2, 1, 0)
+                rank = exact_grid_rank(analysed, VARIABLES, 1, "half", templates, 0, vector=True)
+                params = block_params(arm, depth, width)
+                entry.update(
+                    separation_rank=rank.rank,
+                    separation_rank_per_param=math.log(rank.rank) / params,
+                    separation_predicted=predicted,
+                )
+        out[arm.label] = entry
+    return out
+
+
+def _integer_degree(arm: Arm) -> bool:
+    return arm.block == "poly" and len(arm.degrees) == 1 and float(arm.degrees[0]).is_integer()
+
+
+def _depth_near(arm: Arm, cfg, budget: int | None) -> int:
+    """The depth whose block count comes closest to `budget` (None: the run's deepest)."""
+    from blocklab.experiments._degree_plan import bias_of
+    from blocklab.models import block_params
+
+    if budget is None:
+        return max(cfg.depths or (cfg.shape.depth,))
+    per_layer = block_params(arm, 1, cfg.shape.width, bias_of(cfg, arm), cfg.shape.ff, None)
+    return max(1, round(budget / per_layer))

@@ -1,0 +1,75 @@
+"""The degree sweep's per-cell table of report.md (`loss_table`): each (arm, budget) cell's
+nominal and functional parameter counts, its test loss over (teacher, seed) units, how far its
+trials got, and the spread within and between teachers (`analysis.cells.budget_stats`)."""
+
+import math
+
+from blocklab.formatting import markdown_table
+from blocklab.formatting import short as fmt
+
+# how far the trials got: Adam runs by their plateau, second-order fits by their training loss,
+# certificates and restarts (the plateau is not their criterion)
+TRAINED = ("plateaued",)
+FITTED = ("train loss", "median restart", "converged", "restart spread")
+
+
+def _share(x: float, digits: int = 0) -> str:
+    return f"{x:.{digits}%}" if math.isfinite(x) else "-"
+
+
+def _trained(st, second_order: bool) -> tuple[str, ...]:
+    if not second_order:
+        return (_share(st["plateaued_fraction"]),)
+    return (
+        fmt(st["train_mean"]),
+        fmt(st["restart_median_mean"]),
+        _share(st["converged_fraction"]),
+        _share(st["restart_spread"], 1),
+    )
+
+
+def loss_table(stats, second_order: bool) -> list[str]:
+    """report.md's "Test loss per budget": per cell its counts, test loss over units (mean and
+    geometric mean) and how far its trials got."""
+    if second_order:
+        trained = (
+            "train loss: the final training MSE of each trial's best restart, mean over trials; "
+            "median restart: the same of each trial's median restart; converged: share of trials "
+            "whose certificate holds; restart spread: (median restart - best) / best, mean over "
+            "trials."
+        )
+    else:
+        trained = (
+            "plateaued: share of trials that had stopped improving (the criterion is in the "
+            "design checks)."
+        )
+    lines = [
+        "## Test loss per budget",
+        "",
+        "Mean over (teacher, seed) with std, and the geometric mean with the 95% Student-t "
+        f"interval of the log loss mapped back (never below zero); {trained} "
+        "With several teachers, the spread within a teacher (mean std over seeds) and between "
+        "teachers (std of their means) are shown apart.",
+        "",
+    ]
+    body = [
+        (
+            arm,
+            str(b),
+            str(st["block_params"]),
+            str(st.get("functional_params") or "-"),
+            f"{fmt(st['mean'])} ± {fmt(st['std'])}",
+            f"{fmt(st['gmean'])} [{fmt(st['g_low'])}, {fmt(st['g_high'])}]",
+            *_trained(st, second_order),
+            fmt(st["within_teacher_std"]),
+            fmt(st["between_teacher_std"]),
+        )
+        for arm, by_b in stats.items()
+        for b, st in by_b.items()
+    ]
+    header = (
+        ("arm", "budget", "params", "functional", "test loss", "geometric mean [95% CI]")
+        + (FITTED if second_order else TRAINED)
+        + ("within", "between")
+    )
+    return lines + markdown_table(header, body)
