@@ -94,7 +94,7 @@ def test_a_groupby_of_load_runs_reproduces_the_results_table(run_dir, page):
     stats = runs.groupby(["arm", "config.budget"])["test_metric"].agg(["mean", "std"])
     table = next(t for t in page.tables if t[0][:3] == ["arm", "budget", "params"])
     assert len(table) - 1 == len(stats)
-    for arm, budget, _params, loss, *_ in table[1:]:
+    for arm, budget, _params, _functional, loss, *_ in table[1:]:
         mean, std = stats.loc[(arm, int(budget))]
         assert loss == f"{mean:.4g} ± {std:.4g}"
 

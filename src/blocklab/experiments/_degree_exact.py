@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from blocklab.specs import Arm
 
 MAX_TEMPLATES = 1024  # an exact grid of M^2 points: beyond this the rank is left unmeasured
+# the functional count's Jacobian has 4 rows per parameter, so its QR costs O(P^3): beyond this
+# many parameters a cell's count is left unmeasured (None) and only the nominal count is fitted
+MAX_FUNCTIONAL = 1024
 VARIABLES = 2  # the separation rank's closed form (d^p + 1) holds for two scalar variables
 
 
@@ -39,6 +42,9 @@ def functional_counts(cfg, shapes, spec) -> dict[tuple[int, str], dict[str, Any]
     data = task_data(cfg.task, cfg.task_options, 0)
     out: dict[tuple[int, str], dict[str, Any]] = {}
     for key, (arm, shape) in shapes.items():
+        if shape.block_params > MAX_FUNCTIONAL:
+            out[key] = {"functional_params": None, "params": shape.block_params, "saturated": None}
+            continue
         model = init_model(spec(cfg, arm, shape, cfg.train.lr, 0), data, "cpu", 0)
         budgeted = model.param_counts()["blocks"]
         outputs = max(1, math.prod(data.test.y.shape[1:]))
@@ -89,12 +95,12 @@ def exact_measures(cfg, arms: list[Arm]) -> dict[str, dict[str, Any]]:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             x = torch.randn(max(256, 4 * nominal), VARIABLES)  # (n, 2): generic inputs
-        fd = functional_dimension(net, x, params="budgeted")
+        fd = functional_dimension(net, x, params="budgeted") if nominal <= MAX_FUNCTIONAL else None
         entry: dict[str, Any] = {
             "depth": depth,
             "params": nominal,
-            "functional_dimension": fd.rank,
-            "functional_dimension_per_param": fd.rank / nominal,
+            "functional_dimension": fd.rank if fd else None,
+            "functional_dimension_per_param": fd.rank / nominal if fd else None,
             "functional_predicted": (1 - (d - 1) / (d * width)) if d else None,
             "separation_rank": None,
             "separation_rank_per_param": None,

@@ -297,8 +297,9 @@ def capacity_section(capacity):
     if capacity.model is not None:
         lines += ["![test loss against parameters](scaling.png)", ""]
         lines += multiplier_section(capacity)
-        if other := other_count_lines(capacity):
-            lines += ["## Multipliers on the other count", "", *other[1:], ""]
+        if other := other_count_lines(capacity):  # its word, its model's line, its table
+            lines += ["## Multipliers on the other count", "", other[1], "", other[2], "",
+                      *other[3:], ""]  # fmt: skip
     lines += ["## Design checks", "", *check_lines(capacity), ""]
     if said := next_lines(capacity, markdown=True):
         lines += [*said, ""]
