@@ -22,7 +22,7 @@ def test_it_runs_every_training_experiments_tiny_form():
     check = _load()
     commands = {c.words for name in EXPERIMENTS.names() for c in EXPERIMENTS.get(name).commands} - {
         "demo"
-    }  # the demo is the degree sweep at its defaults
+    }  # the demo is the degree sweep in its demo form: the sweep's tiny form covers it
     trained = {w for w in commands if not w.startswith("seprank")}  # seprank trains nothing
     assert trained == set(check.TINY)
     args = check.parse(["--device", "cpu", "--no-forms", "--precision", "bf16"])

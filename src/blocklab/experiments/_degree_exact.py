@@ -69,7 +69,8 @@ def _common_depths(degrees: list[int]) -> dict[int, int]:
 
 def exact_measures(cfg, arms: list[Arm]) -> dict[str, dict[str, Any]]:
     """Per arm at the run's width: its functional dimension per nominal parameter (the run's
-    shape: norm, residual, bias) with the closed form 1 - (d-1) / (d w) for a poly arm, and for
+    shape: norm, residual, bias; on as many inputs as the width) with the closed form
+    1 - (d-1) / (d w) for a poly arm, and for
     integer-degree arms the exact separation rank on two variables at the budget they share
     (`_common_depths`), the natural log of that rank per parameter and seed 000's d^p + 1."""
     import torch
@@ -90,11 +91,13 @@ def exact_measures(cfg, arms: list[Arm]) -> dict[str, dict[str, Any]]:
         # the functional count's depth: the shared budget's for integer arms; the others near it
         depth = depths[d] if d else _depth_near(arm, cfg, budget)
         shape = replace(cfg.shape, depth=depth, bias=bias_of(cfg, arm))
-        net = build_net(arm, shape, VARIABLES, 1, seed=0)
+        # as many inputs as the width: fewer would starve the first layer's rows, and the count
+        # would measure the inputs rather than the architecture (width 8 on 2 inputs: 25 of 128)
+        net = build_net(arm, shape, max(VARIABLES, width), 1, seed=0)
         nominal = net.param_counts()["blocks"]
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
-            x = torch.randn(max(256, 4 * nominal), VARIABLES)  # (n, 2): generic inputs
+            x = torch.randn(max(256, 4 * nominal), max(VARIABLES, width))  # (n, w): generic
         fd = functional_dimension(net, x, params="budgeted") if nominal <= MAX_FUNCTIONAL else None
         entry: dict[str, Any] = {
             "depth": depth,
