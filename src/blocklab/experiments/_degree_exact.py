@@ -37,7 +37,7 @@ def functional_counts(cfg, shapes, spec) -> dict[tuple[int, str], dict[str, Any]
     four rows per parameter and output). `spec(cfg, arm, shape, lr, seed)` makes the cell's
     trial, as for `_degree_plan.ladders`."""
     from blocklab.engine.trial import init_model, task_data
-    from blocklab.measures import functional_dimension
+    from blocklab.measures.functional import enough_inputs, functional_dimension
 
     data = task_data(cfg.task, cfg.task_options, 0)
     out: dict[tuple[int, str], dict[str, Any]] = {}
@@ -47,8 +47,7 @@ def functional_counts(cfg, shapes, spec) -> dict[tuple[int, str], dict[str, Any]
             continue
         model = init_model(spec(cfg, arm, shape, cfg.train.lr, 0), data, "cpu", 0)
         budgeted = model.param_counts()["blocks"]
-        outputs = max(1, math.prod(data.test.y.shape[1:]))
-        rows = max(256, math.ceil(4 * budgeted / outputs))
+        rows = enough_inputs(budgeted, max(1, math.prod(data.test.y.shape[1:])))
         got = functional_dimension(model, data.test.x[:rows], params="budgeted")
         out[key] = {"functional_params": got.rank, "params": got.params, "saturated": got.saturated}
     return out
@@ -73,11 +72,9 @@ def exact_measures(cfg, arms: list[Arm]) -> dict[str, dict[str, Any]]:
     1 - (d-1) / (d w) for a poly arm, and for
     integer-degree arms the exact separation rank on two variables at the budget they share
     (`_common_depths`), the natural log of that rank per parameter and seed 000's d^p + 1."""
-    import torch
-
+    from blocklab.budget import functional_params
     from blocklab.experiments._degree_plan import bias_of
     from blocklab.experiments._seprank import ANALYZED, build_net
-    from blocklab.measures import functional_dimension
     from blocklab.measures.exact_rank import exact_grid_rank
     from blocklab.models import block_params
 
@@ -93,12 +90,9 @@ def exact_measures(cfg, arms: list[Arm]) -> dict[str, dict[str, Any]]:
         shape = replace(cfg.shape, depth=depth, bias=bias_of(cfg, arm))
         # as many inputs as the width: fewer would starve the first layer's rows, and the count
         # would measure the inputs rather than the architecture (width 8 on 2 inputs: 25 of 128)
-        net = build_net(arm, shape, max(VARIABLES, width), 1, seed=0)
-        nominal = net.param_counts()["blocks"]
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            x = torch.randn(max(256, 4 * nominal), max(VARIABLES, width))  # (n, w): generic
-        fd = functional_dimension(net, x, params="budgeted") if nominal <= MAX_FUNCTIONAL else None
+        nominal = block_params(arm, depth, width, shape.bias, shape.ff, None)
+        inputs = max(VARIABLES, width)
+        fd = functional_params(arm, shape, inputs) if nominal <= MAX_FUNCTIONAL else None
         entry: dict[str, Any] = {
             "depth": depth,
             "params": nominal,
