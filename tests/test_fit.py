@@ -270,7 +270,7 @@ def test_the_jacobian_by_layers_equals_the_per_example_reference(arm, norm, scal
     """One forward and one backward per output, with each Linear's per-example outer products,
     give the Jacobian vmap(jacrev) gives, to float64 rounding, for every block the degree sweep
     fits, with norms, scaled residual branches and feed-forward sublayers."""
-    from blocklab.engine.fit import FlatParams
+    from blocklab.engine.jacobian import FlatParams
     from blocklab.models import Net, parse_arm
 
     torch.manual_seed(0)
@@ -290,7 +290,7 @@ def test_the_jacobian_by_layers_equals_the_per_example_reference(arm, norm, scal
 
 
 def test_a_parameter_outside_a_linear_takes_the_reference_path():
-    from blocklab.engine.fit import FlatParams
+    from blocklab.engine.jacobian import FlatParams
 
     class Scaled(torch.nn.Module):
         def __init__(self):
@@ -308,7 +308,7 @@ def test_a_parameter_outside_a_linear_takes_the_reference_path():
 
 
 def test_gram_by_syrk_equals_the_matrix_product():
-    from blocklab.engine.fit import gram
+    from blocklab.engine.jacobian import gram
 
     jac = torch.randn(300, 40, dtype=torch.float64)
     a = gram(jac)
@@ -412,3 +412,37 @@ def test_an_lbfgs_fit_creeping_slowly_is_not_floored():
     late = [(a - b) / a for a, b in zip(losses[48:], [*losses[49:], cert.second], strict=True)]
     assert cert.gain < 0.01 and max(late) < 1e-4  # the premise: a creep
     assert min(late) > 1e3 * fit.loss_resolution(y.numel())  # every step resolved
+
+
+@pytest.mark.parametrize("arm", ["2", "4", "mlp"])
+def test_an_accepted_steps_kept_forward_pass_gives_the_fit_the_reference_flow_gives(
+    arm, monkeypatch
+):
+    """`FlatParams.trial` keeps the layer rule's forward pass at a trial point, so an accepted
+    step's Jacobian runs only its backward. It computes the same operations on the same values
+    as the reference flow (the residuals by `functional_call`, then the Jacobian's own forward):
+    a fit of 30 iterations, accepted and rejected steps among them, lands on the same
+    parameters bit for bit; a pass kept at the wrong point would move the fit by order one."""
+    from blocklab.engine.jacobian import FlatParams
+
+    def fit_once():
+        torch.manual_seed(0)
+        net = Net(parse_arm(arm), NetShape(3, 3, norm="rms", scaled_residual=True), 2, 1).double()
+        g = torch.Generator().manual_seed(1)
+        x = 2 * torch.rand(300, 2, generator=g, dtype=torch.float64) - 1  # (N, 2)
+        y = torch.tanh(3 * x[:, :1] * x[:, 1:])  # (N, 1)
+        lm = LevenbergMarquardt(net, x, y)
+        lm.run(30)
+        assert lm.flat.path == "layers"
+        return lm.theta, lm.iterations
+
+    fused, iterations = fit_once()
+
+    def reference(self, theta):
+        self._pass = None
+        with torch.no_grad():
+            return self.residuals(theta)
+
+    monkeypatch.setattr(FlatParams, "trial", reference)
+    plain, _ = fit_once()
+    assert iterations == 30 and torch.equal(fused, plain)

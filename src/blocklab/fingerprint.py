@@ -18,7 +18,8 @@ from pathlib import Path
 ENGINE = (
     "blocklab.blocks.base",
     "blocklab.engine.ensemble",
-    "blocklab.engine.fit",  # second-order fits: the fitters, the Jacobian, the certificate
+    "blocklab.engine.fit",  # second-order fits: the fitters and the float64 floor
+    "blocklab.engine.jacobian",  # the residuals' Jacobian and J^T J the fitters read
     "blocklab.engine.converge",  # restarts and depth ladders of second-order fits
     "blocklab.engine.certify",  # when a fit has converged
     "blocklab.engine.trial",  # a trial's data, network, run and record

@@ -90,7 +90,8 @@ class Restart:
     )  # what the last doubling of the iterations gained, a share (`certify.converged`)
     converged: bool
     iterations: int  # the iterations the fit ran (`certify.converged`)
-    jacobian: str | None = None  # the Jacobian's path (`fit.FlatParams.jacobian`); None: L-BFGS
+    # the Jacobian's path (`jacobian.FlatParams.jacobian`); None: L-BFGS
+    jacobian: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

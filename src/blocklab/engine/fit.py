@@ -25,14 +25,13 @@ the same fit. `certify.converged` certifies a fit: a certificate, not a reading 
 
 from __future__ import annotations
 
-import functools
-import itertools
 import math
 from collections.abc import Callable
 
 import torch
 from torch import nn
-from torch.func import functional_call, jacrev, vmap
+
+from blocklab.engine.jacobian import FlatParams, gram
 
 OnStep = Callable[[int, float], bool]
 # the least decrease of the squared residuals, a share of them, that a Levenberg-Marquardt step
@@ -57,11 +56,6 @@ STALLED_ITERATIONS = 4
 # residuals a few units in the last place of the targets, where a lower point the line search
 # finds is the outputs' rounding, not a gain (the stall rule ends such a fit too, later)
 TARGET_FLOOR = (16 * 2.0**-52) ** 2
-# numbers of the Jacobian computed per vmapped pass (examples times parameters): bounds the memory
-# of a pass's activations while keeping passes few, since each pass's cost is mostly its fixed
-# per-operation overhead (measured at P = 409, N = 13,088: 143 ms in passes of 1,024 examples,
-# 62 ms in one pass)
-JACOBIAN_NUMBERS = 1 << 24
 
 
 def loss_resolution(n: int) -> float:
@@ -70,166 +64,6 @@ def loss_resolution(n: int) -> float:
     reductions sum, plus the rounding of the squares and of the division), so two evaluations can
     differ by twice that with nothing changed that the fit could resolve."""
     return 2 * (math.log2(max(n, 1)) + 2) * 2.0**-52
-
-
-class NotByLayers(Exception):
-    """A network whose Jacobian the layer rule cannot build (`FlatParams.jacobian_by_layers`)."""
-
-
-class FlatParams:
-    """The trainable parameters of a model as one float64 vector, and the residuals as a
-    function of it, for the Jacobian."""
-
-    def __init__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor):
-        self.model, self.x, self.y = model, x, y
-        self.named = [(k, p) for k, p in model.named_parameters() if p.requires_grad]
-        self.sizes = [p.numel() for _, p in self.named]
-        self.path: str | None = None  # the Jacobian's path once one ran: "layers" or "examples"
-        self._jac: torch.Tensor | None = None  # the layer rule's output (`_buffer`)
-
-    def get(self) -> torch.Tensor:
-        return torch.cat([p.detach().reshape(-1) for _, p in self.named])  # (P,)
-
-    def set(self, theta: torch.Tensor) -> None:
-        with torch.no_grad():
-            for (_, p), part in zip(self.named, theta.split(self.sizes), strict=True):
-                p.copy_(part.view_as(p))
-
-    def _weights(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
-        parts = theta.split(self.sizes)
-        return {k: part.view_as(p) for (k, p), part in zip(self.named, parts, strict=True)}
-
-    def residuals(self, theta: torch.Tensor) -> torch.Tensor:
-        out = functional_call(self.model, self._weights(theta), (self.x,))  # (N, out)
-        return (out - self.y).reshape(-1)  # (N * out,)
-
-    def _example(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        out = functional_call(self.model, self._weights(theta), (x[None],))  # (1, out)
-        return (out - y[None]).reshape(-1)  # (out,)
-
-    def jacobian(self, theta: torch.Tensor) -> torch.Tensor:
-        """(N * out, P): row i * out + k is example i's output k's gradient. By layers
-        (`jacobian_by_layers`) where every trained parameter is an nn.Linear's, else by reverse
-        mode under vmap (`jacobian_by_examples`, the reference); `path` names the one that ran."""
-        if self.path != "examples":
-            try:
-                jac = self.jacobian_by_layers(theta)
-                self.path = "layers"
-                return jac
-            except NotByLayers:
-                self.path = "examples"
-        return self.jacobian_by_examples(theta)
-
-    def _linears(self) -> dict[nn.Linear, list[tuple[int, str]]]:
-        """Each nn.Linear holding trained parameters -> (index in `named`, "weight"/"bias");
-        NotByLayers when some trained parameter lives elsewhere."""
-        owner = {}
-        for module in self.model.modules():
-            if isinstance(module, nn.Linear):
-                for kind in ("weight", "bias"):
-                    p = getattr(module, kind)
-                    if p is not None:
-                        owner[id(p)] = (module, kind)
-        out: dict[nn.Linear, list[tuple[int, str]]] = {}
-        for i, (_, p) in enumerate(self.named):
-            if id(p) not in owner:
-                raise NotByLayers
-            module, kind = owner[id(p)]
-            out.setdefault(module, []).append((i, kind))
-        return out
-
-    def jacobian_by_layers(self, theta: torch.Tensor) -> torch.Tensor:
-        """One batched forward and one backward per output: for y = W a + b, example i's
-        gradient to W is the outer product of its output gradient g_i and its input a_i (summed
-        over positions), to b it is g_i. The examples must not interact (no batch statistics),
-        which holds for every blocklab network; each Linear must run once per forward."""
-        linears = self._linears()
-        self.set(theta)
-        seen: dict[nn.Linear, tuple[torch.Tensor, torch.Tensor]] = {}
-
-        def hook(module, inputs, output):
-            if module in seen:  # a Linear applied twice: its gradients would mix
-                raise NotByLayers
-            seen[module] = (inputs[0].detach(), output)
-
-        handles = [m.register_forward_hook(hook) for m in linears]
-        try:
-            with torch.enable_grad():
-                out = self.model(self.x)  # (N, ...)
-        finally:
-            for h in handles:
-                h.remove()
-        n = len(self.x)
-        out = out.reshape(n, -1)  # (N, K)
-        k_out = out.shape[1]
-        modules = list(linears)
-        jac_t = self._buffer(theta.numel(), n, k_out)  # (P, N, K): J^T, each row contiguous
-        starts = [0, *itertools.accumulate(self.sizes)]
-        for k in range(k_out):
-            grads = torch.autograd.grad(
-                out[:, k].sum(), [seen[m][1] for m in modules], retain_graph=k + 1 < k_out
-            )
-            for m, g in zip(modules, grads, strict=True):
-                a = seen[m][0].reshape(n, -1, m.in_features)  # (N, T, in)
-                g = g.reshape(n, -1, m.out_features)  # (N, T, out)
-                for i, kind in linears[m]:
-                    rows = jac_t[starts[i] : starts[i + 1], :, k]  # (size, N): a view
-                    if kind == "bias":
-                        rows.copy_(g.sum(1).T)
-                    elif a.shape[1] == 1:  # one position: the outer product, written in place
-                        ga, aa = g[:, 0].T.contiguous(), a[:, 0].T.contiguous()  # (out, N), (in, N)
-                        torch.mul(ga[:, None], aa[None], out=rows.unflatten(0, m.weight.shape))
-                    else:
-                        rows.copy_(torch.einsum("nto,nti->oin", g, a).reshape(-1, n))
-        return jac_t.view(theta.numel(), n * k_out).T  # (N * K, P), J^T's transpose
-
-    def _buffer(self, *shape: int) -> torch.Tensor:
-        """J^T for the layer rule, allocated once per shape and overwritten by every call (each
-        row is written, since every trained parameter is one Linear's): a fresh N x P float64
-        allocation each iteration cost a quarter of the rule's time in page faults (measured at
-        P = 301, N = 19,264: 14 of 50 ms), and rows of N contiguous examples are written at
-        memory speed where rows of P were not (16 against 5 ms). A returned Jacobian is valid
-        until the next call."""
-        if self._jac is None or self._jac.shape != shape:
-            self._jac = self.x.new_empty(shape)
-        return self._jac
-
-    def jacobian_by_examples(self, theta: torch.Tensor) -> torch.Tensor:
-        # the rows example by example, by reverse mode under vmap: measured on a
-        # 351-parameter network at N = 8192, 0.05 s against 4.8 s for forward mode over the
-        # whole batch, whose P tangents each carry every example's activations
-        chunk = max(1, JACOBIAN_NUMBERS // theta.numel())
-        rows = vmap(jacrev(self._example), in_dims=(None, 0, 0), chunk_size=chunk)
-        return rows(theta, self.x, self.y).reshape(-1, theta.numel())  # (N * out, P)
-
-
-def gram(jac: torch.Tensor) -> torch.Tensor:
-    """J^T J. On the CPU in float64 by BLAS syrk, which computes one triangle, half the work of
-    a matrix product (measured at N = 17,056, P = 533, one thread: 54 ms against 169 ms); else,
-    and as its reference, `jac.T @ jac`. `jac` may be C-ordered or the transpose of a C-ordered
-    J^T (the layer rule's)."""
-    cpu64 = jac.device.type == "cpu" and jac.dtype == torch.float64
-    if not cpu64 or not (jac.is_contiguous() or jac.T.is_contiguous()):
-        return jac.T @ jac
-    from scipy.linalg import blas
-
-    _blas_threads(torch.get_num_threads())
-    if jac.is_contiguous():
-        # a C-ordered (n, P) array is a Fortran-ordered (P, n) one: syrk reads it without a copy
-        upper = blas.dsyrk(1.0, jac.numpy().T, trans=0, lower=0)  # host: (P, P), upper triangle
-    else:  # a C-ordered (P, n) J^T: its transpose is a Fortran-ordered (n, P) J
-        upper = blas.dsyrk(1.0, jac.T.numpy().T, trans=1, lower=0)  # host: the CPU branch
-    a = torch.from_numpy(upper)
-    return a.triu() + a.triu(1).T
-
-
-@functools.lru_cache(maxsize=4)
-def _blas_threads(n: int) -> None:
-    """SciPy's BLAS to `n` threads, as torch's: a worker process of one thread must not start a
-    BLAS thread per core beside the other workers."""
-    from threadpoolctl import threadpool_limits
-
-    threadpool_limits(limits=n, user_api="blas")
 
 
 def marquardt_scale(scale: torch.Tensor, diagonal: torch.Tensor) -> torch.Tensor:
@@ -292,17 +126,18 @@ class LevenbergMarquardt:
             if not predicted > FLOOR * self.cost:  # (NaN too) no step float64 can see: stop
                 self.floored = True
                 break
-            with torch.no_grad():
-                r = self.flat.residuals(self.theta + delta)
+            theta = self.theta + delta
+            r = self.flat.trial(theta)  # (n,), its forward pass kept for the Jacobian
             cost = float(r @ r)
             rho = (self.cost - cost) / predicted
             if math.isfinite(cost) and rho > 0:
-                self.theta, self.cost = self.theta + delta, cost
+                self.theta, self.cost = theta, cost
                 self._linearize(r)
                 self.mu, self.nu = self.mu * max(1 / 3, 1 - (2 * rho - 1) ** 3), 2.0
             else:
                 self.mu, self.nu = self.mu * self.nu, self.nu * 2
         self.flat.set(self.theta)
+        self.flat._pass = None  # a rejected step's forward pass: nothing continues it
         return self.cost / self.n
 
 

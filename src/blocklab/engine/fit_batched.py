@@ -14,14 +14,8 @@ from torch import nn
 from torch.func import jacrev, vmap
 
 from blocklab.engine.certify import Certificate, certify
-from blocklab.engine.fit import (
-    FLOOR,
-    JACOBIAN_NUMBERS,
-    FlatParams,
-    NotByLayers,
-    OnStep,
-    marquardt_scale,
-)
+from blocklab.engine.fit import FLOOR, OnStep, marquardt_scale
+from blocklab.engine.jacobian import JACOBIAN_NUMBERS, FlatParams, NotByLayers
 
 BatchedOnStep = Callable[[int, list[float]], "Sequence[bool] | None"]
 

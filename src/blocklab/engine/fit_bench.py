@@ -17,9 +17,10 @@ from torch import nn
 
 from blocklab.engine import converge
 from blocklab.engine.certify import converged
-from blocklab.engine.fit import LevenbergMarquardt, gram
+from blocklab.engine.fit import LevenbergMarquardt
 from blocklab.engine.fit_batched import BatchedLevenbergMarquardt, converged_batched
 from blocklab.engine.fit_plan import gemm64, sync
+from blocklab.engine.jacobian import gram
 from blocklab.engine.trial import init_model
 from blocklab.models import parse_arm
 from blocklab.specs import NetShape, TrainConfig, TrialSpec
@@ -119,7 +120,7 @@ def split_rows(cfg: Any) -> list[dict]:
     """Where one Levenberg-Marquardt iteration's time goes (`fit.LevenbergMarquardt.run`), per
     depth of `cfg.split_depths` (a degree-`cfg.degree` network of width `cfg.fit_width`, N =
     data_ratio x P examples of the teacher task, at most max_examples): residuals, the Jacobian
-    (the path `FlatParams.jacobian` takes), J^T J (`fit.gram`) and the damped Cholesky solve,
+    (the path `FlatParams.jacobian` takes), J^T J (`jacobian.gram`) and the damped Cholesky solve,
     each the fastest of `cfg.repeats` calls. `gemm_fraction` is J^T J's rate over the device's
     float64 matmul rate (`fit_plan.gemm64`), counting the FLOPs its routine does: N P (P + 1) for
     syrk's one triangle on the CPU, 2 N P^2 for a full product elsewhere."""

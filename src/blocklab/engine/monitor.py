@@ -45,7 +45,7 @@ class TrainResult:
     iterations: int | None = None
     restarts: list[dict[str, Any]] | None = None
     restart_spread: float | None = None
-    # how the fit's Jacobian was built ("layers" or "examples": `fit.FlatParams.jacobian`; None
+    # how the fit's Jacobian was built ("layers" or "examples": `jacobian.FlatParams.jacobian`; None
     # for L-BFGS, which forms none) and whether its restarts ran as one batched computation
     jacobian: str | None = None
     batched: bool | None = None
