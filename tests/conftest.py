@@ -26,6 +26,9 @@ def pytest_configure(config):
         return
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (cores or 1) // int(workers))))
+    # and a command's default pool (`--workers` not given) as many processes as that share: two
+    # test workers each starting a pool per core ran four torch processes on two cores
+    os.environ.setdefault("BLOCKLAB_WORKERS", str(max(1, (cores or 1) // int(workers))))
     import torch
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))

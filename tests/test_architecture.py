@@ -42,7 +42,7 @@ LAYERS = [
         "rundir",
     }
     | {"fingerprint", "plugins", "frames", "formatting"},
-    {"blocks", "tasks", "measures"},
+    {"blocks", "tasks", "measures", "jacobian"},
     {"models", "budget", "checks", "constructions"},
     {"engine", "bench"},
     {"experiments"},

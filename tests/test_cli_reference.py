@@ -62,7 +62,9 @@ def test_every_option_has_a_row():
 
 
 def test_the_reference_depends_on_nothing_of_the_machine(monkeypatch):
-    """`--workers` defaults to the core count: the reference states the rule, never a number."""
+    """`--workers` defaults to the core count or $BLOCKLAB_WORKERS: the reference states the
+    rule, never a number."""
+    monkeypatch.delenv("BLOCKLAB_WORKERS", raising=False)
     here = docs.render()
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
     monkeypatch.setenv("COLUMNS", "37")
@@ -70,7 +72,11 @@ def test_the_reference_depends_on_nothing_of_the_machine(monkeypatch):
     assert docs.render() == here
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     assert docs.render() == here
-    assert "| `--workers` | `WORKERS` | `one per CPU core, at most 8` | processes |" in here
+    monkeypatch.setenv("BLOCKLAB_WORKERS", "5")
+    assert build_parser().parse_args(["demo"]).workers == 5
+    assert docs.render() == here
+    rule = "one per CPU core, at most 8, or $BLOCKLAB_WORKERS where set"
+    assert f"| `--workers` | `WORKERS` | `{rule}` | processes |" in here
 
 
 def test_cells_escape_the_pipe_and_placeholders_expand():

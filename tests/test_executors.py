@@ -276,3 +276,22 @@ def test_local_threads_option_sets_each_workers_torch_threads(workers):
     assert seen == {2}
     with pytest.raises(UserError, match="threads=0 must be >= 1"):
         make_executor("local", 1, {"threads": "0"})
+
+
+def test_blocklab_workers_sets_the_default_pool_and_a_bad_value_is_one_line(monkeypatch, capsys):
+    """`--workers` defaults to one process per core (at most 8), or to $BLOCKLAB_WORKERS where
+    set; a value that is not a whole number >= 1 stops every command with one line, exit 2."""
+    from blocklab.cli import main
+    from blocklab.engine.executors import default_workers
+
+    monkeypatch.delenv("BLOCKLAB_WORKERS", raising=False)
+    assert default_workers() == max(1, min(os.cpu_count() or 1, 8))
+    monkeypatch.setenv("BLOCKLAB_WORKERS", "3")
+    assert default_workers() == 3
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv("BLOCKLAB_WORKERS", bad)
+        assert main(["theory"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [
+            f"blocklab: error: BLOCKLAB_WORKERS must be a whole number >= 1, got {bad!r}"
+        ]

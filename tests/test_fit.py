@@ -270,7 +270,7 @@ def test_the_jacobian_by_layers_equals_the_per_example_reference(arm, norm, scal
     """One forward and one backward per output, with each Linear's per-example outer products,
     give the Jacobian vmap(jacrev) gives, to float64 rounding, for every block the degree sweep
     fits, with norms, scaled residual branches and feed-forward sublayers."""
-    from blocklab.engine.jacobian import FlatParams
+    from blocklab.jacobian import FlatParams
     from blocklab.models import Net, parse_arm
 
     torch.manual_seed(0)
@@ -290,7 +290,7 @@ def test_the_jacobian_by_layers_equals_the_per_example_reference(arm, norm, scal
 
 
 def test_a_parameter_outside_a_linear_takes_the_reference_path():
-    from blocklab.engine.jacobian import FlatParams
+    from blocklab.jacobian import FlatParams
 
     class Scaled(torch.nn.Module):
         def __init__(self):
@@ -308,7 +308,7 @@ def test_a_parameter_outside_a_linear_takes_the_reference_path():
 
 
 def test_gram_by_syrk_equals_the_matrix_product():
-    from blocklab.engine.jacobian import gram
+    from blocklab.jacobian import gram
 
     jac = torch.randn(300, 40, dtype=torch.float64)
     a = gram(jac)
@@ -423,7 +423,7 @@ def test_an_accepted_steps_kept_forward_pass_gives_the_fit_the_reference_flow_gi
     as the reference flow (the residuals by `functional_call`, then the Jacobian's own forward):
     a fit of 30 iterations, accepted and rejected steps among them, lands on the same
     parameters bit for bit; a pass kept at the wrong point would move the fit by order one."""
-    from blocklab.engine.jacobian import FlatParams
+    from blocklab.jacobian import FlatParams
 
     def fit_once():
         torch.manual_seed(0)

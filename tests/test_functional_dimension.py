@@ -233,3 +233,32 @@ def test_measure_result():
     assert gap["smallest_kept"] > 1e-7 and gap["largest_dropped"] < 1e-14
     with pytest.raises(UserError, match="rtol must be"):
         blocklab.measures.make_measure("functional", rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("arm", "params"), [("3", "trainable"), ("2", "budgeted"), ("mlp", "trainable")]
+)
+def test_the_rows_by_layers_give_the_spectrum_the_per_example_reference_gives(
+    arm, params, monkeypatch
+):
+    """The measure reads the per-example Jacobian the fits read (`blocklab.jacobian`, by layers);
+    with the layer rule refused it takes vmap(jacrev), the reference. Each row is one backward
+    pass apart in summation order, so the singular values agree to float64 rounding of the
+    largest (1e-12 of it holds on any kernel; a wrong row or column block moves them by order
+    one), and the rank is the same integer."""
+    from blocklab.jacobian import FlatParams, NotByLayers
+
+    torch.manual_seed(0)
+    net = Net(parse_arm(arm), NetShape(2, 3, norm="rms", scaled_residual=True), 2, 1)
+    x = torch.randn(64, 2, dtype=torch.float64)  # (N, 2)
+    by_layers = functional_dimension(net, x, params=params)
+
+    def refuse(self, theta):
+        raise NotByLayers
+
+    monkeypatch.setattr(FlatParams, "jacobian_by_layers", refuse)
+    reference = functional_dimension(net, x, params=params)
+    assert by_layers.rank == reference.rank and by_layers.rows == reference.rows
+    top = reference.singular_values[0]
+    got, want = torch.tensor(by_layers.singular_values), torch.tensor(reference.singular_values)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12 * top)

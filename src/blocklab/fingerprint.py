@@ -19,7 +19,7 @@ ENGINE = (
     "blocklab.blocks.base",
     "blocklab.engine.ensemble",
     "blocklab.engine.fit",  # second-order fits: the fitters and the float64 floor
-    "blocklab.engine.jacobian",  # the residuals' Jacobian and J^T J the fitters read
+    "blocklab.jacobian",  # the residuals' Jacobian and J^T J the fitters read
     "blocklab.engine.converge",  # restarts and depth ladders of second-order fits
     "blocklab.engine.certify",  # when a fit has converged
     "blocklab.engine.trial",  # a trial's data, network, run and record

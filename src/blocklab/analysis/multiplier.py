@@ -31,14 +31,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import optimize
 from scipy import stats as st
 
 from blocklab.analysis.scaling import Observation, _quantiles, _table
+from blocklab.analysis.shared_law import LOG_M_MAX, SharedLaw, starts
 from blocklab.analysis.stats import holm
 
-ALPHA_MIN, ALPHA_MAX = 1e-3, 4.0
-LOG_M_MAX = math.log(1e3)  # a multiplier beyond 1000x either way is unbounded for this design
 _AT_BOUND = 1e-6  # within this of a bound counts as on it
 NAN = float("nan")
 METHODS = ("units", "bootstrap")
@@ -118,85 +116,6 @@ def _cells(arms, weights=None):
     return out
 
 
-class _Model:
-    """theta = (L_inf, log A, alpha, log m_a for each arm with a multiplier, then log A_b, alpha_b
-    for each arm in `free`), on centred log params: the arms outside `free` share the exponent
-    and differ by their multipliers (the reference by none); each arm in `free` has its own
-    curve. Every non-reference arm free is the per-arm model."""
-
-    def __init__(self, arms: list[str], reference: str, u0: float, free=frozenset()):
-        self.arms, self.reference, self.u0 = arms, reference, u0
-        self.free = [a for a in arms if a in free and a != reference]
-        self.others = [a for a in arms if a != reference and a not in self.free]
-        self.size = 3 + len(self.others) + 2 * len(self.free)
-
-    def index(self, arm) -> tuple[int, int, int]:
-        """theta's columns of (log A_a, alpha_a, log m_a); column `size` reads 0 (no m_a)."""
-        if arm in self.free:
-            i = 3 + len(self.others) + 2 * self.free.index(arm)
-            return i, i + 1, self.size
-        return 1, 2, self.size if arm == self.reference else 3 + self.others.index(arm)
-
-    def _curve(self, theta, packed):
-        lp, _, cols = packed  # every cell: centred log params, mean log loss, its columns
-        t = np.append(theta, 0.0)
-        z, alpha = lp - t[cols[:, 2]], t[cols[:, 1]]  # log (P / m_a), centred; alpha_a
-        with np.errstate(over="ignore", invalid="ignore"):
-            g = np.exp(t[cols[:, 0]] - alpha * z)  # A_a (P / m_a)^-alpha
-        return z, alpha, g, theta[0] + g
-
-    def residuals(self, theta, packed):
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.log(self._curve(theta, packed)[3]) - packed[1]
-
-    def jacobian(self, theta, packed):
-        z, alpha, g, f = self._curve(theta, packed)
-        cols, rows = packed[2], np.arange(len(f))
-        jac = np.zeros((len(f), self.size + 1))
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            jac[:, 0] = 1 / f
-            jac[rows, cols[:, 0]], jac[rows, cols[:, 1]] = g / f, -z * g / f
-            jac[rows, cols[:, 2]] = alpha * g / f
-        return jac[:, :-1]
-
-    def fit(self, cells, starts):
-        """The best least-squares fit from the given starts; None when every start failed."""
-        cap = min(float(np.exp(y.min())) for _, y in cells.values() if len(y)) * (1 - 1e-6)
-        m, f = len(self.others), len(self.free)
-        lo = np.array([0.0, -np.inf, ALPHA_MIN] + [-LOG_M_MAX] * m + [-np.inf, ALPHA_MIN] * f)
-        hi = np.array([cap, np.inf, ALPHA_MAX] + [LOG_M_MAX] * m + [np.inf, ALPHA_MAX] * f)
-        lp = np.concatenate([cells[a][0] for a in self.arms]) - self.u0
-        y = np.concatenate([cells[a][1] for a in self.arms])
-        cols = np.array([self.index(a) for a in self.arms for _ in cells[a][0]], dtype=int)
-        best = None
-        for x0 in starts:
-            try:
-                res = optimize.least_squares(
-                    self.residuals, np.clip(x0, lo, hi), jac=self.jacobian, bounds=(lo, hi),
-                    args=((lp, y, cols.reshape(-1, 3)),), method="trf", x_scale="jac",
-                    ftol=1e-12, xtol=1e-12, gtol=1e-12, max_nfev=2000,
-                )  # fmt: skip
-            except (ValueError, np.linalg.LinAlgError):
-                continue
-            cost = float(np.sum(res.fun**2))
-            if math.isfinite(cost) and (best is None or cost < best[1]):
-                best = (res.x, cost)
-        return best
-
-
-def _starts(model: _Model, cells) -> list[np.ndarray]:
-    """A small grid of starts: exponents and floors, log A matched to the reference's cells."""
-    _, y_ref = cells[model.reference]
-    ymin = min(float(np.exp(y.min())) for _, y in cells.values())
-    starts = []
-    for alpha in (0.1, 0.4, 1.0, 2.0):
-        for floor in (0.0, 0.5 * ymin, 0.9 * ymin):
-            log_a = math.log(max(float(np.exp(np.mean(y_ref))) - floor, 1e-12 * ymin))
-            rest = [0.0] * len(model.others) + [log_a, alpha] * len(model.free)
-            starts.append(np.array([floor, log_a, alpha, *rest]))
-    return starts
-
-
 def shared_point(observations: list[Observation], reference: str = "d=3"):
     """((arms, table, units, cells, u0), the shared model, (theta, cost)) on the arms with >= 2
     cells, the reference first, before any shape test; None without the reference or a fit."""
@@ -207,8 +126,8 @@ def shared_point(observations: list[Observation], reference: str = "d=3"):
     table = {a: table[a] for a in [reference] + sorted(a for a in arms if a != reference)}
     cells, arms = _cells(table), list(table)
     u0 = float(np.mean(np.concatenate([cells[a][0] for a in arms])))
-    shared = _Model(arms, reference, u0)
-    first = shared.fit(cells, _starts(shared, cells))
+    shared = SharedLaw(arms, reference, u0)
+    first = shared.fit(cells, starts(shared, cells))
     return None if first is None else ((arms, table, units, cells, u0), shared, first)
 
 
@@ -310,11 +229,11 @@ def fit(
     if got is None:
         return None
     (arms, table, units, cells, u0), shared, first = got
-    per_arm = _Model(arms, reference, u0, frozenset(arms))
-    point_arm = per_arm.fit(cells, _starts(per_arm, cells))
+    per_arm = SharedLaw(arms, reference, u0, frozenset(arms))
+    point_arm = per_arm.fit(cells, starts(per_arm, cells))
     shape = _shape_test(first[1], point_arm, cells, shared, per_arm, shape_level)
-    model = _Model(arms, reference, u0, frozenset(shape.differs))
-    point = model.fit(cells, _starts(model, cells)) if shape.differs else first
+    model = SharedLaw(arms, reference, u0, frozenset(shape.differs))
+    point = model.fit(cells, starts(model, cells)) if shape.differs else first
     if point is None:
         return None
     theta, theta_arm = point[0], point_arm[0] if point_arm is not None else None
@@ -355,7 +274,7 @@ def _f_test(rss_small, rss_big, extra: int, df2: int) -> tuple[float, float]:
     return float(f), float(st.f.sf(f, extra, df2))
 
 
-def _shape_test(rss_shared, point_arm, cells, shared: _Model, per_arm: _Model, level):
+def _shape_test(rss_shared, point_arm, cells, shared: SharedLaw, per_arm: SharedLaw, level):
     """F tests on the cells' log losses: every arm's own exponent against the shared one, and per
     non-reference arm its own exponent alone (Holm over the arms), which names the arms whose
     exponent differs."""
@@ -364,8 +283,8 @@ def _shape_test(rss_shared, point_arm, cells, shared: _Model, per_arm: _Model, l
     f, p = _f_test(rss_shared, rss_arm, per_arm.size - shared.size, n - per_arm.size)
     raw = {}
     for arm in shared.others:
-        one = _Model(shared.arms, shared.reference, shared.u0, frozenset([arm]))
-        got = one.fit(cells, _starts(one, cells))
+        one = SharedLaw(shared.arms, shared.reference, shared.u0, frozenset([arm]))
+        got = one.fit(cells, starts(one, cells))
         if got is not None:
             raw[arm] = _f_test(rss_shared, got[1], one.size - shared.size, n - one.size)[1]
     tested = {a: v for a, v in raw.items() if math.isfinite(v)}

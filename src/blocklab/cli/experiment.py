@@ -105,7 +105,7 @@ def _pool_flags(p) -> None:
         "--workers",
         type=count,
         default=default_workers(),  # os.cpu_count(): the help states it, never the number
-        help="processes (default: one per CPU core, at most 8)",
+        help="processes (default: one per CPU core, at most 8, or $BLOCKLAB_WORKERS where set)",
     )
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda or cuda:N")
     p.add_argument(

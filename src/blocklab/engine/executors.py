@@ -38,7 +38,6 @@ import itertools
 import logging
 import multiprocessing
 import os
-import signal
 import socket
 import tempfile
 import time
@@ -54,9 +53,9 @@ from blocklab.engine.processes import (
     hangup_held,
     init_worker,
     interruptible_children,
-    start_failure,
+    why_died,
 )
-from blocklab.errors import DIED, UserError
+from blocklab.errors import UserError
 
 EXECUTORS = ("local", "ray", "slurm")
 ENSEMBLE = 16  # most members per ensemble: past this, batching gains little and holds memory
@@ -158,7 +157,7 @@ class LocalExecutor(Executor):
                     yield pending.pop(future), future.result()
         except BrokenProcessPool as exc:
             _stop(pool)
-            raise WorkerLost(_why_died(report, started.values())) from exc
+            raise WorkerLost(why_died(report, started.values())) from exc
         except BaseException:
             _stop(pool)
             raise
@@ -167,32 +166,6 @@ class LocalExecutor(Executor):
                 with contextlib.suppress(OSError):
                     os.remove(path)
         pool.shutdown()
-
-
-def _why_died(report: str, processes) -> str:
-    """What the parent can see of a pool worker's death: the cause a failed start wrote
-    (`processes.init_worker`), else the exit of the first dead worker: a signal (SIGKILL is how
-    the kernel's out-of-memory killer ends a process), or a status (an import that failed before
-    the worker could start prints its traceback above)."""
-    failed = start_failure(report)
-    if failed:
-        return f"a worker process failed to start: {failed}"
-    processes = list(processes)
-    for process in processes:  # stopped by `_stop` by now, the dead one first of all
-        process.join(timeout=2)
-    # the pool's own thread reaps its dead workers too: where it reaped one first, this join
-    # finds no child and returns before that thread has stored the exit code it read
-    deadline = time.monotonic() + 2
-    while any(p.exitcode is None for p in processes) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    codes = [process.exitcode for process in processes]
-    # SIGTERM is how `_stop` ended the live ones: another exit is the cause
-    for code in sorted((c for c in codes if c), key=lambda c: c == -signal.SIGTERM):
-        if code < 0:
-            name = signal.Signals(-code).name if -code in signal.valid_signals() else -code
-            return f"a worker process was killed by {name} (killed, or out of memory)"
-        return f"a worker process exited with status {code} (its output above says why)"
-    return DIED
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
@@ -375,7 +348,18 @@ def make_executor(
     return classes[name](workers, typed, plugins)
 
 
+WORKERS_ENV = "BLOCKLAB_WORKERS"
+
+
 def default_workers() -> int:
+    """The processes a command starts when `--workers` is not given: `BLOCKLAB_WORKERS` where it
+    is set (a machine shared with other work, or a test run whose own workers each take their
+    share of the cores), else one per CPU core, at most 8."""
+    given = os.environ.get(WORKERS_ENV, "").strip()
+    if given:
+        if not given.isdigit() or int(given) < 1:
+            raise UserError(f"{WORKERS_ENV} must be a whole number >= 1, got {given!r}")
+        return int(given)
     return max(1, min(os.cpu_count() or 1, 8))
 
 

@@ -31,7 +31,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from blocklab.engine.jacobian import FlatParams, gram
+from blocklab.jacobian import FlatParams, gram
 
 OnStep = Callable[[int, float], bool]
 # the least decrease of the squared residuals, a share of them, that a Levenberg-Marquardt step

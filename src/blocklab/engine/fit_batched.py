@@ -15,7 +15,7 @@ from torch.func import jacrev, vmap
 
 from blocklab.engine.certify import Certificate, certify
 from blocklab.engine.fit import FLOOR, OnStep, marquardt_scale
-from blocklab.engine.jacobian import JACOBIAN_NUMBERS, FlatParams, NotByLayers
+from blocklab.jacobian import JACOBIAN_NUMBERS, FlatParams, NotByLayers
 
 BatchedOnStep = Callable[[int, list[float]], "Sequence[bool] | None"]
 

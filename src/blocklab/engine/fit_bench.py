@@ -20,8 +20,8 @@ from blocklab.engine.certify import converged
 from blocklab.engine.fit import LevenbergMarquardt
 from blocklab.engine.fit_batched import BatchedLevenbergMarquardt, converged_batched
 from blocklab.engine.fit_plan import gemm64, sync
-from blocklab.engine.jacobian import gram
 from blocklab.engine.trial import init_model
+from blocklab.jacobian import gram
 from blocklab.models import parse_arm
 from blocklab.specs import NetShape, TrainConfig, TrialSpec
 from blocklab.tasks import make_task

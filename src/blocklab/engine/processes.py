@@ -1,6 +1,7 @@
 """How the processes a sweep starts live and die with it: a pool worker dies with its parent
 however that one dies, signals meant for the parent (Ctrl-C, a closed terminal) stay with the
-parent, and the jobs submitit starts here can be cancelled."""
+parent, the jobs submitit starts here can be cancelled, and a dead worker's cause is read
+(`why_died`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import time
 
 from blocklab import plugins as plugin_loader
 from blocklab.engine.devices import next_slot, worker_gpu
-from blocklab.errors import UserError
+from blocklab.errors import DIED, UserError
 
 PARENT_POLL = 1.0  # seconds between a pool worker's looks at whether its parent still lives
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -286,3 +287,29 @@ def _assigned(node: ast.AST) -> list[str]:
     elif isinstance(node, ast.withitem) and node.optional_vars is not None:
         targets = [node.optional_vars]
     return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+
+
+def why_died(report: str, processes) -> str:
+    """What the parent can see of a pool worker's death: the cause a failed start wrote
+    (`processes.init_worker`), else the exit of the first dead worker: a signal (SIGKILL is how
+    the kernel's out-of-memory killer ends a process), or a status (an import that failed before
+    the worker could start prints its traceback above)."""
+    failed = start_failure(report)
+    if failed:
+        return f"a worker process failed to start: {failed}"
+    processes = list(processes)
+    for process in processes:  # stopped by `_stop` by now, the dead one first of all
+        process.join(timeout=2)
+    # the pool's own thread reaps its dead workers too: where it reaped one first, this join
+    # finds no child and returns before that thread has stored the exit code it read
+    deadline = time.monotonic() + 2
+    while any(p.exitcode is None for p in processes) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    codes = [process.exitcode for process in processes]
+    # SIGTERM is how `_stop` ended the live ones: another exit is the cause
+    for code in sorted((c for c in codes if c), key=lambda c: c == -signal.SIGTERM):
+        if code < 0:
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else -code
+            return f"a worker process was killed by {name} (killed, or out of memory)"
+        return f"a worker process exited with status {code} (its output above says why)"
+    return DIED

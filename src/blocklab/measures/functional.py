@@ -32,9 +32,10 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.func import functional_call, jacrev, vmap
+from torch.func import functional_call
 
 from blocklab.errors import UserError
+from blocklab.jacobian import FlatParams
 from blocklab.measures import MEASURES
 from blocklab.measures.base import Measure
 from blocklab.numerics import RTOL
@@ -120,9 +121,11 @@ def functional_dimension(
     """The rank of the Jacobian of every output of every input (rows of `inputs`, (N, ...)) with
     respect to the chosen parameters (`selected_parameters`), at the module's current values.
 
-    Computed on a float64 copy in eval mode, so `module` is left as it was. Each input is its own
-    batch of one (vmap over inputs of jacrev over parameters): inputs must not interact, which
-    holds for every network without batch statistics. The rows are folded chunk by chunk into
+    Computed on a float64 copy in eval mode, so `module` is left as it was. The rows are the
+    per-example Jacobian the second-order fits read (`blocklab.jacobian.FlatParams`: by layers
+    where every parameter differentiated is an nn.Linear's, else vmap over inputs of jacrev over
+    parameters): inputs must not interact, which holds for every network without batch
+    statistics. The rows are folded chunk by chunk into
     the R factor of a QR decomposition, whose singular values are the Jacobian's, and the SVD is
     of that triangle: never of J^T J, which would square the condition number and lose half the
     digits that separate a redundant direction from a genuine one.
@@ -144,7 +147,8 @@ class _Jacobian:
 
     def __init__(self, module: nn.Module, params: str):
         self.model = copy.deepcopy(module).double().eval()  # the caller's module stays as it was
-        self.theta = {n: p.detach() for n, p in selected_parameters(self.model, params).items()}
+        self.chosen = selected_parameters(self.model, params)
+        self.theta = {n: p.detach() for n, p in self.chosen.items()}
         self.params = sum(p.numel() for p in self.theta.values())
         if not self.params:
             raise UserError(f"the module has no {params} parameters to differentiate")
@@ -168,15 +172,21 @@ class _Jacobian:
         if not rtol > 0:
             raise UserError(f"rtol must be > 0, got {rtol!r}")
         x = self.cast(inputs)  # (N, ...)
-        chunk = max(1, CHUNK_NUMBERS // max(1, self.per_input(x[0]) * self.params))
-        per_example = vmap(jacrev(self.outputs), in_dims=(None, 0))
+        with torch.no_grad():
+            shape = functional_call(self.model, self.theta, (x[:1],)).shape[1:]  # one output
+        chunk = max(1, CHUNK_NUMBERS // max(1, shape.numel() * self.params))
+        theta = torch.cat([p.reshape(-1) for p in self.theta.values()])  # (P,)
         tri = torch.zeros(0, self.params, dtype=torch.float64, device=self.device)  # (r, P)
         rows = skipped = 0
-        with torch.no_grad():  # the transforms differentiate; nothing else records a graph
-            for start in range(0, len(x), chunk):
-                jac = per_example(self.theta, x[start : start + chunk])  # name -> (b, K, *shape)
-                block = torch.cat([jac[n].flatten(2) for n in self.theta], -1)  # (b, K, P)
-                block = block.flatten(0, 1)  # (b K, P)
+        path = None  # the first chunk's Jacobian path, kept for the others
+        for start in range(0, len(x), chunk):
+            part = x[start : start + chunk]  # (b, ...)
+            zeros = torch.zeros(len(part), *shape, dtype=torch.float64, device=self.device)
+            flat = FlatParams(self.model, part, zeros, self.chosen)  # residuals = outputs
+            flat.path = path
+            block = flat.jacobian(theta)  # (b K, P): example i's output k in row i K + k
+            path = flat.path
+            with torch.no_grad():
                 finite = torch.isfinite(block).all(1)
                 rows, skipped = rows + int(finite.sum()), skipped + int((~finite).sum())
                 block = block[finite]
@@ -185,6 +195,7 @@ class _Jacobian:
                 stacked = torch.cat([tri, block])  # (r + b K, P)
                 # the R factor of every row so far: J^T J = R^T R, the same singular values
                 tri = torch.linalg.qr(stacked, mode="r").R  # (min(r + b K, P), P)
+        with torch.no_grad():
             if not rows:
                 raise UserError("the network's outputs overflowed on every input: nothing to read")
             s = torch.linalg.svdvals(tri).cpu()  # descending: those of the unit-row Jacobian

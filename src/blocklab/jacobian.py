@@ -1,7 +1,8 @@
-"""The residuals of a network's fit as a function of one flat parameter vector, and their
-Jacobian: by layers (each nn.Linear's per-example outer products from one batched forward and
-one backward per output, written into one J^T buffer), with reverse mode under vmap as its
-reference and its fallback; J^T J by BLAS syrk. `fit.LevenbergMarquardt` reads them."""
+"""A network's parameters as one flat vector, its residuals as a function of it, and their
+per-example Jacobian: by layers (each nn.Linear's per-example outer products from one batched
+forward and one backward per output, written into one J^T buffer), with reverse mode under vmap
+as its reference and its fallback; J^T J by BLAS syrk. The second-order fitters
+(`engine.fit`) and the functional dimension (`measures.functional`) read the same Jacobian."""
 
 from __future__ import annotations
 
@@ -24,12 +25,19 @@ class NotByLayers(Exception):
 
 
 class FlatParams:
-    """The trainable parameters of a model as one float64 vector, and the residuals as a
-    function of it, for the Jacobian."""
+    """The trainable parameters of a model (or the `params` given, name -> parameter) as one
+    float64 vector, and the residuals f(x) - y as a function of it, for the Jacobian."""
 
-    def __init__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor):
+    def __init__(
+        self,
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        params: dict[str, torch.Tensor] | None = None,
+    ):
         self.model, self.x, self.y = model, x, y
-        self.named = [(k, p) for k, p in model.named_parameters() if p.requires_grad]
+        chosen = params if params is not None else dict(model.named_parameters())
+        self.named = [(k, p) for k, p in chosen.items() if p.requires_grad]
         self.sizes = [p.numel() for _, p in self.named]
         self.path: str | None = None  # the Jacobian's path once one ran: "layers" or "examples"
         self._jac: torch.Tensor | None = None  # the layer rule's output (`_buffer`)
@@ -122,7 +130,7 @@ class FlatParams:
         out = out.reshape(n, -1)  # (N, K)
         k_out = out.shape[1]
         modules = list(linears)
-        jac_t = self._buffer(theta.numel(), n, k_out)  # (P, N, K): J^T, each row contiguous
+        jac_t = self._buffer(theta, n, k_out)  # (P, N, K): J^T, each row contiguous
         starts = [0, *itertools.accumulate(self.sizes)]
         for k in range(k_out):
             grads = torch.autograd.grad(
@@ -162,15 +170,16 @@ class FlatParams:
                 h.remove()
         return seen, out
 
-    def _buffer(self, *shape: int) -> torch.Tensor:
+    def _buffer(self, theta: torch.Tensor, *examples: int) -> torch.Tensor:
         """J^T for the layer rule, allocated once per shape and overwritten by every call (each
         row is written, since every trained parameter is one Linear's): a fresh N x P float64
         allocation each iteration cost a quarter of the rule's time in page faults (measured at
         P = 301, N = 19,264: 14 of 50 ms), and rows of N contiguous examples are written at
         memory speed where rows of P were not (16 against 5 ms). A returned Jacobian is valid
         until the next call."""
+        shape = (theta.numel(), *examples)
         if self._jac is None or self._jac.shape != shape:
-            self._jac = self.x.new_empty(shape)
+            self._jac = theta.new_empty(shape)  # theta's dtype: the inputs may be token ids
         return self._jac
 
     def jacobian_by_examples(self, theta: torch.Tensor) -> torch.Tensor:
