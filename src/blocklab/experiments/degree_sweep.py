@@ -357,8 +357,8 @@ def run(
 
 
 PILOT_TIME = (
-    "estimated, not measured: about 1.2 h on 2 CPU cores (the demo's 263 core-seconds per "
-    "(teacher, seed) unit at 2 chains, times 4 for 8 chains, times 8 units) and about 45 min on "
+    "estimated, not measured: about 1.0 h on 2 CPU cores (the demo's 220 core-seconds per "
+    "(teacher, seed) unit at 2 chains, times 4 for 8 chains, times 8 units) and about 38 min on "
     "one H100 or H200 (a ladder trial ran 3.1x faster on an H200 than on one CPU core)"
 )
 
@@ -375,7 +375,7 @@ class DegreeSweep(Experiment):
             "the main job: seed 000's degree experiment, in minutes",
             "runs/demo",
             form="demo",
-            measured="6 min 54 s from a fresh clone (an AVX-512 machine)",
+            measured="5 min 51 s from a fresh clone (an AVX-512 machine)",
         ),
         Command(
             "degree-sweep",
