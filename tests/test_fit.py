@@ -439,7 +439,7 @@ def test_an_accepted_steps_kept_forward_pass_gives_the_fit_the_reference_flow_gi
     fused, iterations = fit_once()
 
     def reference(self, theta):
-        self._pass = None
+        self.forget()
         with torch.no_grad():
             return self.residuals(theta)
 

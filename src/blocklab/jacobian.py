@@ -61,13 +61,17 @@ class FlatParams:
         out = functional_call(self.model, self._weights(theta), (self.x,))  # (N, out)
         return (out - self.y).reshape(-1)  # (N * out,)
 
+    def forget(self) -> None:
+        """Drop a forward pass `trial` kept (a rejected step's): nothing will continue it."""
+        self._pass = None
+
     def trial(self, theta: torch.Tensor) -> torch.Tensor:
         """The residuals at a point the fit may move to. On the layer rule's path they come from
         the forward pass its Jacobian needs, kept, so that an accepted step's `jacobian(theta)`
         runs only the backward: one forward pass per accepted step fewer, the same numbers (the
         same operations on the same values; `tests/test_fit.py` compares them bit for bit). A
-        rejected step's pass is dropped by the next trial."""
-        self._pass = None
+        rejected step's pass is dropped by the next trial (or by `forget`)."""
+        self.forget()
         if self.path == "layers":
             try:
                 linears = self._linears()

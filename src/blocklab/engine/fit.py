@@ -137,7 +137,7 @@ class LevenbergMarquardt:
             else:
                 self.mu, self.nu = self.mu * self.nu, self.nu * 2
         self.flat.set(self.theta)
-        self.flat._pass = None  # a rejected step's forward pass: nothing continues it
+        self.flat.forget()  # a rejected step's forward pass: nothing continues it
         return self.cost / self.n
 
 

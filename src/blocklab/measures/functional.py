@@ -154,26 +154,26 @@ class _Jacobian:
             raise UserError(f"the module has no {params} parameters to differentiate")
         self.device = next(iter(self.theta.values())).device
 
-    def outputs(self, theta: dict[str, torch.Tensor], one: torch.Tensor) -> torch.Tensor:
-        out = functional_call(self.model, theta, (one.unsqueeze(0),))  # (1, ...)
-        return out.reshape(-1)  # (K,): every output of one input
-
     def cast(self, x: torch.Tensor) -> torch.Tensor:
         """Inputs on the model's device, features in float64 (token ids stay integers)."""
         x = x.detach().to(self.device)
         return x.to(torch.float64) if x.is_floating_point() else x
 
-    def per_input(self, one: torch.Tensor) -> int:
-        """The Jacobian rows one input (shaped as a row of the inputs) gives: its outputs."""
+    def output_shape(self, one: torch.Tensor) -> torch.Size:
+        """The shape of one input's outputs (`one` shaped as a row of the inputs)."""
         with torch.no_grad():
-            return self.outputs(self.theta, self.cast(one)).numel()
+            out = functional_call(self.model, self.theta, (self.cast(one).unsqueeze(0),))
+        return out.shape[1:]  # (1, ...) without its batch of one
+
+    def per_input(self, one: torch.Tensor) -> int:
+        """The Jacobian rows one input gives: its outputs."""
+        return self.output_shape(one).numel()
 
     def rank(self, inputs: torch.Tensor, rtol: float) -> FunctionalDimension:
         if not rtol > 0:
             raise UserError(f"rtol must be > 0, got {rtol!r}")
         x = self.cast(inputs)  # (N, ...)
-        with torch.no_grad():
-            shape = functional_call(self.model, self.theta, (x[:1],)).shape[1:]  # one output
+        shape = self.output_shape(x[0])
         chunk = max(1, CHUNK_NUMBERS // max(1, shape.numel() * self.params))
         theta = torch.cat([p.reshape(-1) for p in self.theta.values()])  # (P,)
         tri = torch.zeros(0, self.params, dtype=torch.float64, device=self.device)  # (r, P)
