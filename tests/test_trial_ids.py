@@ -14,7 +14,11 @@ from blocklab.models import parse_arm
 from blocklab.options import meta
 from blocklab.specs import SINCE, NetShape, TrainConfig, TrialSpec
 
-CASES = json.loads((Path(__file__).parent / "data" / "trial_ids.json").read_text())
+DATA = Path(__file__).parent / "data"
+CASES = json.loads((DATA / "trial_ids.json").read_text())
+# the ids trials over every optimizer, schedule, warm start and ladder had before each setting
+# declared who reads it (36 specs, 28 ids: the settings a trial does not read leave its id)
+TRAIN_CASES = json.loads((DATA / "train_ids.json").read_text())
 SHAPE = {f.name for f in dataclasses.fields(NetShape)}
 
 
@@ -31,6 +35,40 @@ def _spec(fields: dict) -> TrialSpec:
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_ids_are_the_flat_specs(case):
     assert _spec(case["fields"]).id == case["id"]
+
+
+@pytest.mark.parametrize("case", TRAIN_CASES, ids=lambda c: c["id"])
+def test_ids_are_those_stored_before_settings_declared_their_readers(case):
+    assert _spec(case["fields"]).id == case["id"]
+
+
+def test_a_setting_is_read_by_whom_its_declaration_says():
+    """One declaration per setting: a fit's setting is unused by Adam and out of an Adam
+    trial's id; an Adam setting is unused by a fit without a warm start and out of its id; decay
+    is read under wsd alone; chains on a ladder alone; the precision never enters an id."""
+    from blocklab.specs import READS, setting
+
+    adam, fit = TrainConfig(), TrainConfig(optimizer="lm")
+    for f in dataclasses.fields(TrainConfig):
+        reads = f.metadata[READS]
+        assert (f.name in adam.unused()) == (reads == "fit" or f.name == "decay")
+        assert (f.name in fit.unused()) == (reads == "adam")
+        if reads == "fit":
+            assert f.metadata["help"].startswith("lbfgs, lm")
+    warm = TrainConfig(optimizer="lm", warm_start=10, schedule="wsd")
+    assert warm.unused() == {}
+    assert "chains" not in warm.id_fields(ladder=False)
+    assert "chains" in warm.id_fields(ladder=True)
+    assert "precision" not in warm.id_fields(ladder=True)
+
+    @dataclasses.dataclass(frozen=True)
+    class Planted(TrainConfig):
+        sketch: int = setting(0, "rows sketched", reads="fit", since=0)
+
+    assert Planted(sketch=3).unread("sketch") == Planted().unread("sketch") is not None
+    assert "sketch" not in Planted(optimizer="lm").id_fields(ladder=False)
+    assert Planted(optimizer="lm", sketch=3).id_fields(ladder=False)["sketch"] == 3
+    assert "sketch" not in Planted(optimizer="lm", sketch=3).unused()
 
 
 def test_a_new_shape_switch_at_its_default_keeps_every_id(monkeypatch):

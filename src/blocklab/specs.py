@@ -29,18 +29,44 @@ OPTIMIZERS = ("adam", "lbfgs", "lm")
 # "fp32"; "tf32" (CUDA matmuls in TF32; float32 elsewhere); "bf16" autocast on any device
 PRECISIONS = ("auto", "fp32", "tf32", "bf16")
 SECOND_ORDER = ("lbfgs", "lm")
-# the Adam loop's settings, which a second-order fit reads only for its Adam warm start
-ADAM_ONLY = ("batch_size", "lr", "weight_decay", "warmup", "schedule", "decay", "clip")
-# the settings of a second-order fit, which the Adam loop never reads
-FIT_ONLY = (
-    "restarts",
-    "converge_tol",
-    "data_ratio",
-    "min_examples",
-    "max_examples",
-    "warm_start",
-    "chains",
-)
+
+# A setting declares, in its field's metadata, which loop reads it and when it enters a trial's
+# id; `TrainConfig.unread` (the command line's refusals), `TrialSpec.config` (the id) and the
+# help line all read that one declaration.
+# READS: "adam", the AdamW loop (which a second-order fit runs as its warm start); "fit", a
+# second-order fit; absent: both
+READS = "reads"
+# WHEN: (another setting, its value) while which alone the setting is read, or LADDER: read on a
+# depth ladder alone (a spec's, not a config's)
+WHEN = "when"
+LADDER = "ladder"
+# IN_ID False: how a step computes, not what a trial is, like the device (the store checks the
+# precision a trial ran at against the one asked for: `engine.reuse.other_precision`)
+IN_ID = "in_id"
+# SINCE: a field added after trials were stored, left out of a trial's id at this default so
+# those trials keep their ids (`TrialSpec.config`)
+SINCE = "id_default"
+_MISSING = object()
+
+
+def setting(
+    default: Any,
+    help: str,
+    *,
+    reads: str | None = None,
+    when: Any = None,
+    since: Any = _MISSING,
+    in_id: bool = True,
+    **rules: Any,
+) -> Any:
+    """A training setting's field: its help line (a second-order fit's settings say so first),
+    its rules (`options.meta`) and its declaration (READS, WHEN, SINCE, IN_ID)."""
+    if reads == "fit":
+        help = f"lbfgs, lm{' on a depth ladder' if when == LADDER else ''}: {help}"
+    declared = {READS: reads, WHEN: when, IN_ID: in_id}
+    if since is not _MISSING:
+        declared[SINCE] = since
+    return field(default=default, metadata={**meta(help, **rules), **declared})  # fmt: skip
 
 
 def format_degree(d: float) -> str:
@@ -80,107 +106,105 @@ class Arm:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    optimizer: str = field(
-        default="adam",
-        metadata=meta(
-            "'adam': AdamW on minibatches; 'lbfgs' (L-BFGS, strong-Wolfe line search) or 'lm' "
-            "(Levenberg-Marquardt): full batch in float64 on a fixed training set, fitted to "
-            "convergence (regression tasks)",
-            choices=OPTIMIZERS,
-        ),
+    """How a trial trains: the AdamW loop's settings (READS "adam"), a second-order fit's
+    ("fit"), and those both read. Each field declares who reads it and when it enters the id."""
+
+    optimizer: str = setting(
+        "adam",
+        "'adam': AdamW on minibatches; 'lbfgs' (L-BFGS, strong-Wolfe line search) or 'lm' "
+        "(Levenberg-Marquardt): full batch in float64 on a fixed training set, fitted to "
+        "convergence (regression tasks)",
+        since="adam",  # Adam trials keep the ids they had before fits existed
+        choices=OPTIMIZERS,
     )
-    steps: int = field(
-        default=1000,
-        metadata=meta("optimizer steps per trial (lbfgs, lm: iterations per restart)", ge=1),
+    steps: int = setting(
+        1000, "optimizer steps per trial (lbfgs, lm: iterations per restart)", ge=1
     )
-    batch_size: int = field(default=128, metadata=meta("examples per step", ge=1))
-    lr: float = field(default=3e-3, metadata=meta("peak learning rate", gt=0))
-    weight_decay: float = field(default=0.01, metadata=meta("AdamW weight decay", ge=0))
-    warmup: float = field(
-        default=0.05, metadata=meta("fraction of steps of linear warmup", ge=0, lt=1)
+    # the AdamW loop's settings
+    batch_size: int = setting(128, "examples per step", reads="adam", ge=1)
+    lr: float = setting(3e-3, "peak learning rate", reads="adam", gt=0)
+    weight_decay: float = setting(0.01, "AdamW weight decay", reads="adam", ge=0)
+    warmup: float = setting(0.05, "fraction of steps of linear warmup", reads="adam", ge=0, lt=1)
+    schedule: str = setting(
+        "cosine",
+        "after warmup: 'cosine' decay to zero, or 'wsd' (the peak rate held, then a linear "
+        "decay to zero over the last `decay` of the steps)",
+        reads="adam",
+        since="cosine",  # trials made before wsd existed
+        choices=SCHEDULES,
     )
-    schedule: str = field(
-        default="cosine",
-        metadata=meta(
-            "after warmup: 'cosine' decay to zero, or 'wsd' (the peak rate held, then a linear "
-            "decay to zero over the last `decay` of the steps)",
-            choices=SCHEDULES,
-        ),
-    )
-    decay: float = field(
-        default=0.2, metadata=meta("fraction of steps of the final decay (wsd)", gt=0, lt=1)
+    decay: float = setting(
+        0.2,
+        "fraction of steps of the final decay (wsd)",
+        reads="adam",
+        when=("schedule", "wsd"),
+        gt=0,
+        lt=1,
     )
     # a negative threshold would train by gradient ascent, zero would not train at all
-    clip: float = field(default=1.0, metadata=meta("gradient-norm clipping threshold", gt=0))
-    eval_points: int = field(default=40, metadata=meta("validation evaluations per run", ge=1))
-    threshold: float | None = field(
-        default=None,
-        metadata=meta("validation loss that counts as converged; None: the task's own", gt=0),
+    clip: float = setting(1.0, "gradient-norm clipping threshold", reads="adam", gt=0)
+    # both loops' monitoring
+    eval_points: int = setting(40, "validation evaluations per run", ge=1)
+    threshold: float | None = setting(
+        None, "validation loss that counts as converged; None: the task's own", gt=0
     )
     # at 1 or below, the first evaluation would already count as diverged
-    blowup: float = field(
-        default=100.0,
-        metadata=meta("diverged when the loss exceeds this times its start", gt=1),
+    blowup: float = setting(100.0, "diverged when the loss exceeds this times its start", gt=1)
+    # a second-order fit's settings
+    restarts: int = setting(
+        1,
+        "initializations fitted per trial; the trial keeps the one of least training loss and "
+        "stores the others' spread",
+        reads="fit",
+        ge=1,
     )
-    restarts: int = field(
-        default=1,
-        metadata=meta(
-            "lbfgs, lm: initializations fitted per trial; the trial keeps the one of least "
-            "training loss and stores the others' spread",
-            ge=1,
-        ),
+    converge_tol: float = setting(
+        0.03,
+        "a fit is converged when its second half of the iterations (doubling them) lowered its "
+        "training loss by less than this share",
+        reads="fit",
+        gt=0,
+        lt=1,
     )
-    converge_tol: float = field(
-        default=0.03,
-        metadata=meta(
-            "lbfgs, lm: a fit is converged when its second half of the iterations (doubling "
-            "them) lowered its training loss by less than this share",
-            gt=0,
-            lt=1,
-        ),
+    data_ratio: float = setting(
+        32.0,
+        "fixed training examples per trained parameter, so that the training loss reads as "
+        "approximation error (test within about 1.2x of train)",
+        reads="fit",
+        gt=0,
     )
-    data_ratio: float = field(
-        default=32.0,
-        metadata=meta(
-            "lbfgs, lm: fixed training examples per trained parameter, so that the training "
-            "loss reads as approximation error (test within about 1.2x of train)",
-            gt=0,
-        ),
+    min_examples: int = setting(
+        1,
+        "at least this many training examples: a small network's test loss is noisy against "
+        "its training loss at data_ratio alone, and costs little more",
+        reads="fit",
+        since=1,  # trials made before it existed
+        ge=1,
     )
-    min_examples: int = field(
-        default=1,
-        metadata=meta(
-            "lbfgs, lm: at least this many training examples: a small network's test loss is "
-            "noisy against its training loss at data_ratio alone, and costs little more",
-            ge=1,
-        ),
+    max_examples: int = setting(
+        32768, "at most this many training examples (the cost is linear)", reads="fit", ge=1
     )
-    max_examples: int = field(
-        default=32768,
-        metadata=meta("lbfgs, lm: at most this many training examples (the cost is linear)", ge=1),
+    chains: str = setting(
+        "own",
+        "'own': each restart continues its own fit up the ladder (independent chains); 'best': "
+        "every restart continues the best fit of the depth below, its added layers its own (a "
+        "beam of one, K proposals per depth)",
+        reads="fit",
+        when=LADDER,
+        choices=("own", "best"),
     )
-    chains: str = field(
-        default="own",
-        metadata=meta(
-            "lbfgs, lm on a depth ladder: 'own': each restart continues its own fit up the "
-            "ladder (independent chains); 'best': every restart continues the best fit of the "
-            "depth below, its added layers its own (a beam of one, K proposals per depth)",
-            choices=("own", "best"),
-        ),
+    warm_start: int = setting(
+        0, "AdamW steps (lr, batch size, schedule) before the fit", reads="fit", ge=0
     )
-    warm_start: int = field(
-        default=0,
-        metadata=meta("lbfgs, lm: AdamW steps (lr, batch size, schedule) before the fit", ge=0),
-    )
-    precision: str = field(
-        default="auto",
-        metadata=meta(
-            "an Adam step's precision: 'auto' (bf16 autocast on a CUDA device that supports it, "
-            "else float32), 'fp32', 'tf32' (the forward's CUDA matmuls in TF32), 'bf16' "
-            "(autocast, on the CPU too); evaluation and second-order fits stay in float32 and "
-            "float64",
-            choices=PRECISIONS,
-        ),
+    precision: str = setting(
+        "auto",
+        "an Adam step's precision: 'auto' (bf16 autocast on a CUDA device that supports it, "
+        "else float32), 'fp32', 'tf32' (the forward's CUDA matmuls in TF32), 'bf16' "
+        "(autocast, on the CPU too); evaluation and second-order fits stay in float32 and "
+        "float64",
+        reads="adam",
+        in_id=False,
+        choices=PRECISIONS,
     )
 
     def __post_init__(self):
@@ -197,24 +221,34 @@ class TrainConfig:
     def second_order(self) -> bool:
         return self.optimizer in SECOND_ORDER
 
+    def unread(self, name: str, ladder: bool | None = None) -> str | None:
+        """Why setting `name` is not read as this config stands (None: it is), from its
+        declaration; `ladder`: whether the trial climbs a depth ladder (None: not known)."""
+        declared = self.__dataclass_fields__[name].metadata
+        reads, when = declared.get(READS), declared.get(WHEN)
+        if reads == "fit" and not self.second_order:
+            return "it sets a second-order fit (--optimizer lm or lbfgs)"
+        if reads == "adam" and self.second_order and not self.warm_start:
+            return f"--optimizer {self.optimizer} fits without it (it shapes an Adam --warm-start)"
+        if when == LADDER:
+            return "it sets a depth ladder's chains" if ladder is False else None
+        if when and getattr(self, when[0]) != when[1]:
+            return f"it shapes the {when[1]} {when[0]} alone (--{when[0]} {when[1]})"
+        return None
+
     def unused(self) -> dict[str, str]:
-        if not self.second_order:
-            out = {k: "it sets a second-order fit (--optimizer lm or lbfgs)" for k in FIT_ONLY}
-        elif not self.warm_start:
-            why = f"--optimizer {self.optimizer} fits without it (it shapes an Adam --warm-start)"
-            out = {k: why for k in ADAM_ONLY}
-        else:
-            out = {}
-        if self.second_order and not self.warm_start:
-            out["precision"] = "a fit runs in float64 (an Adam --warm-start reads it)"
-        if self.schedule != "wsd" and "decay" not in out:
-            out["decay"] = "it shapes the wsd schedule alone (--schedule wsd)"
-        return out
+        return {f.name: why for f in dataclasses.fields(self) if (why := self.unread(f.name))}
 
-
-# a shape field added after trials were stored: left out of a trial's id at this default, so
-# those trials keep their ids (`TrialSpec.config`)
-SINCE = "id_default"
+    def id_fields(self, ladder: bool) -> dict[str, Any]:
+        """The settings a trial's id reads: those read as it stands, less those at their SINCE
+        default, less those marked IN_ID False."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.metadata.get(IN_ID, True)
+            and self.unread(f.name, ladder) is None
+            and f.metadata.get(SINCE, _MISSING) != getattr(self, f.name)
+        }
 
 
 @dataclass(frozen=True)
@@ -284,32 +318,19 @@ class TrialSpec:
         )
 
     def config(self) -> dict[str, Any]:
+        """What a trial's id hashes: its fields, the shape's flat (as trials stored them before
+        it was one object), each setting as its declaration says (`TrainConfig.id_fields`), and
+        fields at their SINCE default left out, so trials made before they existed keep their
+        ids."""
         config = dataclasses.asdict(self)
-        # the id reads the shape's fields flat, as trials stored them before it was one object
-        config.update(config.pop("shape"))
         late = {
-            f.name: f.metadata[SINCE] for f in dataclasses.fields(NetShape) if SINCE in f.metadata
+            f.name: f.metadata[SINCE] for f in dataclasses.fields(self.shape) if SINCE in f.metadata
         }
-        # fields at their defaults stay out, so trials made before they existed keep their ids
+        config.update(config.pop("shape"))
         for name, default in (("measures", ()), ("ladder", ()), *late.items()):
             if config[name] == default:
                 del config[name]
-        if config["train"].get("min_examples") == 1:  # trials made before it existed
-            del config["train"]["min_examples"]
-        if not self.ladder:  # read by ladders alone
-            config["train"].pop("chains", None)
-        train = config["train"]
-        if not self.train.second_order:  # Adam trials keep the ids they had before fits existed
-            for name in ("optimizer", *FIT_ONLY):
-                train.pop(name, None)
-        elif not self.train.warm_start:  # a fit reads no Adam setting, whatever they hold
-            for name in ADAM_ONLY:
-                del train[name]
-        # how a step computes, like the device, is not the trial: the store checks the
-        # precision a trial ran at against the one asked for (`engine.reuse.other_precision`)
-        train.pop("precision", None)
-        if train.get("schedule") == "cosine":  # decay is read by wsd alone
-            del train["schedule"], train["decay"]
+        config["train"] = self.train.id_fields(ladder=bool(self.ladder))
         return config
 
     @functools.cached_property

@@ -228,19 +228,17 @@ class DegreeSweepConfig:
     def unused(self) -> dict[str, str]:
         """The keys this config does not read as it stands, with what sets their part instead:
         given in a TOML file or as flags, they fail rather than do nothing."""
-        out = _trials.lr_unused(self.lr_grid, self.lr_extend)
-        if self.train.second_order:
-            why = f"--optimizer {self.train.optimizer} fits without a learning rate"
-            out.update(lr_grid=why, lr_extend=why)
+        if self.train.second_order:  # train.lr is the warm start's, as its declaration says
+            why = f"--optimizer {self.train.optimizer} fits without a learning rate search"
+            out = {"lr_grid": why, "lr_extend": why}
             out["plateau_tol"] = "a converged fit is judged by --converge-tol"
-            if self.train.warm_start:  # the warm start's rate
-                out.pop("train.lr", None)
             if self.ladder == "on":
                 out["referee"] = (
                     "it refits fresh fits; a ladder's chains are compared by the search check "
                     "(--ladder off for the referee)"
                 )
         else:
+            out = _trials.lr_unused(self.lr_grid, self.lr_extend)
             out["referee"] = "it compares the two second-order optimizers (--optimizer lm)"
             out["ladder"] = "it stages second-order fits (--optimizer lm or lbfgs)"
         if self.budgets:
