@@ -30,6 +30,8 @@ from gpu_check import TINY  # noqa: E402
 # keys whose values time the run or name where it ran, not what it computed
 VOLATILE = ("seconds", "elapsed", "wall", "time", "cost", "provenance", "fingerprint", "commit")
 VOLATILE += ("finished_at",)
+# report.md's lines that say what the run took or which commit ran it
+TIMED = (b"- git_", b"- Trial time")
 
 
 def run(out: Path, src: Path | None) -> None:
@@ -84,9 +86,20 @@ def _plain(value, root: str):
 def _rows(form: Path) -> list[str]:
     import blocklab
 
+    def plain(value):  # nested records (a ladder's rungs) time their runs too
+        if isinstance(value, str) and value[:1] in "[{":
+            try:
+                value = json.loads(value)
+            except ValueError:
+                return value
+        if isinstance(value, (list, dict)):
+            return json.dumps(_plain(value, str(form)), sort_keys=True)
+        return value
+
     runs = blocklab.load_runs(form)
     keep = [c for c in runs.columns if not any(word in c.lower() for word in VOLATILE)]
-    return runs[keep].sort_values("id").to_csv(index=False).splitlines()
+    runs = runs[keep].sort_values("id").map(plain)
+    return runs.to_csv(index=False).splitlines()
 
 
 def _files(form: Path) -> dict[str, str]:
@@ -95,8 +108,9 @@ def _files(form: Path) -> dict[str, str]:
     for path in sorted(form.rglob("*")):
         if path.suffix in (".png", ".svg", ".pdf") or path.name == "report.md":
             data = path.read_bytes()
-            if path.name == "report.md":
+            if path.name == "report.md":  # its run directory, and the commit that ran it
                 data = data.replace(str(form).encode(), b"RUN")
+                data = b"\n".join(x for x in data.split(b"\n") if not x.startswith(TIMED))
             out[str(path.relative_to(form))] = hashlib.sha256(data).hexdigest()
     return out
 

@@ -18,8 +18,8 @@ from blocklab.analysis.stats import (
     summarize,
 )
 from blocklab.analysis.summary import drawn_interval, positive_interval
-from blocklab.reports import plots, verdicts
-from blocklab.reports.degree_sweep import table, tabulate, to_json, write_report
+from blocklab.reports import verdicts
+from blocklab.reports.degree_sweep import plots, table, tabulate, to_json, write_report
 
 DEGREE = {
     "d=2": 2.0,

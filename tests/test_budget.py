@@ -98,9 +98,9 @@ def test_a_budget_no_shape_meets_names_the_flags_that_change_it():
     cfg = DegreeSweepConfig(degrees=("e",), baselines=(), budgets=(25,), budget_tol=0.02)
     with pytest.raises(UserError, match="costs within 2% of budget 25 .*; widen --budget-tol or "
                        "choose other --budgets or another --width$"):  # fmt: skip
-        plan(cfg)
+        plan.shapes(cfg)
     with pytest.raises(UserError, match=r"too small .*; widen --budget-tol .* another --width$"):
-        plan(DegreeSweepConfig(degrees=("e",), baselines=(), budgets=(10,)))
+        plan.shapes(DegreeSweepConfig(degrees=("e",), baselines=(), budgets=(10,)))
 
 
 @pytest.mark.parametrize("n_budget", [0, -5])

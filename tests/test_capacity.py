@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import replace
@@ -13,9 +14,10 @@ from blocklab.analysis import capacity, design
 from blocklab.analysis.stats import compare
 from blocklab.cli import main
 from blocklab.experiments import degree_sweep
-from blocklab.experiments.degree_sweep import SHAPE
-from blocklab.reports.capacity import capacity_json, detail
-from blocklab.reports.multipliers import status_line
+from blocklab.experiments.degree_sweep import SHAPE, plan
+from blocklab.reports.degree_sweep.capacity import capacity_json, detail
+from blocklab.reports.degree_sweep.multipliers import status_line
+from blocklab.specs import TrainConfig
 from blocklab.store import Store
 from blocklab.theory import h
 
@@ -218,7 +220,7 @@ def _one_arm(lr_grid, steps, **kw):
         budgets=(192,),
         seeds=1,
         lr_grid=lr_grid,
-        train=degree_sweep.TrainConfig(steps=steps, batch_size=32, eval_points=4),
+        train=TrainConfig(steps=steps, batch_size=32, eval_points=4),
         **kw,
         shape=replace(SHAPE, width=4),
     )
@@ -228,7 +230,7 @@ def _search(cfg, shapes, tmp_path, higher: bool):
     """The degree sweep's learning-rate search: per (budget, arm), seed 0 and teacher 0."""
     from blocklab.experiments import _trials
 
-    at = degree_sweep.search_at(cfg, shapes)
+    at = {key: functools.partial(plan.spec, cfg, *shapes[key], seed=0) for key in shapes}
     store, name = Store(tmp_path), degree_sweep.EXPERIMENT
     return _trials.search_lr(at, cfg.lr_grid, cfg.lr_extend, store, name, None, False, higher)
 
@@ -237,7 +239,7 @@ def test_lr_search_extends_past_an_edge(tmp_path):
     """Rates far too small put the best at the top edge: the grid grows past it, once per
     allowed extension, and a choice still at the edge says so."""
     cfg = _one_arm(lr_grid=(1e-7, 1e-6), lr_extend=2, steps=20)
-    shapes = degree_sweep.plan(cfg)
+    shapes = plan.shapes(cfg)
     choice = _search(cfg, shapes, tmp_path, higher=False)
     c = choice[(192, "d=3")]
     assert c["tried"] == pytest.approx([1e-7, 1e-6, 1e-5, 1e-4])
@@ -258,7 +260,7 @@ def test_tied_rates_choose_the_middle_and_do_not_extend(tmp_path, monkeypatch):
 
     monkeypatch.setattr(sweep, "run", run)
     cfg = _one_arm(lr_grid=(1e-3, 3e-3, 1e-2), lr_extend=2, steps=10)
-    shapes = degree_sweep.plan(cfg)
+    shapes = plan.shapes(cfg)
     choice = _search(cfg, shapes, tmp_path, higher=True)
     c = choice[(192, "d=3")]
     assert calls == [3] and c["lr"] == 3e-3 and not c["at_edge"]
@@ -269,7 +271,7 @@ def test_tied_rates_choose_the_middle_and_do_not_extend(tmp_path, monkeypatch):
         return {s.id: {"status": "done", "metrics": {"val_metric": val[s.train.lr]}} for s in specs}
 
     monkeypatch.setattr(sweep, "run", scored)
-    at = {"k": lambda lr: degree_sweep._spec(cfg, *shapes[(192, "d=3")], lr, 0)}
+    at = {"k": lambda lr: plan.spec(cfg, *shapes[(192, "d=3")], lr, 0)}
     got = _trials.search_lr(at, (1e-3, 3e-3, 1e-2), 1, Store(tmp_path), "x", None, False, True)
     assert got["k"]["tried"] == pytest.approx([1e-3 / 3, 1e-3, 3e-3, 1e-2])
     assert got["k"]["lr"] == pytest.approx(1e-3 / 3) and got["k"]["at_edge"]
@@ -279,7 +281,7 @@ def test_a_single_rate_is_kept_and_reported_at_the_edge(tmp_path):
     """One rate is the user's fixed rate: nothing is searched around it, and the design check
     says the choice was not searched."""
     cfg = _one_arm(lr_grid=(1e-7,), steps=10)
-    choice = _search(cfg, degree_sweep.plan(cfg), tmp_path, higher=False)
+    choice = _search(cfg, plan.shapes(cfg), tmp_path, higher=False)
     assert choice[(192, "d=3")]["tried"] == [1e-7] and choice[(192, "d=3")]["at_edge"]
 
 
@@ -336,11 +338,11 @@ def test_budget_tol_lets_depth_mode_meet_budgets_no_width_meets_within_2_percent
         mode="depth", budgets=budgets, budget_tol=0.02, shape=replace(SHAPE, depth=2)
     )
     with pytest.raises(UserError, match="within 2%"):
-        degree_sweep.plan(strict)
+        plan.shapes(strict)
     cfg = degree_sweep.DegreeSweepConfig(
         mode="depth", budgets=budgets, budget_tol=0.15, shape=replace(SHAPE, depth=2)
     )
-    shapes = degree_sweep.plan(cfg)
+    shapes = plan.shapes(cfg)
     assert {s.depth for _, s in shapes.values()} == {2}
     assert all(abs(s.deviation) <= 0.15 for _, s in shapes.values())
     assert any(abs(s.deviation) > 0.02 for _, s in shapes.values())

@@ -100,7 +100,7 @@ def test_example_configs_resolve_and_plan(path):
     from blocklab.experiments import degree_sweep
 
     cfg = config.resolve(DegreeSweepConfig, DegreeSweepConfig(), str(path), {})
-    assert degree_sweep.plan(cfg)  # every (budget, arm) has a shape within the tolerance
+    assert degree_sweep.plan.shapes(cfg)  # every (budget, arm) has a shape within the tolerance
 
 
 def test_an_empty_flag_list_means_none():

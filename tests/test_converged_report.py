@@ -10,14 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-from blocklab.experiments.degree_sweep import (
-    SHAPE,
-    DegreeSweepConfig,
-    DegreeSweepTrials,
-    TrainConfig,
-)
+from blocklab.experiments.degree_sweep import SHAPE, DegreeSweepConfig, DegreeSweepTrials
 from blocklab.formatting import plain
 from blocklab.reports import degree_sweep
+from blocklab.specs import TrainConfig
 from test_capacity_fits import BUDGETS, fit_rows, referee_rows
 
 

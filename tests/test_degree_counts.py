@@ -13,11 +13,12 @@ import pytest
 
 from blocklab.analysis import capacity, counts
 from blocklab.analysis.stats import compare
-from blocklab.experiments import _degree_exact, degree_sweep
+from blocklab.experiments import degree_sweep
 from blocklab.experiments.degree_sweep import SHAPE, DegreeSweepConfig
+from blocklab.experiments.degree_sweep import exact as degree_exact
 from blocklab.formatting import plain
-from blocklab.reports import exact
-from blocklab.reports.capacity import capacity_json
+from blocklab.reports.degree_sweep import exact
+from blocklab.reports.degree_sweep.capacity import capacity_json
 from blocklab.theory import h
 
 DEGREE = {"d=2": 2.0, "d=3": 3.0, "d=4": 4.0, "mlp": None}
@@ -130,7 +131,7 @@ def test_exact_measures_match_their_closed_forms_at_width_3():
     """d = 2, 3, 4 at the budget they share (12 w^2: depths 6, 4, 3): separation rank d^p + 1 on
     two variables, exactly (over F_p); functional dimension per parameter 1 - (d-1) / (d w)."""
     cfg = DegreeSweepConfig()
-    got = _degree_exact.exact_measures(cfg, cfg.arms())
+    got = degree_exact.exact_measures(cfg, cfg.arms())
     for arm, depth in (("d=2", 6), ("d=3", 4), ("d=4", 3)):
         d = int(DEGREE[arm])
         assert got[arm]["depth"] == depth and got[arm]["params"] == 108
@@ -148,8 +149,8 @@ def test_every_cell_of_a_sweep_records_its_functional_count():
     """The poly cells of the demo's shape count P - (d-1) w L (no bias: a factor's rows rescale
     against another's), measured before any fit."""
     cfg = DegreeSweepConfig(depths=(1, 2), shape=replace(SHAPE, width=WIDTH))
-    shapes = degree_sweep.plan(cfg)
-    counts = _degree_exact.functional_counts(cfg, shapes, degree_sweep._spec)
+    shapes = degree_sweep.plan.shapes(cfg)
+    counts = degree_exact.functional_counts(cfg, shapes)
     for (budget, arm), got in counts.items():
         if DEGREE[arm] is None:
             assert got["functional_params"] <= budget

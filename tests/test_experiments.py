@@ -273,7 +273,7 @@ def test_degree_sweep_accepts_attention_arms():
         budget_tol=0.02,
         shape=replace(SHAPE, width=16),
     )
-    shapes = plan(cfg)
+    shapes = plan.shapes(cfg)
     degrees = {label: arm.degree for (_, label), (arm, _) in shapes.items()}
     assert degrees == {
         "quadratic_mixing": 2,
@@ -285,7 +285,7 @@ def test_degree_sweep_accepts_attention_arms():
     for _, shape in shapes.values():
         assert abs(shape.deviation) <= 0.02
     with pytest.raises(Exception, match="sequence"):
-        plan(DegreeSweepConfig(task="teacher", baselines=("softmax_attention",)))
+        plan.shapes(DegreeSweepConfig(task="teacher", baselines=("softmax_attention",)))
     assert parse_arm("poly_attention(n=2)").degree == 5
 
 

@@ -14,17 +14,16 @@ import torch
 from blocklab.cli.main import main
 from blocklab.engine import fit_plan, fit_timing
 from blocklab.errors import UserError
-from blocklab.experiments import _degree_plan
-from blocklab.experiments.degree_sweep import SHAPE, DegreeSweepConfig, _spec
+from blocklab.experiments.degree_sweep import SHAPE, DegreeSweepConfig, plan
 
 
 def _specs(width: int | None = None, **kw) -> list:
     shape = SHAPE if width is None else dataclasses.replace(SHAPE, width=width)
     cfg = DegreeSweepConfig(shape=shape, **kw)
-    shapes = _degree_plan.plan(cfg)
+    cells = plan.shapes(cfg)
     if cfg.staged:
-        return [s for _, s in _degree_plan.ladders(cfg, shapes, _spec)]
-    return [_spec(cfg, arm, shape, cfg.train.lr, 0) for arm, shape in shapes.values()]
+        return [s for _, s in plan.ladders(cfg, cells)]
+    return [plan.spec(cfg, arm, shape, cfg.train.lr, 0) for arm, shape in cells.values()]
 
 
 def test_the_estimate_reads_the_networks_count_and_grows_as_n_p_squared():
@@ -94,18 +93,17 @@ def test_the_command_refuses_it_in_one_line(monkeypatch, tmp_path, capsys):
 
 def test_a_referee_that_would_compare_lbfgs_with_itself_is_dropped(monkeypatch):
     cfg = DegreeSweepConfig(degrees=("3",), baselines=(), depths=(1, 8), seeds=1, ladder="off")
-    shapes = _degree_plan.plan(cfg)
-    planned = [({}, _spec(cfg, arm, shape, cfg.train.lr, 0)) for arm, shape in shapes.values()]
-    planned += [({"referee": True}, s) for s in _degree_plan.referees(cfg, shapes, _spec)]
+    cells = plan.shapes(cfg)
+    planned = plan.trials(cfg, cells, dict.fromkeys(cells, cfg.train.lr))
     assert len(planned) == 4
 
     def chosen(rate: float):
         monkeypatch.setattr(fit_plan, "gemm64", lambda device: rate)
-        return _degree_plan.optimizers(planned, None, progress=False)
+        return plan.optimizers(planned, None, None, progress=False)
 
-    # fast: both cells on Levenberg-Marquardt, each with its L-BFGS referee
-    assert [(bool(k), s.train.optimizer) for k, s in chosen(1e5)] == [
-        (False, "lm"), (False, "lm"), (True, "lbfgs"), (True, "lbfgs")
+    # fast: both cells on Levenberg-Marquardt, each with its L-BFGS referee, the largest first
+    assert [(bool(k), s.shape.depth, s.train.optimizer) for k, s in chosen(1e5)] == [
+        (False, 8, "lm"), (True, 8, "lbfgs"), (False, 1, "lm"), (True, 1, "lbfgs")
     ]  # fmt: skip
     # slow: the depth-8 cell moves to L-BFGS and loses its referee, the depth-1 cell keeps both
     # at 1 GFLOP/s an iteration takes t seconds, so at t / 2 GFLOP/s it takes 2 s: a rate

@@ -10,7 +10,7 @@ import pytest
 
 from blocklab.analysis.pilot import GPU_OVER_CORE, pilot
 from blocklab.experiments.degree_sweep import DegreeSweepConfig
-from blocklab.reports.pilot import pilot_json, pilot_lines
+from blocklab.reports.degree_sweep.pilot import pilot_json, pilot_lines
 
 
 def _row(arm, budget, teacher, seed, log_loss, seconds=10.0):

@@ -20,8 +20,8 @@ from blocklab.cli.main import build_parser
 from blocklab.experiments.degree_sweep import EXPERIMENT, DegreeSweep, DegreeSweepTrials
 from blocklab.formatting import config_json
 from blocklab.reports import degree_sweep, html, markdown
-from blocklab.reports.capacity import detail, digits
-from blocklab.reports.multipliers import STATUS_WIDTH, status_line
+from blocklab.reports.degree_sweep.capacity import detail, digits
+from blocklab.reports.degree_sweep.multipliers import STATUS_WIDTH, status_line
 from blocklab.rundir import RunDir
 from test_capacity import _choice, _rows
 from test_capacity_fits import BUDGETS, fit_rows

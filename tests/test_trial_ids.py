@@ -103,7 +103,7 @@ def test_a_new_shape_switch_is_a_flag_and_a_config_key_that_reaches_the_trial(tm
     import argparse
 
     from blocklab import config
-    from blocklab.experiments.degree_sweep import SHAPE, DegreeSweepConfig, _spec, plan
+    from blocklab.experiments.degree_sweep import SHAPE, DegreeSweepConfig, plan
 
     @dataclasses.dataclass(frozen=True)
     class GatedSweep(DegreeSweepConfig):
@@ -118,6 +118,8 @@ def test_a_new_shape_switch_is_a_flag_and_a_config_key_that_reaches_the_trial(tm
     toml.write_text("[shape]\ngate = true\n")
     for path, given in ((None, flags), (str(toml), {})):
         cfg = config.resolve(GatedSweep, GatedSweep(), path, given)
-        specs = [_spec(cfg, arm, shape, 0.01, 0) for arm, shape in plan(cfg).values()]
+        specs = [plan.spec(cfg, arm, shape, 0.01, 0) for arm, shape in plan.shapes(cfg).values()]
         assert specs and all(s.shape.gate for s in specs)
-    assert not _spec(GatedSweep(), *next(iter(plan(GatedSweep()).values())), 0.01, 0).shape.gate
+    assert not plan.spec(
+        GatedSweep(), *next(iter(plan.shapes(GatedSweep()).values())), 0.01, 0
+    ).shape.gate

@@ -30,7 +30,7 @@ class Change:
 
 
 @dataclass(frozen=True)
-class Check:  # a subclass holds what the check measured; `reports/capacity.py` words it
+class Check:  # a subclass holds what the check measured; `reports/degree_sweep/capacity` words it
     name: str
     passed: bool
 

@@ -97,6 +97,21 @@ class Executor:
         raise NotImplementedError
 
 
+@contextlib.contextmanager
+def worker_threads(threads: int):
+    """This process at a worker's torch thread count while inside, the count before restored
+    after: for work run here as a worker would run it (a trial that needs no pool, or a fit's
+    cost timed at the rate a worker will see)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def _call(fn: Callable, item: Any, device: str, threads: int, plugins: tuple[str, ...] = ()) -> Any:
     import torch
 
@@ -114,16 +129,9 @@ class LocalExecutor(Executor):
         first = list(itertools.islice(items, 2 if self.workers > 1 else 0))
         threads = self.options.get("threads", 1)
         if self.workers <= 1 or len(first) <= 1:
-            import torch
-
-            before = torch.get_num_threads()
             for i, item in enumerate(itertools.chain(first, items)):
-                # as in a pool worker: results do not depend on workers
-                torch.set_num_threads(threads)
-                try:
+                with worker_threads(threads):  # as in a pool worker: results do not depend on it
                     result = fn(item, device)
-                finally:
-                    torch.set_num_threads(before)
                 yield i, result
             return
         check_main_importable()  # before any worker starts: a worker that cannot import it hangs
@@ -376,6 +384,11 @@ class Resources:
     executor: str = "local"
     executor_options: dict[str, str] = field(default_factory=dict)
     plugins: tuple[str, ...] = ()
+
+    @property
+    def threads(self) -> int:
+        """The torch threads each worker runs with."""
+        return int(self.executor_options.get("threads", 1))
 
     def __post_init__(self):
         for name in ("workers", "ensemble"):

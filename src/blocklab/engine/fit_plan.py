@@ -23,13 +23,16 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import torch
 
 from blocklab.engine.fit_timing import adam_step, lm_iteration, sync
 from blocklab.engine.progress import minutes
 from blocklab.errors import UserError
+
+if TYPE_CHECKING:
+    from blocklab.engine.executors import Resources
 
 # past this a Levenberg-Marquardt iteration leaves its fit to L-BFGS: 1,024 iterations of 2 s
 # are over half an hour per restart (P of about 1,500 at N = 32,768 at 50 GFLOP/s), where
@@ -144,6 +147,19 @@ def _secs(x: float) -> str:
 
 def _size(b: float) -> str:
     return f"{b / 2**30:.1f} GB" if b >= 2**30 else f"{b / 2**20:.0f} MB"
+
+
+def choose_for(specs: Sequence[Any], resources: Resources | None, say: bool) -> list[Any]:
+    """`choose` for a sweep's resources (None: the defaults): on its device, for its workers,
+    timed at the thread count each worker runs with (`executors.worker_threads`); the line to
+    stderr when `say`."""
+    from blocklab.engine.devices import device_name
+    from blocklab.engine.executors import Resources, worker_threads
+
+    resources = resources or Resources()
+    with worker_threads(resources.threads):
+        device = device_name(resources.device)
+        return choose(specs, device, resources.workers, out=sys.stderr if say else None)
 
 
 def choose(

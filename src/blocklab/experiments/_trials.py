@@ -134,6 +134,27 @@ def rung_rows(
     return out
 
 
+def choose_rates(
+    cfg: Any,
+    at: dict[tuple[Hashable, ...], Callable[[float], TrialSpec]],
+    expected: int,
+    store: Store,
+    experiment: str,
+    resources: Resources | None,
+    bar: Progress,
+    higher: bool,
+) -> tuple[dict[tuple[Hashable, ...], float], dict[str, dict[str, Any]]]:
+    """Per key of `at` the best rate of the config's `lr_grid` on validation, extended up to its
+    `lr_extend` times (`search_lr`), and each key's choice under "part/part/..." (the name
+    reports and JSON give it). The `expected` trials that will run at the chosen rates are in the
+    display's ETA from the first search trial on: their count does not hang on the rates."""
+    bar.expect(expected)
+    choice = search_lr(at, cfg.lr_grid, cfg.lr_extend, store, experiment, resources, bar, higher)
+    bar.expect(-expected)
+    named = {"/".join(map(str, key)): c for key, c in choice.items()}
+    return {key: c["lr"] for key, c in choice.items()}, named
+
+
 def run_searched(
     cfg: Any,
     at: dict[tuple[Hashable, ...], Callable[[float], TrialSpec]],
@@ -145,28 +166,19 @@ def run_searched(
     progress: bool | Progress,
     higher: bool,
 ) -> tuple[Trials, dict[str, dict[str, Any]]]:
-    """Search, then run: per key of `at` the best rate of the config's `lr_grid` on validation,
-    extended up to its `lr_extend` times (`search_lr`), then the (keys, spec) pairs `finals`
-    plans from {key: rate} (`run_planned`). Returns the trials and each key's choice under
-    "part/part/..." (the name reports and JSON give it)."""
-    # the seeds' count does not hang on the rates chosen: the display's ETA covers them from the
-    # first search trial on
+    """Search (`choose_rates`), then run the (keys, spec) pairs `finals` plans from
+    {key: rate} (`run_planned`). Returns the trials and each key's choice."""
     bar, own = display(progress)
-    expected = len(finals({key: cfg.lr_grid[0] for key in at}))
-    bar.expect(expected)
     try:
-        choice = search_lr(
-            at, cfg.lr_grid, cfg.lr_extend, store, experiment, resources, bar, higher
-        )
-        planned = finals({key: c["lr"] for key, c in choice.items()})
-        bar.expect(-expected)
+        expected = len(finals({key: cfg.lr_grid[0] for key in at}))
+        rates, choice = choose_rates(cfg, at, expected, store, experiment, resources, bar, higher)
         trials = run_planned(
-            planned, store, experiment, resources=resources, progress=bar, label="seeds"
+            finals(rates), store, experiment, resources=resources, progress=bar, label="seeds"
         )
     finally:
         if own:
             bar.close()
-    return trials, {"/".join(map(str, key)): c for key, c in choice.items()}
+    return trials, choice
 
 
 def row(spec: TrialSpec, rec: dict[str, Any], **keys: Any) -> dict[str, Any]:

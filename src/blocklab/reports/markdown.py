@@ -130,3 +130,16 @@ def report(
     """The report of an experiment that tests predictions: report.md (`write`, with `sections`)
     and its findings as the command prints them (`findings_report`, with `extra`)."""
     return findings_report(write(out_dir, cfg, **sections), result, **(extra or {}))
+
+
+def criterion(rule: str, tol: float) -> str:
+    """The plateau criterion (`analysis.capacity.plateau_rule`) in words."""
+    if rule == "wsd":
+        return (
+            f"the annealed validation loss of the run of half the steps lies < {tol:g} above "
+            "the full run's: doubling the steps gained less than that"
+        )
+    return (
+        f"smoothed validation loss fell by < {tol:g} of its final value over the last quarter "
+        "of training"
+    )

@@ -14,9 +14,8 @@ from blocklab.analysis.match import KEYS, power_json, tests
 from blocklab.analysis.summary import summarize
 from blocklab.formatting import markdown_table, number
 from blocklab.reports import Findings, Report, Status, markdown
-from blocklab.reports.capacity import criterion
 from blocklab.reports.figures import lines_plot
-from blocklab.reports.markdown import require_finished, results_table
+from blocklab.reports.markdown import criterion, require_finished, results_table
 
 QUESTION = (
     "Seed 002: standard attention represents Match2 with O(1) embedding dimension but needs "

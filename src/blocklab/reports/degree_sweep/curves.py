@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from blocklab.reports.plots import colors, save
+from blocklab.reports.degree_sweep.plots import colors, save
 from blocklab.theory import predicted_multiplier
 
 

@@ -1,43 +1,94 @@
-"""What the degree sweep plans before it fits: every (budget, arm) shape (`plan`), the depth
-ladder's trials (`ladders`), the referees' (`referees`), the rank of every arm's input
-Jacobian (`input_ranks`), whether every arm's ladder continues (`check_ladders`) and each fit's
-optimizer from its cost (`optimizers`)."""
+"""What the degree sweep plans from its config before it fits: every (budget, arm) shape
+(`shapes`), a cell's trial (`spec`), the trials a run fits (`trials`: a depth ladder's, or every
+cell's at its rate with the referees'), the rates (`rates`: searched for Adam, the config's for a
+fit), the rank of every arm's input Jacobian (`input_ranks`), whether every arm's ladder
+continues (`check_ladders`) and each fit's optimizer from its cost (`optimizers`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import functools
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from blocklab.errors import UserError
-from blocklab.experiments import Trials
+from blocklab.experiments import _trials
+from blocklab.experiments.degree_sweep.config import DegreeSweepConfig
+from blocklab.specs import TrialSpec
 
 if TYPE_CHECKING:
     from blocklab.budget import Shape
-    from blocklab.specs import Arm, TrialSpec
+    from blocklab.engine.executors import Resources
+    from blocklab.engine.progress import Progress
+    from blocklab.specs import Arm
+    from blocklab.store import Store
     from blocklab.tasks import Task
 
-
-@dataclass
-class DegreeSweepTrials(Trials):
-    # rows: one per final trial (done or diverged); failed: the final trials that raised.
-    # "budget/arm" -> the chosen lr, the rates tried with their validation scores, and whether
-    # the choice still lies at an edge of what was tried (empty for second-order fits)
-    lr_choice: dict[str, dict[str, Any]]
-    # second-order fits: each cell's first trial fitted by the other optimizer (`referee`)
-    referee: list[dict[str, Any]] = field(default_factory=list)
-    # arm -> the rank of its input Jacobian before any fit, and the task's input dimension
-    # (`input_ranks`); empty for token tasks
-    input_rank: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # arm -> its exact per-parameter measures at the run's width (`_degree_exact`)
-    exact: dict[str, dict[str, Any]] = field(default_factory=dict)
+Cells = dict[tuple[int, str], tuple["Arm", "Shape"]]  # (budget, arm label) -> (arm, shape)
+Planned = list[tuple[dict[str, Any], TrialSpec]]  # (row keys, trial)
 
 
-def ladders(cfg, shapes, spec) -> list[tuple[dict[str, Any], TrialSpec]]:
+def spec(
+    cfg: DegreeSweepConfig, arm: Arm, shape: Shape, lr: float, seed: int, teacher: int = 0
+) -> TrialSpec:
+    """A cell's trial: the config's shape at the cell's depth and width, its fit at rate `lr`,
+    initialized by `seed`, fitting target `teacher`."""
+    return TrialSpec(
+        task=cfg.task,
+        task_options=dict(cfg.task_options),
+        arm=arm,
+        budget=shape.budget,
+        shape=replace(
+            cfg.shape,
+            depth=shape.depth,
+            width=shape.width,
+            bias=cfg.bias(arm),
+            scaled_residual=cfg.shape.scaled_residual and cfg.shape.residual,
+        ),
+        train=replace(cfg.train, lr=lr),
+        seed=seed,
+        data_seed=teacher,
+    )
+
+
+def rates(
+    cfg: DegreeSweepConfig,
+    cells: Cells,
+    store: Store,
+    experiment: str,
+    resources: Resources | None,
+    bar: Progress,
+    higher: bool,
+) -> tuple[dict[tuple[int, str], float], dict[str, dict[str, Any]]]:
+    """Each cell's rate and the search's record under "budget/arm": under Adam the best of
+    lr_grid on validation with seed 0 and teacher 0 (`_trials.choose_rates`); a fit reads the
+    config's (its warm start's), with nothing searched."""
+    if cfg.train.second_order:
+        return {key: cfg.train.lr for key in cells}, {}
+    at = {key: functools.partial(spec, cfg, *cells[key], seed=0) for key in cells}
+    every = len(trials(cfg, cells, {key: cfg.lr_grid[0] for key in cells}))
+    return _trials.choose_rates(cfg, at, every, store, experiment, resources, bar, higher)
+
+
+def trials(cfg: DegreeSweepConfig, cells: Cells, lr: dict[tuple[int, str], float]) -> Planned:
+    """What a run fits: each arm's depth ladder per (teacher, seed) when staged (`ladders`),
+    else every cell per (teacher, seed) at its rate, and the referees of a fit's cells."""
+    if cfg.staged:
+        return ladders(cfg, cells)
+    planned = [
+        ({}, spec(cfg, arm, shape, lr[key], seed, teacher))
+        for key, (arm, shape) in cells.items()
+        for teacher in range(cfg.teachers)
+        for seed in range(cfg.seeds)
+    ]
+    return planned + [({"referee": True}, s) for s in referees(cfg, cells)]
+
+
+def ladders(cfg: DegreeSweepConfig, cells: Cells) -> Planned:
     """One trial per (arm, teacher, seed): the arm's depths over the budgets, climbed in turn
     (`converge.fit_ladder`), each depth's row under its nominal budget. Every rung keeps the
-    width, which continuation needs. `spec(cfg, arm, shape, lr, seed, teacher)` makes a trial."""
+    width, which continuation needs."""
     by_arm: dict[str, list[tuple[int, Arm, Shape]]] = {}
-    for (budget, label), (arm, shape) in shapes.items():
+    for (budget, label), (arm, shape) in cells.items():
         by_arm.setdefault(label, []).append((budget, arm, shape))
     planned = []
     for label, rungs in by_arm.items():
@@ -59,11 +110,10 @@ def ladders(cfg, shapes, spec) -> list[tuple[dict[str, Any], TrialSpec]]:
     return planned
 
 
-def input_ranks(cfg, shapes, spec) -> dict[str, dict[str, Any]]:
+def input_ranks(cfg: DegreeSweepConfig, cells: Cells) -> dict[str, dict[str, Any]]:
     """Per arm, the rank of its input Jacobian at initialization (seed 0, teacher 0) over the
     first test inputs, the lowest over its depths (`measures._jacobian`); a UserError before any
-    fit when an arm sees fewer directions than the task has inputs, naming the fix. `spec` as
-    for `ladders`."""
+    fit when an arm sees fewer directions than the task has inputs, naming the fix."""
 
     from blocklab.engine.trial import init_model, task_data
     from blocklab.measures._jacobian import input_rank
@@ -73,7 +123,7 @@ def input_ranks(cfg, shapes, spec) -> dict[str, dict[str, Any]]:
         return {}
     sample = data.test.x[: max(256, 4 * data.test.x[0].numel())]
     out: dict[str, dict[str, Any]] = {}
-    for arm, shape in shapes.values():
+    for arm, shape in cells.values():
         model = init_model(spec(cfg, arm, shape, cfg.train.lr, 0), data, "cpu", 0)
         seen = input_rank(model, sample)
         if not seen.rows:  # its outputs overflowed at initialization: nothing to read
@@ -104,11 +154,11 @@ def input_ranks(cfg, shapes, spec) -> dict[str, dict[str, Any]]:
     return out
 
 
-def check_ladders(cfg, shapes, spec) -> None:
+def check_ladders(cfg: DegreeSweepConfig, cells: Cells) -> None:
     """Before any fit of a staged run: every arm continues as its depth ladder will continue it
     (`checks.blocks.check_ladder`, the contract check `blocklab check` runs on every per-token
     block), at the run's width, norm and residual scaling, on the first test inputs; else a
-    UserError naming the arm and --ladder off. `spec` as for `ladders`."""
+    UserError naming the arm and --ladder off."""
     if not cfg.staged:
         return
     from blocklab.checks.blocks import check_ladder
@@ -116,7 +166,7 @@ def check_ladders(cfg, shapes, spec) -> None:
 
     data = task_data(cfg.task, cfg.task_options, 0)
     sample = data.test.x[:256]
-    arms = {arm.label: (arm, shape) for arm, shape in shapes.values()}
+    arms = {arm.label: (arm, shape) for arm, shape in cells.values()}
     for label, (arm, shape) in arms.items():
         one = spec(cfg, arm, shape, cfg.train.lr, 0)
 
@@ -126,14 +176,15 @@ def check_ladders(cfg, shapes, spec) -> None:
         check_ladder(make, sample, label if arm.degrees else f"block {label}")
 
 
-def plan(cfg, task: Task | None = None) -> dict[tuple[int, str], tuple[Arm, Shape]]:
+def shapes(cfg: DegreeSweepConfig, task: Task | None = None) -> Cells:
     """Solve every (budget, arm) shape up front, so that a bad budget fails before any training.
     `task`: the config's task where the caller has built it already."""
     from blocklab import budget as budgets
     from blocklab.models import block_params, mixes_tokens
     from blocklab.tasks import make_task
 
-    shapes, arms = {}, cfg.arms()
+    cells: Cells = {}
+    arms = cfg.arms()
     seq_len = (task or make_task(cfg.task, **cfg.task_options)).seq_len
     for arm in arms:
         if mixes_tokens(arm) and seq_len is None:
@@ -142,13 +193,13 @@ def plan(cfg, task: Task | None = None) -> dict[tuple[int, str], tuple[Arm, Shap
         for arm in arms:
             for depth in sorted(cfg.depths):
                 count = block_params(
-                    arm, depth, cfg.shape.width, bias_of(cfg, arm), cfg.shape.ff, seq_len
+                    arm, depth, cfg.shape.width, cfg.bias(arm), cfg.shape.ff, seq_len
                 )
-                shapes[(count, arm.label)] = (
+                cells[(count, arm.label)] = (
                     arm,
                     budgets.Shape(depth, cfg.shape.width, count, count),
                 )
-        return shapes
+        return cells
     for b in cfg.budgets:
         for arm in arms:
             shape = budgets.solve(
@@ -157,22 +208,17 @@ def plan(cfg, task: Task | None = None) -> dict[tuple[int, str], tuple[Arm, Shap
                 mode=cfg.mode,
                 width=cfg.shape.width,
                 depth=cfg.shape.depth,
-                bias=bias_of(cfg, arm),
+                bias=cfg.bias(arm),
                 ff=cfg.shape.ff,
                 seq_len=seq_len,
                 tol=cfg.budget_tol,
                 hint=f"widen --budget-tol or choose other --budgets or another --{cfg.mode}",
             )
-            shapes[(b, arm.label)] = (arm, shape)
-    return shapes
+            cells[(b, arm.label)] = (arm, shape)
+    return cells
 
 
-def bias_of(cfg, arm: Arm) -> bool:
-    # other blocks keep their own bias options; the polynomial family follows cfg.shape.bias
-    return cfg.shape.bias if arm.degrees else False
-
-
-def referees(cfg, shapes, spec) -> list[TrialSpec]:
+def referees(cfg: DegreeSweepConfig, cells: Cells) -> list[TrialSpec]:
     """Per cell, the first trial (teacher 0, seed 0) fitted by the other second-order optimizer
     from the same initialization (one restart, which is the trial's first) and training set, with
     the same iteration limit: each stops at its first doubling that gains less than the
@@ -183,40 +229,34 @@ def referees(cfg, shapes, spec) -> list[TrialSpec]:
         return []
     other = "lbfgs" if cfg.train.optimizer == "lm" else "lm"
     train = replace(cfg.train, optimizer=other, restarts=1)
-    cells = [spec(cfg, arm, shape, cfg.train.lr, 0) for arm, shape in shapes.values()]
-    return [replace(s, train=train) for s in cells]
+    firsts = [spec(cfg, arm, shape, cfg.train.lr, 0) for arm, shape in cells.values()]
+    return [replace(s, train=train) for s in firsts]
 
 
-def optimizers(planned, resources, progress: bool):
-    """The planned (keys, spec) fits with each one's optimizer chosen from its estimated cost on
-    the device in use (`engine.fit_plan.choose`), said on stderr unless quiet; `resources` the
-    sweep's (None: the defaults)."""
-    import sys
+def optimizers(planned: Planned, store: Store, resources: Resources | None, progress: bool):
+    """The planned fits with each one's optimizer chosen from its estimated cost where the
+    sweep's workers run (`engine.fit_plan.choose_for`), the largest first, said on stderr when
+    `progress` and something is left to fit (a rerun that re-analyses fits none); Adam trials
+    as they are."""
+    from blocklab.engine.fit_plan import choose_for
+    from blocklab.engine.sweep import left_to_run
 
-    import torch
-
-    from blocklab.engine import fit_plan
-    from blocklab.engine.devices import device_name
-    from blocklab.engine.executors import Resources
-
-    resources = resources or Resources()
-    threads = int(resources.executor_options.get("threads", 1))
-    device = device_name(resources.device)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)  # the rate a worker of that many threads sees
-    try:
-        specs = fit_plan.choose(
-            [s for _, s in planned], device, resources.workers, out=sys.stderr if progress else None
-        )
-    finally:
-        torch.set_num_threads(before)
-    chosen = [(keys, spec) for (keys, _), spec in zip(planned, specs, strict=True)]
+    specs = [s for _, s in planned]
+    if not any(s.train.second_order for s in specs):
+        return planned
+    say = progress and bool(left_to_run(specs, store))
+    chosen = [
+        (keys, s) for (keys, _), s in zip(planned, choose_for(specs, resources, say), strict=True)
+    ]
     # a referee refits a cell by the other optimizer: where the cell's own fit moved to
     # L-BFGS as well, it would compare L-BFGS with itself, and is dropped
     mains = {(s.arm.label, s.budget): s.train.optimizer for k, s in chosen if not k.get("referee")}
-    return [
+    kept = [
         (keys, spec)
         for keys, spec in chosen
         if not keys.get("referee")
         or mains.get((spec.arm.label, spec.budget)) != spec.train.optimizer
     ]
+    # a fit's cost grows as N P^2 = O(P^3), so two workers that start on the dearest fits
+    # finish together instead of one waiting on a late large fit
+    return sorted(kept, key=lambda keyed: -keyed[1].budget)

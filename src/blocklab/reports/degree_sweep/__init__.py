@@ -13,7 +13,8 @@ from typing import Any
 
 from blocklab.analysis.capacity import CapacityResult, Invocation, Outcome
 from blocklab.analysis.capacity import analyze as analyze_capacity
-from blocklab.analysis.pilot import Pilot, pilot
+from blocklab.analysis.pilot import Pilot
+from blocklab.analysis.pilot import pilot as measure_spreads
 from blocklab.analysis.stats import (
     TEST,
     Summary,
@@ -27,23 +28,24 @@ from blocklab.engine.progress import current
 from blocklab.engine.provenance import provenance
 from blocklab.experiments.degree_sweep import EXPERIMENT, DegreeSweep
 from blocklab.formatting import config_json, markdown_table, plain, short, with_spread
-from blocklab.reports import Report, Status, exact, plots, referee
-from blocklab.reports.capacity import (
+from blocklab.reports import Report, Status
+from blocklab.reports.degree_sweep import exact, plots, referee
+from blocklab.reports.degree_sweep.capacity import (
     capacity_json,
     capacity_section,
     check_lines,
     converged_line,
 )
-from blocklab.reports.capacity_plots import efficiency, fit_curves, scaling_curves
-from blocklab.reports.degree_theory import question, theory_section
-from blocklab.reports.markdown import failures, require_finished
-from blocklab.reports.multipliers import (
+from blocklab.reports.degree_sweep.curves import efficiency, fit_curves, scaling_curves
+from blocklab.reports.degree_sweep.multipliers import (
     multiplier_lines,
     next_lines,
     other_count_lines,
     status_line,
 )
-from blocklab.reports.pilot import pilot_json, pilot_lines
+from blocklab.reports.degree_sweep.pilot import pilot_json, pilot_lines
+from blocklab.reports.degree_sweep.theory import question, theory_section
+from blocklab.reports.markdown import failures, require_finished
 from blocklab.reports.verdicts import claim, verdict_json
 from blocklab.rundir import RunDir
 
@@ -245,7 +247,7 @@ class Result:
     referee: list[dict[str, Any]] = field(default_factory=list)
     # arm -> the rank of its input Jacobian measured before the fits (`input_ranks`)
     input_rank: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # arm -> its exact per-parameter measures at the run's width (`_degree_exact`)
+    # arm -> its exact per-parameter measures at the run's width (`exact`)
     exact: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -272,7 +274,7 @@ def analyze(cfg, trials, command: str | None = None) -> Result:
         count=cfg.count,
     )
     seen = getattr(trials, "input_rank", {})
-    spreads = pilot(trials.rows, cap.model, cap.decision.units_for_3pct)
+    spreads = measure_spreads(trials.rows, cap.model, cap.decision.units_for_3pct)
     return Result(
         trials.rows, trials.lr_choice, trials.failed, tables, cap, spreads, refitted, seen,
         getattr(trials, "exact", {}),

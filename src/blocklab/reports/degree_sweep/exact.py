@@ -1,6 +1,6 @@
-"""The degree sweep's exact measures in words (`experiments._degree_exact`): a table of each arm's
-exact separation rank and functional dimension per parameter beside their closed forms, and the
-orderings the status line states beside the trained result."""
+"""The degree sweep's exact measures in words (`experiments.degree_sweep.exact`): a table of
+each arm's exact separation rank and functional dimension per parameter beside their closed
+forms, and the orderings the status line states beside the trained result."""
 
 from __future__ import annotations
 

@@ -21,6 +21,9 @@ from dataclasses import replace
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
+from blocklab.experiments.degree_sweep.config import DegreeSweepConfig
+from blocklab.experiments.degree_sweep.plan import Cells, spec
+
 if TYPE_CHECKING:
     from blocklab.specs import Arm
 
@@ -31,17 +34,18 @@ MAX_FUNCTIONAL = 1024
 VARIABLES = 2  # the separation rank's closed form (d^p + 1) holds for two scalar variables
 
 
-def functional_counts(cfg, shapes, spec) -> dict[tuple[int, str], dict[str, Any]]:
+def functional_counts(
+    cfg: DegreeSweepConfig, cells: Cells
+) -> dict[tuple[int, str], dict[str, Any]]:
     """Per (budget, arm): the functional dimension of the cell's network at initialization
     (seed 0, teacher 0) over its budgeted parameters, on the task's first test inputs (at least
-    four rows per parameter and output). `spec(cfg, arm, shape, lr, seed)` makes the cell's
-    trial, as for `_degree_plan.ladders`."""
+    four rows per parameter and output)."""
     from blocklab.engine.trial import init_model, task_data
     from blocklab.measures.functional import enough_inputs, functional_dimension
 
     data = task_data(cfg.task, cfg.task_options, 0)
     out: dict[tuple[int, str], dict[str, Any]] = {}
-    for key, (arm, shape) in shapes.items():
+    for key, (arm, shape) in cells.items():
         if shape.block_params > MAX_FUNCTIONAL:
             out[key] = {"functional_params": None, "params": shape.block_params, "saturated": None}
             continue
@@ -66,14 +70,13 @@ def _common_depths(degrees: list[int]) -> dict[int, int]:
     return {d: lcm // d for d in degrees}
 
 
-def exact_measures(cfg, arms: list[Arm]) -> dict[str, dict[str, Any]]:
+def exact_measures(cfg: DegreeSweepConfig, arms: list[Arm]) -> dict[str, dict[str, Any]]:
     """Per arm at the run's width: its functional dimension per nominal parameter (the run's
     shape: norm, residual, bias; on as many inputs as the width) with the closed form
     1 - (d-1) / (d w) for a poly arm, and for
     integer-degree arms the exact separation rank on two variables at the budget they share
     (`_common_depths`), the natural log of that rank per parameter and seed 000's d^p + 1."""
     from blocklab.budget import functional_params
-    from blocklab.experiments._degree_plan import bias_of
     from blocklab.experiments._seprank import ANALYZED, build_net
     from blocklab.measures.exact_rank import exact_grid_rank
     from blocklab.models import block_params
@@ -87,7 +90,7 @@ def exact_measures(cfg, arms: list[Arm]) -> dict[str, dict[str, Any]]:
         d = int(arm.degrees[0]) if _integer_degree(arm) else None
         # the functional count's depth: the shared budget's for integer arms; the others near it
         depth = depths[d] if d else _depth_near(arm, cfg, budget)
-        shape = replace(cfg.shape, depth=depth, bias=bias_of(cfg, arm))
+        shape = replace(cfg.shape, depth=depth, bias=cfg.bias(arm))
         # as many inputs as the width: fewer would starve the first layer's rows, and the count
         # would measure the inputs rather than the architecture (width 8 on 2 inputs: 25 of 128)
         nominal = block_params(arm, depth, width, shape.bias, shape.ff, None)
@@ -123,12 +126,11 @@ def _integer_degree(arm: Arm) -> bool:
     return arm.block == "poly" and len(arm.degrees) == 1 and float(arm.degrees[0]).is_integer()
 
 
-def _depth_near(arm: Arm, cfg, budget: int | None) -> int:
+def _depth_near(arm: Arm, cfg: DegreeSweepConfig, budget: int | None) -> int:
     """The depth whose block count comes closest to `budget` (None: the run's deepest)."""
-    from blocklab.experiments._degree_plan import bias_of
     from blocklab.models import block_params
 
     if budget is None:
         return max(cfg.depths or (cfg.shape.depth,))
-    per_layer = block_params(arm, 1, cfg.shape.width, bias_of(cfg, arm), cfg.shape.ff, None)
+    per_layer = block_params(arm, 1, cfg.shape.width, cfg.bias(arm), cfg.shape.ff, None)
     return max(1, round(budget / per_layer))

@@ -1,36 +1,17 @@
-"""Seed 000's experiment: networks of degree-d layers at equal parameter budgets, over seeds.
-
-It measures capacity: what a network of each degree can fit at each budget. Every arm and seed
-fits the same target (teacher 0; `teachers` K repeats the whole comparison on K independent
-targets), seeds vary initialization and batches, and generative tasks draw fresh examples every
-step, so a test loss is approximation plus optimization error and arms pair on one problem.
-
-For every (budget, arm) a learning rate is chosen from a grid on the validation split with the
-first seed and teacher (one fixed rate across degrees would favour whichever degree it suits);
-when the best rate lies at an edge of the grid the grid is extended past it and searched again,
-up to `lr_extend` times. Then every (teacher, seed) trains at that rate and is scored on the test
-split. The report (`blocklab.reports.degree_sweep`) turns the rows into summaries, paired tests,
-and with `blocklab.analysis.capacity` design checks, scaling fits and a verdict.
-"""
+"""The degree sweep's config: what a run compares (degrees and baselines, at budgets or depths),
+how each trial fits, and which of its keys a run does not read as it stands (`unused`). Its forms:
+the quick defaults, `demo()` (`blocklab demo`) and `pilot()`."""
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from blocklab.errors import UserError
-from blocklab.experiments import EXPERIMENTS, Command, Experiment, _degree_plan, _trials
-from blocklab.experiments._degree_plan import DegreeSweepTrials, bias_of, plan
+from blocklab.experiments import _trials
 from blocklab.options import meta, validate
-from blocklab.specs import Arm, NetShape, TrainConfig, TrialSpec
-from blocklab.store import Store
+from blocklab.specs import Arm, NetShape, TrainConfig
 
-if TYPE_CHECKING:
-    from blocklab.budget import Shape
-    from blocklab.engine.executors import Resources
-
-EXPERIMENT = "degree-sweep"
 DEMO_BUDGET_TOLERANCE = 0.2
 
 
@@ -273,116 +254,7 @@ class DegreeSweepConfig:
             raise UserError(f"an arm is listed twice: {', '.join(labels)}")
         return arms
 
-
-def _spec(cfg: DegreeSweepConfig, arm: Arm, shape: Shape, lr: float, seed: int, teacher: int = 0):
-    return TrialSpec(
-        task=cfg.task,
-        task_options=dict(cfg.task_options),
-        arm=arm,
-        budget=shape.budget,
-        shape=replace(
-            cfg.shape,
-            depth=shape.depth,
-            width=shape.width,
-            bias=bias_of(cfg, arm),
-            scaled_residual=cfg.shape.scaled_residual and cfg.shape.residual,
-        ),
-        train=replace(cfg.train, lr=lr),
-        seed=seed,
-        data_seed=teacher,
-    )
-
-
-def search_at(cfg: DegreeSweepConfig, shapes) -> dict[tuple[int, str], Any]:
-    """Per (budget, arm): its trial at a given rate with seed 0 and teacher 0."""
-    return {key: functools.partial(_spec, cfg, *shapes[key], seed=0) for key in shapes}
-
-
-def run(
-    cfg: DegreeSweepConfig,
-    store: Store,
-    *,
-    resources: Resources | None = None,
-    progress: bool = True,
-) -> DegreeSweepTrials:
-    from blocklab.engine.sweep import left_to_run
-    from blocklab.experiments import _degree_exact
-    from blocklab.tasks import make_task
-
-    task = make_task(cfg.task, **cfg.task_options)
-    shapes, higher = plan(cfg, task), task.higher_is_better
-    seen = _degree_plan.input_ranks(cfg, shapes, _spec)  # before any fit: a hidden input is refused
-    _degree_plan.check_ladders(cfg, shapes, _spec)  # and a block its ladder cannot continue
-    # each row gets its cell's functional count beside the nominal one, measured before any fit
-    counted = functools.partial(
-        _degree_exact.with_counts, _degree_exact.functional_counts(cfg, shapes, _spec)
-    )
-    exact = _degree_exact.exact_measures(cfg, cfg.arms())
-
-    def finals(rates: dict[tuple[int, str], float]) -> list[tuple[dict[str, Any], TrialSpec]]:
-        return [
-            ({}, _spec(cfg, arm, shape, rates[key], seed, teacher))
-            for key, (arm, shape) in shapes.items()
-            for teacher in range(cfg.teachers)
-            for seed in range(cfg.seeds)
-        ]
-
-    if cfg.staged:
-        planned = _degree_plan.ladders(cfg, shapes, _spec)
-    elif cfg.train.second_order:  # no learning rate to search
-        planned = finals({key: cfg.train.lr for key in shapes})
-        planned += [({"referee": True}, s) for s in _degree_plan.referees(cfg, shapes, _spec)]
-    if cfg.train.second_order:
-        # the plan said only where something is left to fit: a rerun that re-analyses fits none
-        left = bool(left_to_run([s for _, s in planned], store))
-        planned = _degree_plan.optimizers(planned, resources, progress and left)
-        # the largest first: a fit's cost grows as N P^2 = O(P^3), so two workers that start on
-        # the dearest fits finish together instead of one waiting on a late large fit
-        planned.sort(key=lambda keyed: -keyed[1].budget)
-        trials = _trials.run_planned(
-            planned, store, EXPERIMENT, resources=resources, progress=progress, label="fits"
-        )
-        rows = counted([r for r in trials.rows if not r.get("referee")])
-        referee = [r for r in trials.rows if r.get("referee")]
-        return DegreeSweepTrials(rows, trials.failed, {}, referee, seen, exact)
-    at = search_at(cfg, shapes)
-    trials, lr_choice = _trials.run_searched(
-        cfg, at, finals, store, EXPERIMENT, resources=resources, progress=progress, higher=higher
-    )
-    return DegreeSweepTrials(
-        counted(trials.rows), trials.failed, lr_choice, input_rank=seen, exact=exact
-    )
-
-
-PILOT_TIME = (
-    "estimated, not measured: about 1.0 h on 2 CPU cores (the demo's 220 core-seconds per "
-    "(teacher, seed) unit at 2 chains, times 4 for 8 chains, times 8 units) and about 38 min on "
-    "one H100 or H200 (a ladder trial ran 3.1x faster on an H200 than on one CPU core)"
-)
-
-
-@EXPERIMENTS.register
-class DegreeSweep(Experiment):
-    Config = DegreeSweepConfig
-    run = staticmethod(run)
-    report = "blocklab.reports.degree_sweep"
-    forms = {"pilot": PILOT_TIME}
-    commands = (
-        Command(
-            "demo",
-            "the main job: seed 000's degree experiment, in minutes",
-            "runs/demo",
-            form="demo",
-            measured="5 min 51 s from a fresh clone (an AVX-512 machine)",
-        ),
-        Command(
-            "degree-sweep",
-            "degree-d networks at equal parameter budgets",
-            "runs/degree-sweep",
-            measured="10 min 5 s from a fresh clone (an AVX-512 machine)",
-        ),
-    )
-    task_options = True
-    # one learning rate is chosen per arm from lr_grid, so a single --lr would say nothing; arms
-    # compare at equal block budgets, which a flattened network is not counted by
-    no_flags = ("lr", "flatten")
+    def bias(self, arm: Arm) -> bool:
+        """Whether an arm's layers take biases: the polynomial family follows shape.bias, other
+        blocks keep their own bias options."""
+        return self.shape.bias if arm.degrees else False

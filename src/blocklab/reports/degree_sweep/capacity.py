@@ -1,6 +1,6 @@
 """The capacity part of the degree sweep's report (`blocklab.analysis.capacity`): design checks,
 verdict, test loss per budget, scaling fits and the parameter efficiency against d = 3, and for
-second-order fits the referee's comparison (the figures are in `capacity_plots`).
+second-order fits the referee's comparison (the figures are in `curves`).
 """
 
 import math
@@ -11,9 +11,9 @@ from blocklab.analysis.capacity import PREDICTED_EFFECT
 from blocklab.analysis.cells import Check
 from blocklab.formatting import markdown_table
 from blocklab.formatting import short as fmt
-from blocklab.reports import referee
-from blocklab.reports.loss_table import loss_table
-from blocklab.reports.multipliers import (
+from blocklab.reports.degree_sweep import referee
+from blocklab.reports.degree_sweep.loss_table import loss_table
+from blocklab.reports.degree_sweep.multipliers import (
     counts_json,
     inf_or,
     multiplier_json,
@@ -22,19 +22,7 @@ from blocklab.reports.multipliers import (
     other_count_lines,
     status_line,
 )
-
-
-def criterion(rule: str, tol: float) -> str:
-    """The plateau criterion (`analysis.capacity.plateau_rule`) in words."""
-    if rule == "wsd":
-        return (
-            f"the annealed validation loss of the run of half the steps lies < {tol:g} above "
-            "the full run's: doubling the steps gained less than that"
-        )
-    return (
-        f"smoothed validation loss fell by < {tol:g} of its final value over the last quarter "
-        "of training"
-    )
+from blocklab.reports.markdown import criterion
 
 
 def digits(values, limit: float, at_least: bool, least: int = 2) -> int:
