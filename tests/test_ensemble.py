@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,6 +13,7 @@ from torch import nn
 from blocklab.blocks import BLOCKS
 from blocklab.checks import label
 from blocklab.checks.blocks import cases
+from blocklab.engine import train as train_module
 from blocklab.engine import trial
 from blocklab.engine.ensemble import Ensemble, stackable, train_ensemble
 from blocklab.engine.train import train
@@ -97,6 +99,25 @@ def test_members_equal_training_alone_under_wsd():
         assert record["metrics"]["half_val_loss"] == pytest.approx(
             alone["metrics"]["half_val_loss"], rel=1e-4
         )
+
+
+def test_the_wsd_branch_leaves_the_members_as_they_were(monkeypatch):
+    """The ensemble takes `train`'s branch (`train.wsd_half_run`, where `train.half_run` says):
+    with it and without it, every member's run is the same to the bit, a member diverged before
+    the branch included."""
+    wsd = {"schedule": "wsd", "decay": 0.25, "eval_points": 12}
+    lrs = (3e-3, 1e4, 1e-2)
+    specs = [_spec("teacher", "3", seed, lr, **wsd) for seed, lr in enumerate(lrs)]
+    _, with_branch, _ = trial.train_group(specs, "cpu")
+    monkeypatch.setattr(train_module, "half_run", lambda cfg: None)
+    _, without, _ = trial.train_group(specs, "cpu")
+    assert [r.status for r in with_branch] == ["done", "diverged", "done"]
+    assert [r.half_val_loss is None for r in with_branch] == [False, True, False]
+    assert all(r.half_val_loss is None for r in without)
+    for a, b in zip(with_branch, without, strict=True):
+        assert (a.status, a.diverged_step, a.test_loss) == (b.status, b.diverged_step, b.test_loss)
+        for key in ("step", "train_loss", "val_loss"):  # the first train loss is NaN in both
+            np.testing.assert_array_equal(a.curves[key], b.curves[key])
 
 
 def test_shared_data_and_the_vmap_fallback_agree():

@@ -1,5 +1,6 @@
 """Training loop: convergence, repeatability, steps-to-threshold, divergence, schedule."""
 
+import itertools
 import math
 
 import numpy as np
@@ -10,7 +11,7 @@ from torch import nn
 import blocklab.engine.train
 from _specs import small_trial
 from blocklab.engine.monitor import plateau_improvement
-from blocklab.engine.train import evaluate, lr_factor, train
+from blocklab.engine.train import evaluate, half_run, lr_factor, train, wsd_half_run
 from blocklab.models import Net, parse_arm
 from blocklab.specs import NetShape, TrainConfig
 from blocklab.tasks.base import Split, TaskData
@@ -202,6 +203,51 @@ def test_the_half_run_leaves_the_full_run_as_it_was(monkeypatch):
     for key in ("step", "train_loss", "val_loss"):  # the first train loss is NaN in both
         np.testing.assert_array_equal(with_branch.curves[key], without.curves[key])
     assert with_branch.test_loss == without.test_loss
+
+
+def test_the_wsd_branch_replays_its_batches_stops_when_not_finite_and_puts_back():
+    """The one branch both loops take (`wsd_half_run`): at the branch step alone, on the batches
+    the run reads next (which it then reads again), at the half run's rates; it stops at the
+    first step that is not finite, and the state goes back even when scoring fails."""
+    cfg = TrainConfig(steps=40, schedule="wsd", decay=0.25, warmup=0.0)
+    first, end, half = half_run(cfg)
+    state, taken, records = {"steps": 0}, [], []
+
+    def branch(step, draw, finite=lambda n: True, score=lambda: state["steps"]):
+        def step_at(batch, factor):
+            taken.append((batch, factor))
+            state["steps"] += 1
+            return finite(state["steps"])
+
+        return wsd_half_run(
+            cfg,
+            step,
+            draw,
+            snapshot=lambda: dict(state),
+            restore=state.update,
+            step_at=step_at,
+            score=score,
+            record=records.append,
+        )
+
+    draw = iter(range(100))
+    assert branch(first - 1, draw) is draw and branch(first + 1, draw) is draw
+    assert not taken and not records
+    draw = branch(first, draw)
+    rates = [lr_factor(s, half) for s in range(first, end)]
+    assert taken == list(zip(range(end - first), rates, strict=True))
+    assert records == [end - first] and state == {"steps": 0}
+    assert list(itertools.islice(draw, 3)) == [0, 1, 2]  # the run reads them after the branch
+    taken.clear()
+    branch(first, iter(range(100)), finite=lambda n: n < 2)
+    assert len(taken) == 2 and records[-1] is None and state == {"steps": 0}
+
+    def fails():
+        raise RuntimeError("scoring failed")
+
+    with pytest.raises(RuntimeError, match="scoring failed"):
+        branch(first, iter(range(100)), score=fails)
+    assert state == {"steps": 0}
 
 
 def test_wsd_warmup_must_end_before_the_half_run_decays():

@@ -7,8 +7,9 @@ one fused AdamW pass per learning rate instead of E optimizers.
 
 Members differ in initialization, batches and data (their seeds) and in learning rate; all else is
 shared. Each member follows `train.train` step for step: the same batches, schedule, gradient
-clipping (per member) and divergence rule (a `monitor.TrialMonitor` per member), so its result
-equals training it alone to float tolerance (tests/test_ensemble.py). A member that diverges stops
+clipping (per member) and divergence rule (a `monitor.TrialMonitor` per member), through the same
+backward pass and wsd branch (`train.backward`, `train.wsd_half_run`), so its result equals
+training it alone to float tolerance (tests/test_ensemble.py). A member that diverges stops
 where it would alone and is left out of every later update, so its NaN reaches no other member.
 
 Two forward paths; results record which one ran:
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import itertools
 import time
 from collections.abc import Iterator
 
@@ -41,9 +41,16 @@ from torch.func import functional_call, vmap
 
 from blocklab.engine.monitor import DeviceMonitors, TrainResult, TrialMonitor
 from blocklab.engine.stacked import parent_of, stack_weights, stackable
-from blocklab.engine.train import EVAL_OUTPUTS, ONLINE_CHUNK, autocast, half_run, lr_factor
+from blocklab.engine.train import (
+    EVAL_OUTPUTS,
+    ONLINE_CHUNK,
+    autocast,
+    backward,
+    lr_factor,
+    wsd_half_run,
+)
 from blocklab.specs import TrainConfig
-from blocklab.tasks.base import Split, TaskData, member_losses, score_sums
+from blocklab.tasks.base import Split, TaskData, score_sums
 
 PATHS = ("auto", "stacked", "vmap")
 
@@ -316,48 +323,51 @@ def train_ensemble(
         for e in pending.alive:
             monitors[e].checkpoint(step, scores[e][0])
 
-    def backward(x: Tensor, y: Tensor, live: Tensor) -> tuple[Tensor, Tensor]:
-        """Every member's batch loss before the update (E,), and the gradient norms (E,) of
-        the members `live` marks whose loss is finite: the others get no gradient."""
-        with cast:
-            out = ens(x)  # (E, b, ...)
-        losses = member_losses(out.float(), y, kind)  # (E,)
-        opt.zero_grad()
-        torch.where(live & torch.isfinite(losses), losses, 0.0).sum().backward()
-        return losses, opt.grad_norms()
+    # the wsd branch (`wsd_half_run`) for every member at once, from the members live when it
+    # starts; one that goes non-finite is frozen there and scored None
+    branch_live = torch.ones_like(pending.live)  # (E,)
 
-    def half_run_losses(ahead) -> list[float | None]:
-        """`train.train`'s branch for every member at once: the half-length run's decay on the
-        batches ahead, each member's validation loss (None where it went non-finite), then
-        parameters and optimizer state put back."""
-        first, end, half = branch
-        snap = opt.snapshot()
-        live = pending.live.clone()
-        for s in range(first, end):
-            losses, norms = backward(*next(ahead), live)
-            live &= torch.isfinite(losses) & torch.isfinite(norms)
-            opt.step(lr_factor(s, half), live, norms, cfg.clip)
-        alive = [e for e, ok in enumerate(live.tolist()) if ok]
+    def snapshot() -> list[list[Tensor] | int]:
+        branch_live.copy_(pending.live)
+        return opt.snapshot()
+
+    def half_step(batch: tuple[Tensor, Tensor], factor: float) -> bool:
+        losses, norms = backward(ens, batch, kind, cast, opt.zero_grad, opt.grad_norms, branch_live)
+        branch_live.logical_and_(torch.isfinite(losses) & torch.isfinite(norms))
+        opt.step(factor, branch_live, norms, cfg.clip)
+        return True  # the members that went non-finite are frozen on the device: no read
+
+    def half_scores() -> list[float | None]:
+        alive = [e for e, ok in enumerate(branch_live.tolist()) if ok]
         scores = evaluate_ensemble(ens, [d.val for d in datas], kind, tol) if alive else []
-        opt.restore(snap)
         return [scores[e][0] if e in alive else None for e in range(size)]
 
-    branch = half_run(cfg)
+    def record(values: list[float | None] | None) -> None:
+        for e, monitor in enumerate(monitors):
+            monitor.record_half_run(values[e] if values else None)
+
     checkpoint(0)
     for step in range(1, cfg.steps + 1):
-        losses, norms = backward(*next(draw), pending.live)
+        losses, norms = backward(  # (E,), (E,)
+            ens, next(draw), kind, cast, opt.zero_grad, opt.grad_norms, pending.live
+        )
         pending.add(step, losses, norms)
         opt.step(lr_factor(step - 1, cfg), pending.live, norms, cfg.clip)
         due = monitors[0].due(step)  # the members share one config, one schedule of checkpoints
-        at_branch = branch and step == branch[0]
-        if (due or at_branch or pending.read_due(step)) and not pending.read():
+        if (due or pending.read_due(step)) and not pending.read():
             break  # every member diverged
         if due:
             checkpoint(step)
-        if at_branch:
-            draw, ahead = itertools.tee(draw)  # the branch reads the batches ahead, tee replays
-            for monitor, value in zip(monitors, half_run_losses(ahead), strict=True):
-                monitor.record_half_run(value)
+        draw = wsd_half_run(
+            cfg,
+            step,
+            draw,
+            snapshot=snapshot,
+            restore=opt.restore,
+            step_at=half_step,
+            score=half_scores,
+            record=record,
+        )
     pending.read()
 
     val = evaluate_ensemble(ens, [d.val for d in datas], kind, tol)

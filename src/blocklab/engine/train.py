@@ -9,25 +9,34 @@ Every run reports whether it had stopped improving (`TrialMonitor.plateau`). Und
 measured, not guessed from the curve: a run of half the steps branches off the stable phase,
 anneals, and is scored on validation, then the run goes on as if it had not (`half_run`); what
 doubling the steps gained is the gap between the two annealed losses.
+
+A step's gradients (`backward`) and the wsd branch (`wsd_half_run`) are written once, here: this
+loop and the ensemble's (`blocklab.engine.ensemble`) both call them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import itertools
 import math
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import replace
+from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from blocklab.engine.monitor import TrainResult, TrialMonitor
 from blocklab.specs import TrainConfig
-from blocklab.tasks.base import Split, TaskData, loss, score_sums
+from blocklab.tasks.base import Split, TaskData, loss, member_losses, score_sums
 
 
+# cached: the loops ask at every step (`wsd_half_run`), and building the half run's config each
+# time would cost a small network's step a share of its time
+@functools.lru_cache(maxsize=64)
 def half_run(cfg: TrainConfig) -> tuple[int, int, TrainConfig] | None:
     """Under wsd, the run of half the steps that branches off this one's stable phase: it takes
     the same first steps and batches, then decays from step `start` to step `end` (0-based steps
@@ -143,6 +152,72 @@ def online_batches(data: TaskData, batch_size: int, seed: int, device: torch.dev
         yield from zip(x.split(batch_size), y.split(batch_size), strict=True)
 
 
+def backward(
+    model: nn.Module,
+    batch: tuple[Tensor, Tensor],
+    kind: str,
+    cast: contextlib.AbstractContextManager,
+    zero_grad: Callable[[], Any],
+    norms: Callable[[], Tensor],
+    live: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """A training step's gradients, for one network (`train`) or an ensemble's members
+    (`blocklab.engine.ensemble`, `live` given): the forward pass under the step's precision
+    context `cast` (`autocast`), the loss in float32, the gradients zeroed (`zero_grad`) and
+    backpropagated. Returns the loss before the update and `norms()`, the gradient norms read
+    once the gradients are in (`train` clips there).
+
+    One network backpropagates its batch loss (). An ensemble's members have a loss each (E,),
+    and only the finite losses of the members `live` (E,) marks are backpropagated: the others
+    get no gradient, so one member's NaN reaches no other."""
+    x, y = batch
+    with cast:
+        out = model(x)  # (b, ...), an ensemble's (E, b, ...)
+    losses = (loss if live is None else member_losses)(out.float(), y, kind)  # () or (E,)
+    zero_grad()
+    if live is None:
+        losses.backward()
+    else:
+        torch.where(live & torch.isfinite(losses), losses, 0.0).sum().backward()
+    return losses, norms()
+
+
+def wsd_half_run(
+    cfg: TrainConfig,
+    step: int,
+    draw: Iterator,
+    *,
+    snapshot: Callable[[], Any],
+    restore: Callable[[Any], None],
+    step_at: Callable[[Any, float], bool],
+    score: Callable[[], Any],
+    record: Callable[[Any], None],
+) -> Iterator:
+    """Under wsd, after the step at which the run of half the steps branches off this one
+    (`half_run`): that run's decay, scored, then this run put back as it was. From the state
+    `snapshot()` took, `step_at(batch, factor)` takes one step at `factor` of the peak rate on
+    each of the batches ahead, and says whether anything is still finite; the first that is not
+    ends the branch. `record` gets `score()` on validation, or None if the branch ended early,
+    and `restore` puts the state back whatever happened.
+
+    Returns the batches the run goes on with: the branch reads the batches this run reads next,
+    and `itertools.tee` replays them. At any other step, `draw` as it was."""
+    branch = half_run(cfg)
+    if branch is None or step != branch[0]:
+        return draw
+    first, end, half = branch
+    draw, ahead = itertools.tee(draw)
+    saved = snapshot()
+    try:
+        # all() stops at the first step that is no longer finite
+        finite = all(step_at(next(ahead), lr_factor(s, half)) for s in range(first, end))
+        value = score() if finite else None
+    finally:
+        restore(saved)
+    record(value)
+    return draw
+
+
 def train(
     model: nn.Module, data: TaskData, cfg: TrainConfig, seed: int, threshold: float
 ) -> TrainResult:
@@ -164,50 +239,52 @@ def train(
         draw = ((train_split.x[i], train_split.y[i]) for i in order)
     monitor = TrialMonitor(cfg, threshold)
     cast = autocast(device, cfg.precision)  # entered every step; chosen once
-    branch = half_run(cfg)
+    clip = functools.partial(nn.utils.clip_grad_norm_, params, cfg.clip)  # returns the norm
 
-    def backward(x: torch.Tensor, y: torch.Tensor) -> list[float]:
+    def loss_and_norm(batch: tuple[Tensor, Tensor]) -> list[float]:
         """The batch loss before the update, and the gradient norm before clipping."""
-        with cast:
-            out = model(x)
-        batch_loss = loss(out.float(), y, kind)
-        opt.zero_grad(set_to_none=True)
-        batch_loss.backward()
-        norm = nn.utils.clip_grad_norm_(params, cfg.clip)
-        return torch.stack([batch_loss.detach().double(), norm.double()]).tolist()  # one read
+        value, norm = backward(model, batch, kind, cast, opt.zero_grad, clip)
+        return torch.stack([value.detach().double(), norm.double()]).tolist()  # one read
 
-    def half_run_loss(ahead) -> float | None:
-        """Run the half-length run's decay on the batches ahead, read its validation loss, and
-        put model and optimizer back as they were; None if it went non-finite."""
-        first, end, half = branch
-        saved = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
-        try:
-            for s in range(first, end):
-                for group in opt.param_groups:
-                    group["lr"] = cfg.lr * lr_factor(s, half)
-                value, norm = backward(*next(ahead))
-                if not (math.isfinite(value) and math.isfinite(norm)):
-                    return None
-                opt.step()
-            return evaluate(model, data.val, kind, tol)[0]
-        finally:
-            model.load_state_dict(saved[0])
-            opt.load_state_dict(saved[1])
+    # the wsd branch (`wsd_half_run`): model and optimizer copied and put back, the rate set
+    # by hand, as the scheduler follows this run's schedule
+    def snapshot() -> tuple[dict, dict]:
+        return copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
+
+    def restore(saved: tuple[dict, dict]) -> None:
+        model.load_state_dict(saved[0])
+        opt.load_state_dict(saved[1])
+
+    def half_step(batch: tuple[Tensor, Tensor], factor: float) -> bool:
+        """A step at `factor` of the peak rate; not taken, False, once non-finite."""
+        for group in opt.param_groups:
+            group["lr"] = cfg.lr * factor
+        value, norm = loss_and_norm(batch)
+        if not (math.isfinite(value) and math.isfinite(norm)):
+            return False
+        opt.step()
+        return True
 
     monitor.checkpoint(0, evaluate(model, data.val, kind, tol)[0])
     model.train()
     for step in range(1, cfg.steps + 1):
-        value, grad_norm = backward(*next(draw))
+        value, grad_norm = loss_and_norm(next(draw))
         if not monitor.step(step, value, grad_norm):
             break
         opt.step()
         sched.step()
         if monitor.due(step):
             monitor.checkpoint(step, evaluate(model, data.val, kind, tol)[0])
-        if branch and step == branch[0]:
-            # the branch reads the batches this run reads next, and tee replays them to it
-            draw, ahead = itertools.tee(draw)
-            monitor.record_half_run(half_run_loss(ahead))
+        draw = wsd_half_run(
+            cfg,
+            step,
+            draw,
+            snapshot=snapshot,
+            restore=restore,
+            step_at=half_step,
+            score=lambda: evaluate(model, data.val, kind, tol)[0],
+            record=monitor.record_half_run,
+        )
 
     if monitor.diverged:
         return monitor.result(None, None, time.perf_counter() - start)
