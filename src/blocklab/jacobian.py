@@ -15,8 +15,7 @@ from torch.func import functional_call, jacrev, vmap
 
 # numbers of the Jacobian computed per vmapped pass (examples times parameters): bounds the memory
 # of a pass's activations while keeping passes few, since each pass's cost is mostly its fixed
-# per-operation overhead (measured at P = 409, N = 13,088: 143 ms in passes of 1,024 examples,
-# 62 ms in one pass)
+# per-operation overhead (docs/results/scale.md)
 JACOBIAN_NUMBERS = 1 << 24
 
 
@@ -177,19 +176,18 @@ class FlatParams:
     def _buffer(self, theta: torch.Tensor, *examples: int) -> torch.Tensor:
         """J^T for the layer rule, allocated once per shape and overwritten by every call (each
         row is written, since every trained parameter is one Linear's): a fresh N x P float64
-        allocation each iteration cost a quarter of the rule's time in page faults (measured at
-        P = 301, N = 19,264: 14 of 50 ms), and rows of N contiguous examples are written at
-        memory speed where rows of P were not (16 against 5 ms). A returned Jacobian is valid
-        until the next call."""
+        allocation each iteration would spend a quarter of the rule's time in page faults, and
+        rows of N contiguous examples are written at memory speed where rows of P are not
+        (docs/results/scale.md). A returned Jacobian is valid until the next call."""
         shape = (theta.numel(), *examples)
         if self._jac is None or self._jac.shape != shape:
             self._jac = theta.new_empty(shape)  # theta's dtype: the inputs may be token ids
         return self._jac
 
     def jacobian_by_examples(self, theta: torch.Tensor) -> torch.Tensor:
-        # the rows example by example, by reverse mode under vmap: measured on a
-        # 351-parameter network at N = 8192, 0.05 s against 4.8 s for forward mode over the
-        # whole batch, whose P tangents each carry every example's activations
+        # the rows example by example, by reverse mode under vmap: forward mode over the whole
+        # batch is two orders slower, since its P tangents each carry every example's
+        # activations (docs/results/scale.md)
         chunk = max(1, JACOBIAN_NUMBERS // theta.numel())
         rows = vmap(jacrev(self._example), in_dims=(None, 0, 0), chunk_size=chunk)
         return rows(theta, self.x, self.y).reshape(-1, theta.numel())  # (N * out, P)
@@ -197,7 +195,7 @@ class FlatParams:
 
 def gram(jac: torch.Tensor) -> torch.Tensor:
     """J^T J. On the CPU in float64 by BLAS syrk, which computes one triangle, half the work of
-    a matrix product (measured at N = 17,056, P = 533, one thread: 54 ms against 169 ms); else,
+    a matrix product (docs/results/scale.md); else,
     and as its reference, `jac.T @ jac`. `jac` may be C-ordered or the transpose of a C-ordered
     J^T (the layer rule's)."""
     cpu64 = jac.device.type == "cpu" and jac.dtype == torch.float64

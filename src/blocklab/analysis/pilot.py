@@ -25,11 +25,7 @@ from typing import Any
 import numpy as np
 
 from blocklab.analysis.cells import loss
-
-# a GPU's speed over one CPU core on the degree sweep's ladder trials, as the results log
-# measured it: a demo d=4 trial (2 chains, depths 1, 2, 4, 8) took 55 s on an H200 against
-# 160-190 s on one core of the 2-core reference machine (docs/results/degree.md, 2026-11-26)
-GPU_OVER_CORE = 3.1
+from blocklab.engine.devices import GPU_OVER_CORE
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,10 @@ import re
 
 from blocklab.errors import UserError
 
+# a GPU's speed over one CPU core on the degree sweep's ladder trials, what the estimates of a
+# run's time on one GPU read (the measurement: docs/results/degree.md, 2026-11-26, an H200)
+GPU_OVER_CORE = 3.1
+
 
 def device_name(requested: str = "auto") -> str:
     """ "auto" (CUDA when present), "cpu", "cuda" or "cuda:N" -> the device to use; anything

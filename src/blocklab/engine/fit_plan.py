@@ -34,9 +34,9 @@ from blocklab.errors import UserError
 if TYPE_CHECKING:
     from blocklab.engine.executors import Resources
 
-# past this a Levenberg-Marquardt iteration leaves its fit to L-BFGS: 1,024 iterations of 2 s
-# are over half an hour per restart (P of about 1,500 at N = 32,768 at 50 GFLOP/s), where
-# L-BFGS's iteration is about P times cheaper
+# seconds past which a Levenberg-Marquardt iteration leaves its fit to L-BFGS: 1,024 iterations
+# at the limit are over half an hour per restart, where L-BFGS's iteration is about P times
+# cheaper
 LM_ITERATION_LIMIT = 2.0
 MEMORY_SHARE = 0.8  # of the memory a worker may use, what one fit may take
 # activations kept for a backward pass, per example, per layer and unit of width: a poly layer's

@@ -85,9 +85,9 @@ class MadConfig:
     lr_grid: tuple[float, ...] = _trials.lr_grid_field((3e-3, 1e-2, 3e-2), "(block, task)")
     lr_extend: int = _trials.lr_extend_field(2)
     plateau_tol: float = _trials.plateau_tol_field("validation loss (twice the steps, under wsd)")
-    # 500 steps of 16: at 16 tokens a step of 16 costs about 0.4 of one of 64, and recall learned
-    # about as much from it as from fewer steps of 32 at the same cost; 600 steps of 16 took
-    # 14 min 33 s on 2 cores, too near the quick form's 15 minutes
+    # 500 steps of 16: a step of 16 costs well under one of 64, and recall learned about as much
+    # from it as from fewer steps of 32 at the same cost; 600 steps ran too near the quick
+    # form's time target to count on (docs/results/token-suite.md)
     train: TrainConfig = field(default_factory=lambda: _train(500, batch_size=16))
     mode: str = field(
         default="suite",

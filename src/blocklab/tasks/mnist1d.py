@@ -19,7 +19,8 @@ PUBLISHED_TEST_ACCURACY = {"logistic regression": 0.32, "mlp": 0.68, "cnn": 0.94
 
 @functools.lru_cache(maxsize=4)
 def _generate(num_samples: int, data_seed: int, shuffle_seq: bool):
-    """Build the dataset procedurally (never downloads); ~1 s at the published size, so cached."""
+    """Build the dataset procedurally (never downloads), once per process: every trial of a
+    sweep reads the same one."""
     import mnist1d.data  # pulls in scipy and requests: only when the task is used
 
     args = mnist1d.data.get_dataset_args()

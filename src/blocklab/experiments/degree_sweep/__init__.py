@@ -82,11 +82,26 @@ def run(
     return DegreeSweepTrials(rows, trials.failed, lr_choice, referee, seen, measured)
 
 
-PILOT_TIME = (
-    "estimated, not measured: about 1.0 h on 2 CPU cores (the demo's 220 core-seconds per "
-    "(teacher, seed) unit at 2 chains, times 4 for 8 chains, times 8 units) and about 38 min on "
-    "one H100 or H200 (a ladder trial ran 3.1x faster on an H200 than on one CPU core)"
-)
+# the demo's cost of one (teacher, seed) unit at 2 chains, in core-seconds (its run from a fresh
+# clone in docs/results/degree.md, 2026-11-28): what the pilot form's estimate reads
+DEMO_CORE_SECONDS = 220
+
+
+def pilot_time() -> str:
+    """The pilot form's estimated time, for `--help`: 4 times the demo's chains on 8 units."""
+    from blocklab.engine.devices import GPU_OVER_CORE
+
+    core_seconds = DEMO_CORE_SECONDS * 4 * 8
+    return (
+        f"estimated, not measured: about {core_seconds / 2 / 3600:.1f} h on 2 CPU cores (the "
+        f"demo's {DEMO_CORE_SECONDS} core-seconds per (teacher, seed) unit at 2 chains, times 4 "
+        f"for 8 chains, times 8 units) and about {core_seconds / GPU_OVER_CORE / 60:.0f} min on "
+        f"one H100 or H200 (a ladder trial ran {GPU_OVER_CORE:g}x faster on an H200 than on one "
+        "CPU core)"
+    )
+
+
+PILOT_TIME = pilot_time()
 
 
 @EXPERIMENTS.register

@@ -222,9 +222,9 @@ def referees(cfg: DegreeSweepConfig, cells: Cells) -> list[TrialSpec]:
     """Per cell, the first trial (teacher 0, seed 0) fitted by the other second-order optimizer
     from the same initialization (one restart, which is the trial's first) and training set, with
     the same iteration limit: each stops at its first doubling that gains less than the
-    tolerance. On the demo's deep narrow stacks an L-BFGS iteration, with its line search, costs
-    a third of an LM one or more (a 27-layer mlp at 320 parameters: 75 ms against 230 ms), and
-    at four times the limit single referees that never certified ran 2-5 minutes."""
+    tolerance. The same limit, not a larger one: on deep narrow stacks an L-BFGS iteration, with
+    its line search, costs a large share of an LM one, and single referees that never certified
+    at four times the limit ran for minutes each (the results log)."""
     if not (cfg.referee and cfg.train.second_order):
         return []
     other = "lbfgs" if cfg.train.optimizer == "lm" else "lm"

@@ -1,0 +1,83 @@
+"""Comments say why, not what was measured: a time or a rate written into a comment or docstring
+goes stale as the code it describes changes, and nothing checks it. Measured numbers live in the
+results log (`docs/results/`) and in the manifests `--help` reads; a comment names the entry."""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from pathlib import Path
+
+import blocklab
+
+SRC = Path(blocklab.__file__).resolve().parent
+
+# a number (thousands by commas, decimals, a range) then a unit of time or of a rate
+MEASURED = re.compile(
+    r"(?<![\w.])\d+(?:,\d{3})*(?:\.\d+)?(?:-\d+(?:\.\d+)?)?\s?"
+    r"(?:ms|s|sec|seconds?|min|minutes?|h|hours?|[GMT]FLOP/s|it/s)(?![\w/])"
+)
+# (file under src/blocklab, the matched text) -> why it stays: a setting or a formula's value
+# written with its unit, not a measurement
+ALLOW: dict[tuple[str, str], str] = {}
+
+
+def texts(source: str) -> list[tuple[int, str]]:
+    """(line, text) of every comment and docstring of a module's source."""
+    out = [
+        (tok.start[0], tok.string)
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+        if tok.type == tokenize.COMMENT
+    ]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc and node.body:
+                out.append((node.body[0].lineno, doc))
+    return out
+
+
+def stale(name: str, source: str, allow: dict[tuple[str, str], str]) -> list[tuple]:
+    """(file, line, the number with its unit, its context) for each measured time or rate in the
+    comments and docstrings of `source` that `allow` does not name."""
+    return [
+        (name, line, m.group(), text[max(0, m.start() - 40) : m.end() + 20])
+        for line, text in texts(source)
+        for m in MEASURED.finditer(text)
+        if (name, m.group()) not in allow
+    ]
+
+
+def test_no_source_comment_keeps_a_measured_time_or_rate():
+    found = [
+        hit
+        for path in sorted(SRC.rglob("*.py"))
+        for hit in stale(str(path.relative_to(SRC)), path.read_text(), ALLOW)
+    ]
+    lines = [f"{name}:{line}: {number!r} in {context!r}" for name, line, number, context in found]
+    assert not found, "measured numbers in comments (move them to docs/results/):\n" + "\n".join(
+        lines
+    )
+
+
+def test_every_allowed_number_is_still_there():
+    for (name, text), why in ALLOW.items():
+        assert why and text in (SRC / name).read_text(), (name, text)
+
+
+def test_the_rule_finds_a_planted_measurement_and_lets_an_allowed_one_stay():
+    planted = (
+        '"""A module."""\n'
+        "LIMIT = 2.0  # the iteration took 143 ms at P = 409\n"
+        "def f():\n"
+        '    """Runs at 42 GFLOP/s on one thread, 1,024 iterations in 2-5 min."""\n'
+        "    return ['2', '[3,2]', 'f(n=2,h=1)']  # 3 steps, 95% interval, d=3\n"
+    )
+    hits = stale("planted.py", planted, {})
+    assert [(line, number) for _, line, number, _ in hits] == [
+        (2, "143 ms"), (4, "42 GFLOP/s"), (4, "2-5 min")
+    ]  # fmt: skip
+    allowed = {("planted.py", "143 ms"): "a planted one"}
+    assert len(stale("planted.py", planted, allowed)) == 2
