@@ -68,7 +68,7 @@ def main() -> None:
         by_file.setdefault(file, Counter())[fn] += 1
     for file, fns in by_file.items():
         print(f"{file}: " + ", ".join(f"{fn} x{n}" for fn, n in fns.items()))
-    edges = Counter((a[0], b[0]) for a, b in zip(calls, calls[1:]) if a[0] != b[0])
+    edges = Counter((a[0], b[0]) for a, b in zip(calls, calls[1:], strict=False) if a[0] != b[0])
     for (a, b), n in edges.items():
         print(f"  {a} -> {b}: {n}")
     print(f"{len(calls)} calls with the config in {len(by_file)} file(s); "

@@ -2,16 +2,17 @@
 same outputs from two versions of the code, or the lines where they differ.
 
     PYTHONPATH=src python benchmarks/tiny_forms.py run DIR [--src OTHER/src]
-    PYTHONPATH=src python benchmarks/tiny_forms.py resume DIR COPY
+    PYTHONPATH=src python benchmarks/tiny_forms.py resume DIR COPY [--reuse-stale]
     python benchmarks/tiny_forms.py compare DIR_A DIR_B
 
 `run` runs each form on the CPU with one worker into DIR/NAME (with `--src`, the code of another
 checkout) and keeps its `--json`. `resume` copies DIR's runs to COPY and runs each form there
 again with this code: the trials it trained again (a stored trial the code no longer finds by its
-id, or whose code it no longer counts as current) out of those stored. `compare` compares two
-such directories: each form's JSON (less the keys that time the run, and with the run directory's
-path made relative), its `report.md`, its figures byte for byte, and its stored rows (trial id,
-status and every metric). Exit status 0 when all agree.
+id, or whose code it no longer counts as current) out of those stored; with `--reuse-stale`, the
+commands' flag that keeps trials made by other code. `compare` compares two such directories:
+each form's JSON (less the keys that time the run, and with the run directory's path made
+relative), its `report.md`, its figures byte for byte, and its stored rows (trial id, status and
+every metric). Exit status 0 when all agree.
 """
 
 from __future__ import annotations
@@ -34,13 +35,13 @@ VOLATILE += ("finished_at",)
 TIMED = (b"- git_", b"- Trial time")
 
 
-def run(out: Path, src: Path | None) -> None:
+def run(out: Path, src: Path | None, extra: tuple[str, ...] = ()) -> None:
     env = dict(os.environ, PYTHONPATH=str((src or Path("src")).resolve()))
     env.pop("BLOCKLAB_WORKERS", None)
     for name, argv in TINY.items():
         form = out / name.replace(" ", "-")
         cmd = [sys.executable, "-m", "blocklab", *argv, "--device", "cpu", "--workers", "1"]
-        cmd += ["--quiet", "--json", "--out", str(form)]
+        cmd += ["--quiet", "--json", "--out", str(form), *extra]
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         (out / f"{form.name}.json").write_text(done.stdout)
         print(f"{name}: exit {done.returncode}", flush=True)
@@ -53,11 +54,11 @@ def _finished(form: Path) -> dict[str, float]:
         return dict(db.execute("SELECT id, finished_at FROM trials"))
 
 
-def resume(out: Path, copy: Path) -> bool:
+def resume(out: Path, copy: Path, stale: bool) -> bool:
     import shutil
 
     shutil.copytree(out, copy)
-    run(copy, None)
+    run(copy, None, ("--reuse-stale",) if stale else ())
     clean = True
     for name in TINY:
         stem = name.replace(" ", "-")
@@ -148,6 +149,9 @@ if __name__ == "__main__":
     again = sub.add_parser("resume")
     again.add_argument("out", type=Path)
     again.add_argument("copy", type=Path)
+    again.add_argument(
+        "--reuse-stale", action="store_true", help="reuse trials made by other code (its flag)"
+    )
     c = sub.add_parser("compare")
     c.add_argument("a", type=Path)
     c.add_argument("b", type=Path)
@@ -156,6 +160,6 @@ if __name__ == "__main__":
         args.out.mkdir(parents=True, exist_ok=True)
         run(args.out, args.src)
     elif args.what == "resume":
-        sys.exit(0 if resume(args.out, args.copy) else 1)
+        sys.exit(0 if resume(args.out, args.copy, args.reuse_stale) else 1)
     else:
         sys.exit(0 if compare(args.a, args.b) else 1)
