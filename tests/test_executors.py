@@ -18,7 +18,8 @@ import torch
 import _executor_fns as fns
 import blocklab
 from blocklab.cli import main
-from blocklab.engine.executors import WorkerLost, check_reachable, make_executor
+from blocklab.engine.clusters import check_reachable
+from blocklab.engine.executors import WorkerLost, make_executor
 from blocklab.errors import UserError
 
 ITEMS = [3, 1, 4, 0]

@@ -211,7 +211,7 @@ class DegreeSweepConfig:
         given in a TOML file or as flags, they fail rather than do nothing."""
         if self.train.second_order:  # train.lr is the warm start's, as its declaration says
             why = f"--optimizer {self.train.optimizer} fits without a learning rate search"
-            out = {"lr_grid": why, "lr_extend": why}
+            out = {"lr_extend": why, "lr_grid": why}
             out["plateau_tol"] = "a converged fit is judged by --converge-tol"
             if self.ladder == "on":
                 out["referee"] = (
