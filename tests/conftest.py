@@ -1,7 +1,7 @@
 """Every figure a test saves is checked before it is written: each visible axis has a label, and
 a numeric one states its unit in parentheses (the rule is in `_plots`). Under pytest-xdist each
-worker takes its share of the cores, and `exclusive` keeps what two workers must not run at once
-(a local Ray instance) to one of them at a time."""
+worker takes its share of the cores, the longest files start first, and `exclusive` keeps what
+two workers must not run at once (a local Ray instance) to one of them at a time."""
 
 from __future__ import annotations
 
@@ -32,6 +32,26 @@ def pytest_configure(config):
     import torch
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+# the files whose tests start the most processes (commands, pools, clusters), longest first:
+# `--dist loadfile` hands whole files to the workers in the order collected, and one of these
+# handed out last keeps one worker busy long after the other has finished
+FIRST = (
+    "test_plugins.py",
+    "test_executors.py",
+    "test_cli.py",
+    "test_claims.py",
+    "test_sweep_executors.py",
+    "test_ladder.py",
+    "test_precision.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    """The files of FIRST first, in its order; every file's own tests in their order."""
+    rank = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))
 
 
 @contextlib.contextmanager
