@@ -1,12 +1,17 @@
 """The SQLite trial store: round trips, finished trials, prefixes, sharing."""
 
 import math
-import multiprocessing
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from blocklab.errors import UserError
 from blocklab.store import DB_NAME, Store
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
 def record(trial_id, status="done", seed=0, **extra):
@@ -116,24 +121,45 @@ def test_get_prefers_an_exact_id_and_reads_prefixes_literally(tmp_path):
     assert store.get("zzz") is None
 
 
-def _open_and_close(path, barrier) -> None:
+# forks 8 processes per round from a parent that imported the store alone: a test worker holds
+# torch, whose pages make every fork slow, and slow starts would let the opens drift apart
+RACE = """
+import multiprocessing, sys
+from pathlib import Path
+from blocklab.store import Store
+
+def open_and_close(path, barrier):
     barrier.wait()  # every process opens the new store at the same moment
     Store(path).close()
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("fork")
+    for round_ in range(30):
+        barrier = context.Barrier(8)
+        path = Path(sys.argv[1]) / str(round_)
+        procs = [context.Process(target=open_and_close, args=(path, barrier)) for _ in range(8)]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join(timeout=60)
+        codes = [proc.exitcode for proc in procs]
+        if codes != [0] * 8:
+            sys.exit(f"round {round_}: exit codes {codes}")
+    if "torch" in sys.modules:
+        sys.exit("the store imported torch: forks would be slow")
+"""
 
 
 def test_processes_opening_a_new_store_at_once_all_succeed(tmp_path):
     """The switch to WAL on a new file races between processes; none may fail with 'locked'
     (without the retry this test failed in 3 runs of 3)."""
-    context = multiprocessing.get_context("fork")  # cheap starts, so the opens truly collide
-    for round_ in range(30):
-        barrier = context.Barrier(8)
-        path = tmp_path / str(round_)
-        procs = [context.Process(target=_open_and_close, args=(path, barrier)) for _ in range(8)]
-        for proc in procs:
-            proc.start()
-        for proc in procs:
-            proc.join(timeout=60)
-        assert [proc.exitcode for proc in procs] == [0] * 8
+    script = tmp_path / "race.py"
+    script.write_text(RACE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
 
 
 def _wal_files(path) -> list[str]:
