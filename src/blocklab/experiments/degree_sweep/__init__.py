@@ -9,8 +9,14 @@ For every (budget, arm) a learning rate is chosen from a grid on the validation 
 first seed and teacher (one fixed rate across degrees would favour whichever degree it suits);
 when the best rate lies at an edge of the grid the grid is extended past it and searched again,
 up to `lr_extend` times. Then every (teacher, seed) trains at that rate and is scored on the test
-split. The report (`blocklab.reports.degree_sweep`) turns the rows into summaries, paired tests,
-and with `blocklab.analysis.capacity` design checks, scaling fits and a verdict.
+split. A second-order fit (the default) searches no rate: it fits every cell, or climbs each
+arm's depth ladder, to a certified convergence. The report (`blocklab.reports.degree_sweep`)
+turns the rows into summaries, paired tests, and with `blocklab.analysis.capacity` design checks,
+scaling fits and a verdict.
+
+The package: `config` (the config and its forms), `plan` (what a run fits, planned from that
+config, and the checks before any fit), `exact` (the counts and exact measures beside the trained
+ones); `run`, one path through them, and the manifest here.
 """
 
 from __future__ import annotations
