@@ -13,7 +13,7 @@ from torch import nn
 from blocklab.blocks import BLOCKS
 from blocklab.checks import label
 from blocklab.checks.blocks import cases
-from blocklab.engine import train as train_module
+from blocklab.engine import ensemble as ensemble_module
 from blocklab.engine import trial
 from blocklab.engine.ensemble import Ensemble, stackable, train_ensemble
 from blocklab.engine.train import train
@@ -109,7 +109,7 @@ def test_the_wsd_branch_leaves_the_members_as_they_were(monkeypatch):
     lrs = (3e-3, 1e4, 1e-2)
     specs = [_spec("teacher", "3", seed, lr, **wsd) for seed, lr in enumerate(lrs)]
     _, with_branch, _ = trial.train_group(specs, "cpu")
-    monkeypatch.setattr(train_module, "half_run", lambda cfg: None)
+    monkeypatch.setattr(ensemble_module, "half_run", lambda cfg: None)  # no branch
     _, without, _ = trial.train_group(specs, "cpu")
     assert [r.status for r in with_branch] == ["done", "diverged", "done"]
     assert [r.half_val_loss is None for r in with_branch] == [False, True, False]

@@ -220,7 +220,7 @@ def test_the_wsd_branch_replays_its_batches_stops_when_not_finite_and_puts_back(
             return finite(state["steps"])
 
         return wsd_half_run(
-            cfg,
+            half_run(cfg),
             step,
             draw,
             snapshot=lambda: dict(state),

@@ -195,9 +195,8 @@ class FlatParams:
 
 def gram(jac: torch.Tensor) -> torch.Tensor:
     """J^T J. On the CPU in float64 by BLAS syrk, which computes one triangle, half the work of
-    a matrix product (docs/results/scale.md); else,
-    and as its reference, `jac.T @ jac`. `jac` may be C-ordered or the transpose of a C-ordered
-    J^T (the layer rule's)."""
+    a matrix product (docs/results/scale.md); else, and as its reference, `jac.T @ jac`. `jac`
+    may be C-ordered or the transpose of a C-ordered J^T (the layer rule's)."""
     cpu64 = jac.device.type == "cpu" and jac.dtype == torch.float64
     if not cpu64 or not (jac.is_contiguous() or jac.T.is_contiguous()):
         return jac.T @ jac

@@ -46,6 +46,7 @@ from blocklab.engine.train import (
     ONLINE_CHUNK,
     autocast,
     backward,
+    half_run,
     lr_factor,
     wsd_half_run,
 )
@@ -317,6 +318,7 @@ def train_ensemble(
     monitors = [TrialMonitor(cfg, t) for t in thresholds]
     pending = DeviceMonitors(monitors, cfg.blowup, device)
     cast = autocast(device, cfg.precision)  # entered every step; chosen once
+    branch = half_run(cfg)  # the wsd branch's steps and config, None without one
 
     def checkpoint(step: int) -> None:
         scores = evaluate_ensemble(ens, [d.val for d in datas], kind, tol)
@@ -359,7 +361,7 @@ def train_ensemble(
         if due:
             checkpoint(step)
         draw = wsd_half_run(
-            cfg,
+            branch,
             step,
             draw,
             snapshot=snapshot,

@@ -34,9 +34,6 @@ from blocklab.specs import TrainConfig
 from blocklab.tasks.base import Split, TaskData, loss, member_losses, score_sums
 
 
-# cached: the loops ask at every step (`wsd_half_run`), and building the half run's config each
-# time would cost a small network's step a share of its time
-@functools.lru_cache(maxsize=64)
 def half_run(cfg: TrainConfig) -> tuple[int, int, TrainConfig] | None:
     """Under wsd, the run of half the steps that branches off this one's stable phase: it takes
     the same first steps and batches, then decays from step `start` to step `end` (0-based steps
@@ -183,7 +180,7 @@ def backward(
 
 
 def wsd_half_run(
-    cfg: TrainConfig,
+    branch: tuple[int, int, TrainConfig] | None,
     step: int,
     draw: Iterator,
     *,
@@ -194,15 +191,14 @@ def wsd_half_run(
     record: Callable[[Any], None],
 ) -> Iterator:
     """Under wsd, after the step at which the run of half the steps branches off this one
-    (`half_run`): that run's decay, scored, then this run put back as it was. From the state
-    `snapshot()` took, `step_at(batch, factor)` takes one step at `factor` of the peak rate on
-    each of the batches ahead, and says whether anything is still finite; the first that is not
-    ends the branch. `record` gets `score()` on validation, or None if the branch ended early,
-    and `restore` puts the state back whatever happened.
+    (`branch`, what `half_run` gave the loop once): that run's decay, scored, then this run put
+    back as it was. From the state `snapshot()` took, `step_at(batch, factor)` takes one step at
+    `factor` of the peak rate on each of the batches ahead, and says whether anything is still
+    finite; the first that is not ends the branch. `record` gets `score()` on validation, or None
+    if the branch ended early, and `restore` puts the state back whatever happened.
 
     Returns the batches the run goes on with: the branch reads the batches this run reads next,
     and `itertools.tee` replays them. At any other step, `draw` as it was."""
-    branch = half_run(cfg)
     if branch is None or step != branch[0]:
         return draw
     first, end, half = branch
@@ -239,6 +235,7 @@ def train(
         draw = ((train_split.x[i], train_split.y[i]) for i in order)
     monitor = TrialMonitor(cfg, threshold)
     cast = autocast(device, cfg.precision)  # entered every step; chosen once
+    branch = half_run(cfg)  # the wsd branch's steps and config, None without one
     clip = functools.partial(nn.utils.clip_grad_norm_, params, cfg.clip)  # returns the norm
 
     def loss_and_norm(batch: tuple[Tensor, Tensor]) -> list[float]:
@@ -276,7 +273,7 @@ def train(
         if monitor.due(step):
             monitor.checkpoint(step, evaluate(model, data.val, kind, tol)[0])
         draw = wsd_half_run(
-            cfg,
+            branch,
             step,
             draw,
             snapshot=snapshot,
