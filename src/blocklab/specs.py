@@ -310,6 +310,10 @@ class TrialSpec:
     # fitted one below plus silenced layers (`models.continue_from`), ending at `depth`; empty:
     # one fit at `depth` from a fresh initialization
     ladder: tuple[int, ...] = ()
+    # 0: the trial itself; r >= 1: the same trial under another rounding, every parameter of
+    # its initialization moved by its last bit (`engine.trial.init_model`), as another
+    # machine's kernels move a computation's bits: the run repeated there
+    rounding: int = 0
 
     def at_depth(self, depth: int, **changes: Any) -> TrialSpec:
         """This trial at another depth (a ladder's rung), with any other fields changed."""
@@ -327,7 +331,7 @@ class TrialSpec:
             f.name: f.metadata[SINCE] for f in dataclasses.fields(self.shape) if SINCE in f.metadata
         }
         config.update(config.pop("shape"))
-        for name, default in (("measures", ()), ("ladder", ()), *late.items()):
+        for name, default in (("measures", ()), ("ladder", ()), ("rounding", 0), *late.items()):
             if config[name] == default:
                 del config[name]
         config["train"] = self.train.id_fields(ladder=bool(self.ladder))
@@ -342,7 +346,8 @@ class TrialSpec:
         fit = self.train.optimizer if self.train.second_order else f"lr={self.train.lr:g}"
         depths = "/".join(map(str, self.ladder)) if self.ladder else str(self.shape.depth)
         shape = f"L={depths} w={self.shape.width} {fit}"
-        return f"{self.task} B={self.budget} {self.arm.label} {shape} seed={self.seed}"
+        rounding = f" rounding={self.rounding}" if self.rounding else ""
+        return f"{self.task} B={self.budget} {self.arm.label} {shape} seed={self.seed}{rounding}"
 
 
 def ensemble_key(spec: TrialSpec) -> str | None:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from blocklab.analysis import design, fit_checks, multiplier, scaling
-from blocklab.analysis.cells import Check, Invocation, budget_stats, second_order
+from blocklab.analysis.cells import EDGE, FAILED, Check, Invocation, budget_stats, second_order
 from blocklab.analysis.cells import plateau_rule as plateau_rule  # read here by sanford_match
 from blocklab.analysis.cells import plateaued as plateaued  # read here by sanford_match
 from blocklab.analysis.counts import COUNTS, counted, multiplier_fit, predictions, scaling_fits
@@ -34,7 +34,8 @@ PREDICTED_EFFECT = fit_checks.RESOLUTION
 
 class Outcome(Enum):  # what the status line says
     VERDICT = "VERDICT"  # every check passed and the intervals decide the question
-    INCONCLUSIVE = "INCONCLUSIVE"  # every check passed; some interval is too wide to decide
+    # no check failed; a check or the shape test is at its edge, or an interval is too wide
+    INCONCLUSIVE = "INCONCLUSIVE"
     NO_VERDICT = "NO VERDICT"  # a design check failed, or the shared model could not be fitted
 
 
@@ -64,6 +65,10 @@ class Decision:  # the status of a run: what its checks and intervals support
     outcome: Outcome
     reference: str
     failed: tuple[Check, ...] = ()  # NO_VERDICT: the failed checks
+    # INCONCLUSIVE: the checks whose figure's band straddles its threshold (`cells.EDGE`), and
+    # whether the shape test names other arms with some unit left out (`ShapeTest.stable`)
+    edges: tuple[Check, ...] = ()
+    shape_edge: bool = False
     no_model: bool = False  # NO_VERDICT: the shared model could not be fitted
     shape_rejected: bool = False  # d=2's or d=4's exponent differs: no constant multiplier
     differs: tuple[str, ...] = ()  # every arm whose exponent differs (`ShapeTest.differs`)
@@ -114,7 +119,8 @@ def decide(
     """The status (see `Outcome`): the findings rest on d=2, d=4 and m_2 / m_4 where they ran,
     else on every other arm. `predicted`: arm -> the theory's multiplier on the count the model
     was fitted on (`predictions`; None: the nominal count's h(3) / h(d))."""
-    failed = tuple(c for c in checks if not c.passed)
+    failed = tuple(c for c in checks if c.outcome == FAILED)
+    edges = tuple(c for c in checks if c.outcome == EDGE)
     if model is None:
         return Decision(Outcome.NO_VERDICT, REFERENCE, failed=failed, no_model=True)
     if predicted is None:
@@ -147,7 +153,14 @@ def decide(
         differs=differs,
     )
     if failed:
-        return Decision(Outcome.NO_VERDICT, failed=failed, **common)
+        return Decision(Outcome.NO_VERDICT, failed=failed, edges=edges, **common)
+    # a check at its edge decides nothing either way: the run cannot tell on which side the
+    # figure lies, and another machine's rounding could put it on either; nor does an exponent
+    # of its own that some unit's absence unmakes (a test that does not reject claims nothing:
+    # the multipliers, read under one exponent, carry the status)
+    shape_edge = bool(differs) and not model.shape.stable
+    if edges or shape_edge:
+        return Decision(Outcome.INCONCLUSIVE, edges=edges, shape_edge=shape_edge, **common)
     decided = common["shape_rejected"] or all(f.decided for f in findings if f.name in decisive)
     return Decision(Outcome.VERDICT if decided else Outcome.INCONCLUSIVE, **common)
 
@@ -336,7 +349,8 @@ def analyze(
         counts[c] = Counted(c, got, decide(checks, got, degrees, predicted), predicted)
     decision = counts[count].decision
     if run is not None and decision.outcome is not Outcome.VERDICT:
-        after = design.next_run(decision.failed, run, decision.units_for_3pct)
+        # what would settle a check at its edge is what its remedy changes
+        after = design.next_run(decision.failed or decision.edges, run, decision.units_for_3pct)
         decision = dataclasses.replace(decision, next=after)
         counts[count] = dataclasses.replace(counts[count], decision=decision)
     return CapacityResult(
@@ -353,3 +367,33 @@ def analyze(
         count=count,
         counts=counts,
     )
+
+
+@dataclass(frozen=True)
+class Roundings:
+    """The run's capacity analysis beside each other rounding's (`--roundings`): a status that
+    another rounding changes is not the run's result, whatever each says alone."""
+
+    results: tuple[CapacityResult, ...]  # the run's own first, then roundings 1 to K-1
+
+    @property
+    def words(self) -> tuple[str, ...]:
+        return tuple(r.decision.outcome.value for r in self.results)
+
+    @property
+    def same(self) -> bool:
+        return len(set(self.words)) == 1
+
+    def claims(self, result: CapacityResult) -> tuple[tuple[str, str], ...]:
+        """What a rounding's status states, as (finding, word): each decisive multiplier
+        decided or not, each arm with an exponent of its own, each check's outcome."""
+        d = result.decision
+        out = [(f.name, "decided" if f.decided else "undecided") for f in d.findings
+               if f.name in d.decisive]  # fmt: skip
+        out += [(f"{a} own exponent", "named") for a in d.differs]
+        out += [(c.name, c.outcome) for c in result.checks]
+        return tuple(out)
+
+    @property
+    def same_claims(self) -> bool:
+        return len({self.claims(r) for r in self.results}) == 1

@@ -9,10 +9,11 @@ import math
 import re
 import shlex
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from scipy import stats as st
 
 from blocklab import config
 from blocklab.analysis.stats import interval
@@ -29,16 +30,95 @@ class Change:
     new: Any
 
 
+# a check's outcome: its figure's own 95% band clears the threshold (passed), misses it whole
+# (failed) or straddles it (edge: the run cannot tell, and another machine's rounding could
+# land on either side); a check whose figure is exact is passed or failed
+PASSED, FAILED, EDGE = "passed", "failed", "edge"
+OUTCOMES = (PASSED, EDGE, FAILED)  # best first
+
+
 @dataclass(frozen=True)
 class Check:  # a subclass holds what the check measured; `reports/degree_sweep/capacity` words it
     name: str
-    passed: bool
+    passed: bool  # the outcome is PASSED
+    # the figure the outcome was decided on, the threshold it is held to and its 95% band
+    # (None: an exact figure), by `method`; set for the checks whose figure has a band
+    edge: bool = field(default=False, kw_only=True)
+    figure: float = field(default=math.nan, kw_only=True)
+    threshold: float = field(default=math.nan, kw_only=True)
+    band: tuple[float, float] | None = field(default=None, kw_only=True)
+    method: str = field(default="exact", kw_only=True)
+
+    @property
+    def outcome(self) -> str:
+        return PASSED if self.passed else EDGE if self.edge else FAILED
 
     def remedy(self, cfg) -> tuple[Change, ...]:
         """What a failed check changes in the run's config `cfg` for the next run, each value
         past the run's own (never advice the run already followed); () where no setting of the
         config fixes it."""
         return ()
+
+
+def side(low: float, high: float, threshold: float, at_least: bool) -> str:
+    """A band's outcome against `threshold` (a figure passes at >= it where `at_least`, else at
+    <= it): PASSED where the whole band clears it, FAILED where the whole band misses it, EDGE
+    where it straddles it."""
+    if not at_least:
+        low, high, threshold = -high, -low, -threshold
+    return PASSED if low >= threshold else FAILED if high < threshold else EDGE
+
+
+def worst(outcomes) -> str:
+    """The outcome of a check over several figures: FAILED where one failed, else EDGE where
+    one is at its edge, else PASSED."""
+    got = set(outcomes)
+    return FAILED if FAILED in got else EDGE if EDGE in got else PASSED
+
+
+def judged(outcome: str, **fields) -> dict[str, Any]:
+    """A check's `passed` and `edge` from its outcome, with its other fields."""
+    return {"passed": outcome == PASSED, "edge": outcome == EDGE, **fields}
+
+
+def wilson(count: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """The Wilson score interval of a share `count` / `n` (SciPy's); (0, 1) with no trials."""
+    if n <= 0:
+        return 0.0, 1.0
+    ci = st.binomtest(count, n).proportion_ci(confidence_level=level, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def trials_to_clear(share: float, level: float = 0.95) -> int:
+    """The fewest trials whose Wilson band clears `share` when every one of them counts: below
+    that, even all of them leave the check at its edge (35 for 90%)."""
+    n = 1
+    while wilson(n, n, level)[0] < share:
+        n += 1
+    return n
+
+
+def all_counted(check, cfg, share: float) -> tuple[Change, ...] | None:
+    """A share check at its edge with every trial counted: the seeds whose trials clear
+    `share` (`trials_to_clear`); None where some trial did not count (the check's own remedy
+    applies)."""
+    if check.trials == 0 or check.count < check.trials:
+        return None
+    seeds = math.ceil(cfg.seeds * trials_to_clear(share) / check.trials)
+    return (Change("seeds", cfg.seeds, max(seeds, cfg.seeds + 1)),)
+
+
+def log_band(logs, level: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high) of per-unit log figures: the mean +- t_{n-1} se, a band in log units
+    (low = high = mean with fewer than 2 finite values: no spread to read)."""
+    v = np.asarray([x for x in logs if x is not None and math.isfinite(x)], dtype=float)
+    if not len(v):
+        return math.nan, math.nan, math.nan
+    m = float(v.mean())
+    if len(v) < 2:
+        return m, m, m
+    half = float(st.t.ppf((1 + level) / 2, len(v) - 1)) * float(v.std(ddof=1)) / math.sqrt(len(v))
+    return m, m - half, m + half
 
 
 def loss(r: dict[str, Any]) -> float | None:

@@ -46,18 +46,29 @@ from dataclasses import dataclass
 
 from blocklab import config
 from blocklab.analysis.cells import (
+    FAILED,
+    PASSED,
     Change,
     Check,
     Invocation,
+    all_counted,
     budget_stats,
     doubled,
+    judged,
+    log_band,
+    loss,
     next_command,
     plateau_rule,
     plateaued,
     second_order,
+    side,
     widened,
+    wilson,
+    worst,
 )
 from blocklab.analysis.fit_checks import (
+    T_UNITS,
+    WILSON,
     converged_check,
     curve_check,
     input_rank_check,
@@ -107,13 +118,18 @@ class Plateau(Check):
     count: int = 0  # the trials that plateaued
 
     def remedy(self, cfg) -> tuple[Change, ...]:
-        return doubled(cfg, "train.steps")
+        """More steps; with every trial plateaued and the band still short, more trials."""
+        return all_counted(self, cfg, PLATEAU_SHARE) or doubled(cfg, "train.steps")
 
 
 @dataclass(frozen=True)
 class Generalization(Check):
     worst: float  # the largest mean test / mean train loss of a cell; NaN: no cell has both
-    failing: tuple[tuple[str, int, float], ...]  # (arm, budget, ratio) above the limit, worst first
+    # (arm, budget, ratio) whose whole band is above the limit, worst first
+    failing: tuple[tuple[str, int, float], ...]
+    # (arm, budget, ratio, low, high): the failing cells, then those whose band straddles it
+    bands: tuple[tuple[str, int, float, float, float], ...] = ()
+    edges: tuple[tuple[str, int, float], ...] = ()  # (arm, budget, ratio) at the edge
 
     def remedy(self, cfg) -> tuple[Change, ...]:
         """Twice the examples per parameter; and where that many at the largest failing budget
@@ -121,7 +137,7 @@ class Generalization(Check):
         train = cfg.train
         ratio = 2 * train.data_ratio
         out = [Change("train.data_ratio", train.data_ratio, ratio)]
-        need = ratio * max((b for _, b, _ in self.failing), default=0)
+        need = ratio * max((b for _, b, *_ in self.bands or self.failing), default=0)
         if need > train.max_examples:
             cap = 2 ** math.ceil(math.log2(need))
             out.append(Change("train.max_examples", train.max_examples, cap))
@@ -202,9 +218,12 @@ def _budget_span(rows) -> BudgetSpan:
 def _plateau(rows, stats, tol: float) -> Plateau:
     flat = [plateaued(r, tol) for r in rows]
     share = sum(flat) / len(flat) if flat else 0.0
+    low, high = wilson(sum(flat), len(flat))
+    outcome = side(low, high, PLATEAU_SHARE, at_least=True) if flat else FAILED
     return Plateau(
         name="plateau",
-        passed=share >= PLATEAU_SHARE,
+        **judged(outcome, figure=share, threshold=PLATEAU_SHARE, band=(low, high),
+                 method=WILSON),  # fmt: skip
         share=share,
         trials=len(flat),
         rule=plateau_rule(rows),
@@ -214,20 +233,37 @@ def _plateau(rows, stats, tol: float) -> Plateau:
     )
 
 
-def _generalization(stats) -> Generalization:
+def _generalization(rows, stats) -> Generalization:
+    """Per cell, mean test loss over mean training loss, its band from the spread of the
+    units' own ratios (a t interval of their log ratios, about the cell's figure)."""
+    units: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for r in rows:
+        test, train = loss(r), r.get("train_loss")
+        if test is not None and train is not None and test > 0 and train > 0:
+            units[(r["arm"], int(r["budget"]))].append(math.log(test / train))
     # a cell with no finished trial has no ratio: the converged check counts it already
-    ratios = [
-        (a, b, s["mean"] / s["train_mean"] if s["train_mean"] > 0 else math.inf)
-        for a, by_b in stats.items()
-        for b, s in by_b.items()
-        if math.isfinite(s["mean"]) and math.isfinite(s["train_mean"])
-    ]
-    failing = sorted((c for c in ratios if c[2] > GENERALIZATION_RATIO), key=lambda c: -c[2])
+    cells = []
+    for a, by_b in stats.items():
+        for b, s in by_b.items():
+            if not (math.isfinite(s["mean"]) and math.isfinite(s["train_mean"])):
+                continue
+            ratio = s["mean"] / s["train_mean"] if s["train_mean"] > 0 else math.inf
+            m, lo, hi = log_band(units.get((a, b), []))
+            low, high = (ratio * math.exp(lo - m), ratio * math.exp(hi - m)) if (
+                math.isfinite(m) and math.isfinite(ratio)) else (ratio, ratio)  # fmt: skip
+            cells.append((a, b, ratio, low, high, side(low, high, GENERALIZATION_RATIO, False)))
+    failing = sorted((c[:5] for c in cells if c[5] == FAILED), key=lambda c: -c[2])
+    edges = sorted((c[:5] for c in cells if c[5] not in (FAILED, PASSED)), key=lambda c: -c[4])
+    top = max(cells, key=lambda c: c[4], default=None)  # the band nearest the limit
     return Generalization(
         name="generalization",
-        passed=not failing,
-        worst=max((c[2] for c in ratios), default=math.nan),
-        failing=tuple(failing),
+        **judged(worst(c[5] for c in cells), figure=top[2] if top else math.nan,
+                 threshold=GENERALIZATION_RATIO, band=top[3:5] if top else None,
+                 method=T_UNITS),  # fmt: skip
+        worst=max((c[2] for c in cells), default=math.nan),
+        failing=tuple((a, b, r) for a, b, r, _, _ in failing),
+        bands=tuple(failing + edges),
+        edges=tuple((a, b, r) for a, b, r, _, _ in edges),
     )
 
 
@@ -273,7 +309,7 @@ def design_checks(
             converged_check(rows, converge_tol, multiplier),
             search_check(rows, multiplier),
             curve,
-            _generalization(stats),
+            _generalization(rows, stats),
         ]  # fmt: skip
     else:
         middle = [_plateau(rows, stats, tol), curve, _lr_edge(lr_choice)]

@@ -9,9 +9,21 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-import numpy as np
-
-from blocklab.analysis.cells import Change, Check, doubled, gmean, loss, widened
+from blocklab.analysis.cells import (
+    FAILED,
+    Change,
+    Check,
+    all_counted,
+    doubled,
+    gmean,
+    judged,
+    log_band,
+    loss,
+    side,
+    widened,
+    wilson,
+    worst,
+)
 from blocklab.theory import h
 
 CONVERGED_SHARE = 0.9
@@ -24,6 +36,10 @@ RESOLUTION = h(3) / h(2) - 1
 DECISIVE = ("d=2", "d=4")  # with m_2 / m_4: the multipliers seed 000's question rests on
 REFERENCE = "d=3"  # the arm every multiplier is read against
 SEARCH_SHARE = 0.03  # `search`'s loss slack where no exponent was fitted
+# how each check's band is made (`cells.Check.method`): a share over trials, a ratio over units
+WILSON = "95% Wilson interval over the trials"
+T_UNITS = "95% t interval over the (teacher, seed) units"
+T_TRIALS = "95% t interval over the trials"
 
 
 @dataclass(frozen=True)
@@ -41,7 +57,8 @@ class Converged(Check):
     count: int = 0  # the trials that converged
 
     def remedy(self, cfg) -> tuple[Change, ...]:
-        return doubled(cfg, "train.steps")
+        """More iterations; with every trial converged and the band still short, more trials."""
+        return all_counted(self, cfg, CONVERGED_SHARE) or doubled(cfg, "train.steps")
 
 
 @dataclass(frozen=True)
@@ -64,11 +81,13 @@ class InputRank(Check):
 class Curve(Check):
     # (arm, smallest budget, its geometric-mean loss, largest budget, its loss, the fall)
     falls: tuple[tuple[str, int, float, int, float, float], ...]
-    flat: tuple[str, ...]  # arms whose loss fell less than MIN_FALL x
+    flat: tuple[str, ...]  # arms whose loss fell less than MIN_FALL x, the whole band below
     # (arm, alpha, low, high): each arm's exponent alone; NaN where it has no fit
     exponents: tuple[tuple[str, float, float, float], ...]
     unbounded: tuple[str, ...]  # arms whose exponent interval reaches a bound or is missing
     bounds: tuple[float, float]
+    bands: tuple[tuple[str, float, float], ...] = ()  # (arm, low, high): each fall's 95% band
+    edge_arms: tuple[str, ...] = ()  # arms whose fall's band straddles MIN_FALL
 
     def remedy(self, cfg) -> tuple[Change, ...]:
         """A flat curve: fits stuck, so twice the restarts (and the ladder where it was off),
@@ -93,6 +112,7 @@ class Search(Check):
     tol: float  # the largest gap allowed: the claimed resolution as loss (SEARCH_SHARE unfitted)
     alpha: float = math.nan
     resolution: float = math.nan
+    bands: tuple[tuple[str, float, float], ...] = ()  # (arm, low, high): each gap's 95% band
 
     def remedy(self, cfg) -> tuple[Change, ...]:
         return doubled(cfg, "train.restarts", least=2)
@@ -162,9 +182,12 @@ def converged_check(rows, tol: float, multiplier=None) -> Converged:
         ((a, b, sum(v) / len(v)) for (a, b), v in cells.items() if sum(v) < len(v)),
         key=lambda t: t[2],
     )[:3]
+    low, high = wilson(sum(ok), len(rows))
+    outcome = side(low, high, CONVERGED_SHARE, at_least=True) if rows else FAILED
     return Converged(
         name="converged",
-        passed=share >= CONVERGED_SHARE,
+        **judged(outcome, figure=share, threshold=CONVERGED_SHARE, band=(low, high),
+                 method=WILSON),  # fmt: skip
         share=share,
         trials=len(rows),
         tol=slack,
@@ -193,18 +216,34 @@ def curve_check(rows, multiplier) -> Curve:
 
     cells: dict[str, dict[int, list]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
-        cells[r["arm"]][int(r["budget"])].append(loss(r))
-    falls, flat = [], []
+        cells[r["arm"]][int(r["budget"])].append(((r.get("teacher") or 0, r["seed"]), loss(r)))
+    falls, flat, edge, bands, outcomes = [], [], [], [], []
     for arm, by_b in cells.items():
-        means = {b: gmean(v) for b, v in sorted(by_b.items())}
+        means = {b: gmean([v for _, v in by_b[b]]) for b in sorted(by_b)}
         means = {b: m for b, m in means.items() if math.isfinite(m)}
         if len(means) < 2:
             flat.append(arm)
+            outcomes.append(FAILED)
             continue
         (b0, m0), (b1, m1) = next(iter(means.items())), list(means.items())[-1]
         falls.append((arm, b0, m0, b1, m1, m0 / m1))
-        if m0 / m1 < MIN_FALL:
+        # the fall's band: per unit, its loss at the smallest budget over its loss at the
+        # largest (paired: a unit's target is shared by its cells)
+        first, last = dict(by_b[b0]), dict(by_b[b1])
+        logs = [
+            math.log(first[u] / last[u])
+            for u in first
+            if u in last and first[u] and last[u] and first[u] > 0 and last[u] > 0
+        ]
+        _, lo, hi = log_band(logs)
+        lo, hi = (math.exp(lo), math.exp(hi)) if math.isfinite(lo) else (m0 / m1,) * 2
+        bands.append((arm, lo, hi))
+        got = side(lo, hi, MIN_FALL, at_least=True)
+        outcomes.append(got)
+        if got == FAILED:
             flat.append(arm)
+        elif got != "passed":
+            edge.append(arm)
     exponents, unbounded = [], []
     margin = 1e-6
     for arm in cells:
@@ -214,10 +253,16 @@ def curve_check(rows, multiplier) -> Curve:
         inside = ALPHA_MIN * (1 + margin) < a[1] and a[2] < ALPHA_MAX * (1 - margin)
         if not inside:  # NaN compares False: a missing interval is not inside
             unbounded.append(arm)
+            outcomes.append(FAILED)
+    least = min(bands, key=lambda b: b[1], default=None)  # the fall nearest its threshold
     return Curve(
         name="curve",
-        passed=not flat and not unbounded,
+        **judged(worst(outcomes), figure=next(f[-1] for f in falls if f[0] == least[0])
+                 if least else math.nan, threshold=MIN_FALL,
+                 band=least[1:] if least else None, method=T_UNITS),  # fmt: skip
         falls=tuple(falls),
+        bands=tuple(bands),
+        edge_arms=tuple(edge),
         flat=tuple(flat),
         exponents=tuple(exponents),
         unbounded=tuple(unbounded),
@@ -241,12 +286,21 @@ def search_check(rows, multiplier=None) -> Search:
         done = [v for v in losses if v is not None]
         if len(losses) >= 2 and half and min(done) > 0:
             gaps[r["arm"]].append(math.log(min(half) / min(done)))
-    out = tuple(
-        (arm, math.expm1(float(np.mean(gaps[arm]))) if gaps[arm] else math.nan, ks[arm])
-        for arm in ks
-    )
-    ok = bool(out) and all(math.isfinite(g) and g <= tol for _, g, _ in out)
-    return Search(name="search", passed=ok, gaps=out, tol=tol, alpha=alpha, resolution=res)
+    out, bands, outcomes = [], [], [] if ks else [FAILED]
+    for arm in ks:
+        m, lo, hi = log_band(gaps[arm])
+        out.append((arm, math.expm1(m) if gaps[arm] else math.nan, ks[arm]))
+        bands.append((arm, math.expm1(lo), math.expm1(hi)))
+        outcomes.append(side(math.expm1(lo), math.expm1(hi), tol, at_least=False)
+                        if gaps[arm] else FAILED)  # fmt: skip
+    top = max(bands, key=lambda b: b[2] if math.isfinite(b[2]) else math.inf, default=None)
+    return Search(
+        name="search",
+        **judged(worst(outcomes), figure=dict((a, g) for a, g, _ in out).get(top[0], math.nan)
+                 if top else math.nan, threshold=tol, band=top[1:] if top else None,
+                 method=T_TRIALS),  # fmt: skip
+        gaps=tuple(out), tol=tol, alpha=alpha, resolution=res, bands=tuple(bands),
+    )  # fmt: skip
 
 
 def input_rank_check(input_rank) -> InputRank:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy import stats as st
@@ -70,6 +70,22 @@ class ShapeTest:
     # its multiplier in the shared model, Holm-adjusted over the arms
     arm_p: dict[str, float] = field(default_factory=dict)
     differs: tuple[str, ...] = ()  # arms whose exponent differs: no constant multiplier
+    # with each (teacher, seed) unit left out in turn: the arms the test names (None: no fit)
+    # and its p; a finding that one unit's absence changes is at its edge (`stable`)
+    left_out: tuple[tuple[str, ...] | None, ...] = ()
+    left_out_p: tuple[float, ...] = ()
+    units: tuple[tuple[int, int], ...] = ()  # the units, in the order of `left_out`
+
+    @property
+    def stable(self) -> bool:
+        """Every unit left out in turn names the arms the whole run names (trivially with
+        fewer than 2 units, which have none to leave out)."""
+        return all(d == self.differs for d in self.left_out)
+
+    @property
+    def flips(self) -> tuple[tuple[int, int], ...]:
+        """The units whose absence changes which arms the test names."""
+        return tuple(u for u, d in zip(self.units, self.left_out, strict=True) if d != self.differs)
 
 
 @dataclass(frozen=True)
@@ -232,6 +248,7 @@ def fit(
     per_arm = SharedLaw(arms, reference, u0, frozenset(arms))
     point_arm = per_arm.fit(cells, starts(per_arm, cells))
     shape = _shape_test(first[1], point_arm, cells, shared, per_arm, shape_level)
+    shape = _left_out(shape, table, units, arms, reference, u0)
     model = SharedLaw(arms, reference, u0, frozenset(shape.differs))
     point = model.fit(cells, starts(model, cells)) if shape.differs else first
     if point is None:
@@ -292,6 +309,33 @@ def _shape_test(rss_shared, point_arm, cells, shared: SharedLaw, per_arm: Shared
     differs = tuple(a for a, v in adjusted.items() if v < level)
     return ShapeTest(not differs, p, f, (per_arm.size - shared.size, n - per_arm.size),
                      level, adjusted, differs)  # fmt: skip
+
+
+def _left_out(shape: ShapeTest, table, units, arms, reference: str, u0: float) -> ShapeTest:
+    """`shape` with the test repeated with each unit left out in turn (none with < 2 units):
+    a shape difference that one unit's absence makes or unmakes is one another machine's
+    rounding of that unit's fits could make or unmake too."""
+    if len(units) < 2:
+        return shape
+    named, ps = [], []
+    for i in range(len(units)):
+        w = np.ones(len(units))
+        w[i] = 0.0
+        cells = _cells(table, w)
+        if any(len(cells[a][0]) < 2 for a in arms):
+            named.append(None)
+            ps.append(NAN)
+            continue
+        shared = SharedLaw(arms, reference, u0)
+        per_arm = SharedLaw(arms, reference, u0, frozenset(arms))
+        first = shared.fit(cells, starts(shared, cells))
+        point_arm = per_arm.fit(cells, starts(per_arm, cells))
+        got = None if first is None else _shape_test(
+            first[1], point_arm, cells, shared, per_arm, shape.level)  # fmt: skip
+        named.append(None if got is None else got.differs)
+        ps.append(NAN if got is None else got.p)
+    return replace(shape, left_out=tuple(named), left_out_p=tuple(ps),
+                   units=tuple(tuple(u) for u in units))  # fmt: skip
 
 
 def units_for(

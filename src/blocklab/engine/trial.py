@@ -15,7 +15,9 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
+from torch import nn
 
 from blocklab.engine import converge
 from blocklab.engine.ensemble import train_ensemble
@@ -88,11 +90,28 @@ def _prepare(spec: TrialSpec, device: str, cache: dict | None = None) -> _Prepar
 
 
 def init_model(spec: TrialSpec, data: TaskData, device: str, seed: int) -> Net:
-    """The spec's network, initialized by `seed`, its unused parameters frozen."""
+    """The spec's network, initialized by `seed`, its unused parameters frozen; under another
+    rounding (`spec.rounding`), every parameter moved by its last bit (`rounded`)."""
     torch.manual_seed(seed)
     model = build_model(spec, data).to(device)
     model.freeze_unused(data.train.x[:2])
+    if spec.rounding:
+        rounded(model, seed, spec.rounding)
     return model
+
+
+def rounded(model: nn.Module, seed: int, rounding: int) -> None:
+    """Move every parameter of `model` by one unit in its last place, up or down by a sign
+    drawn from (`seed`, `rounding`): the least change a float can make, which another
+    machine's kernels make to a computation's bits. A fit amplifies it as it amplifies theirs
+    (the spread it gives, against real roundings', is in the results log)."""
+    state = np.random.SeedSequence([seed, rounding, 0x726F756E64]).generate_state(1)[0]
+    g = torch.Generator().manual_seed(int(state))
+    with torch.no_grad():
+        for p in model.parameters():
+            up = torch.rand(p.shape, generator=g) < 0.5  # drawn on the CPU: one draw anywhere
+            toward = torch.where(up, math.inf, -math.inf).to(p.device, p.dtype)
+            p.copy_(torch.nextafter(p, toward))
 
 
 def _record(spec: TrialSpec, p: _Prepared, result, device: str) -> dict[str, Any]:

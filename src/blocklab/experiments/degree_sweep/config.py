@@ -72,6 +72,16 @@ class DegreeSweepConfig:
             ge=1,
         ),
     )
+    roundings: int = field(
+        default=1,
+        metadata=meta(
+            "fit every (teacher, seed) unit K times: the run itself and K-1 more with every "
+            "parameter of each initialization moved by its last bit, as another machine's "
+            "rounding moves a fit; the report states the status, each check and each "
+            "multiplier across them (K times the fits)",
+            ge=1,
+        ),
+    )
     mode: str = field(
         default="width",
         metadata=meta(

@@ -73,14 +73,24 @@ def trials(cfg: DegreeSweepConfig, cells: Cells, lr: dict[tuple[int, str], float
     """What a run fits: each arm's depth ladder per (teacher, seed) when staged (`ladders`),
     else every cell per (teacher, seed) at its rate, and the referees of a fit's cells."""
     if cfg.staged:
-        return ladders(cfg, cells)
+        return rounded(cfg, ladders(cfg, cells))
     planned = [
         ({}, spec(cfg, arm, shape, lr[key], seed, teacher))
         for key, (arm, shape) in cells.items()
         for teacher in range(cfg.teachers)
         for seed in range(cfg.seeds)
     ]
-    return planned + [({"referee": True}, s) for s in referees(cfg, cells)]
+    return rounded(cfg, planned) + [({"referee": True}, s) for s in referees(cfg, cells)]
+
+
+def rounded(cfg: DegreeSweepConfig, planned: Planned) -> Planned:
+    """The run's trials (rounding 0) and, with `roundings` K, each again under roundings 1 to
+    K-1 (`TrialSpec.rounding`), every row tagged with its rounding."""
+    return [
+        ({**keys, "rounding": r}, replace(s, rounding=r))
+        for r in range(cfg.roundings)
+        for keys, s in planned
+    ]
 
 
 def ladders(cfg: DegreeSweepConfig, cells: Cells) -> Planned:

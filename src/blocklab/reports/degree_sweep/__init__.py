@@ -29,7 +29,7 @@ from blocklab.engine.provenance import provenance
 from blocklab.experiments.degree_sweep import EXPERIMENT, DegreeSweep
 from blocklab.formatting import config_json, markdown_table, plain, short, with_spread
 from blocklab.reports import Report, Status
-from blocklab.reports.degree_sweep import exact, plots, referee
+from blocklab.reports.degree_sweep import exact, plots, referee, roundings
 from blocklab.reports.degree_sweep.capacity import (
     capacity_json,
     capacity_section,
@@ -249,35 +249,52 @@ class Result:
     input_rank: dict[str, dict[str, Any]] = field(default_factory=dict)
     # arm -> its exact per-parameter measures at the run's width (`exact`)
     exact: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # with roundings K: the capacity analysis of each other rounding, 1 to K-1 (the run's own is
+    # `capacity`)
+    roundings: tuple[CapacityResult, ...] = ()
 
 
-def analyze(cfg, trials, command: str | None = None) -> Result:
-    """The summaries over seeds, the paired tests, the capacity analysis
-    (`blocklab.analysis.capacity`) and the pilot's spreads of the sweep's rows. `command`: the
-    run's own as `run.json` recorded it, which a next command repeats (None: not known)."""
-    tables = tabulate(trials.rows, alpha=cfg.alpha)
-    verdicts = tables.verdicts
-    refitted = getattr(trials, "referee", [])  # trials built before referees have none
-    cap = analyze_capacity(
-        trials.rows,
+def _capacity(cfg, trials, rows, verdicts, command, on_draw=None, referee=()):
+    """The capacity analysis (`blocklab.analysis.capacity`) of `rows`, one rounding's."""
+    return analyze_capacity(
+        rows,
         trials.lr_choice,
-        list(cfg.budgets) or sorted({int(r["budget"]) for r in trials.rows}),
+        list(cfg.budgets) or sorted({int(r["budget"]) for r in rows}),
         tol=cfg.plateau_tol,
         n_boot=cfg.n_boot,
         paired=verdicts,
         width=cfg.shape.width if cfg.mode == "width" else None,
         converge_tol=cfg.train.converge_tol,
-        referee=refitted,
+        referee=referee,
         input_rank=getattr(trials, "input_rank", None),
         run=Invocation(cfg, command, EXPERIMENT, DegreeSweep.no_flags, DegreeSweep.defaults),
-        on_draw=current().counter("analysis: {} intervals", "fit"),  # the command's display
+        on_draw=on_draw,
         count=cfg.count,
     )
+
+
+def analyze(cfg, trials, command: str | None = None) -> Result:
+    """The summaries over seeds, the paired tests, the capacity analysis
+    (`blocklab.analysis.capacity`) and the pilot's spreads of the sweep's rows; with roundings,
+    the capacity analysis of each other rounding's rows too. `command`: the run's own as
+    `run.json` recorded it, which a next command repeats (None: not known)."""
+    by_rounding: dict[int, list] = {}
+    for r in trials.rows:  # rows stored before roundings existed are the run's own
+        by_rounding.setdefault(int(r.get("rounding") or 0), []).append(r)
+    rows = by_rounding.pop(0, [])
+    tables = tabulate(rows, alpha=cfg.alpha)
+    refitted = getattr(trials, "referee", [])  # trials built before referees have none
+    draw = current().counter("analysis: {} intervals", "fit")  # the command's display
+    cap = _capacity(cfg, trials, rows, tables.verdicts, command, draw, refitted)
+    others = tuple(
+        _capacity(cfg, trials, got, compare(got, cfg.alpha), command)
+        for _, got in sorted(by_rounding.items())
+    )
     seen = getattr(trials, "input_rank", {})
-    spreads = measure_spreads(trials.rows, cap.model, cap.decision.units_for_3pct)
+    spreads = measure_spreads(rows, cap.model, cap.decision.units_for_3pct)
     return Result(
-        trials.rows, trials.lr_choice, trials.failed, tables, cap, spreads, refitted, seen,
-        getattr(trials, "exact", {}),
+        rows, trials.lr_choice, trials.failed, tables, cap, spreads, refitted, seen,
+        getattr(trials, "exact", {}), others,
     )  # fmt: skip
 
 
@@ -316,6 +333,10 @@ def write(out_dir, cfg, trials) -> Report:
     spreads = result.pilot
     payload["pilot"] = pilot_json(spreads)
     verdict, line = status_line(cap)
+    if result.roundings:
+        across = roundings.Across(cap, result.roundings)
+        payload["roundings"] = across.json()
+        verdict, line = across.status(verdict, line)
     line = exact.beside(line, cap, result.exact)
     lines = [table(result.tables.summaries)]
     if cap.model is not None:
@@ -327,6 +348,8 @@ def write(out_dir, cfg, trials) -> Report:
     lines += ["\ndesign checks:", *check_lines(cap)]
     if converged := converged_line(cap):
         lines.append(converged)
+    if result.roundings:
+        lines += ["", *roundings.Across(cap, result.roundings).lines()]
     lines += next_lines(cap)
     if cap.decision.outcome is not Outcome.NO_VERDICT and cap.paired:
         lines.append("\npaired tests per budget (Holm-corrected):")

@@ -8,7 +8,7 @@ from typing import Any
 
 from blocklab.analysis import design, fit_checks
 from blocklab.analysis.capacity import PREDICTED_EFFECT
-from blocklab.analysis.cells import Check
+from blocklab.analysis.cells import EDGE, FAILED, PASSED, Check
 from blocklab.formatting import markdown_table
 from blocklab.formatting import short as fmt
 from blocklab.reports.degree_sweep import referee
@@ -60,15 +60,23 @@ def _share_of_trials(c, what: str, need: float, rule: str, advice: str) -> str:
     """A check on the share of trials that `what`: how many of how many and that share, to
     as many digits as keep it on its side of the threshold, the rule, the cells lowest in it,
     and when it failed what to change."""
-    n = digits([100 * c.share], 100 * need, at_least=True, least=3)
+    lo, hi = c.band or (c.share, c.share)  # a check built without a band: its figure
+    n = digits([100 * c.share, 100 * lo, 100 * hi], 100 * need, at_least=True, least=3)
     text = (
-        f"{c.count} of {c.trials} ({_g(100 * c.share, n)}%) trials {what} "
-        f"(needs >= {_g(100 * need, n)}%; {rule})"
+        f"{c.count} of {c.trials} ({_g(100 * c.share, n)}%, {c.method} "
+        f"[{_g(100 * lo, n)}%, {_g(100 * hi, n)}%]) trials {what} "
+        f"(needs >= {_g(100 * need, n)}% with the whole band; {rule})"
     )
     if c.least:  # each below every trial: never shown as 100%
         k = digits([100 * f for _, _, f in c.least], 100.0, at_least=True)
         text += "; least: " + ", ".join(f"{a} at {b} ({_g(100 * f, k)}%)" for a, b, f in c.least)
-    return text if c.passed else f"{text}; {advice}"
+    return text if c.passed else f"{text}; {_at(c)}{advice}"
+
+
+def _at(c: Check) -> str:
+    """What a check that did not pass says first: at its edge, the band straddles the
+    threshold (more trials narrow it; what the check asks for moves it)."""
+    return "the band straddles the threshold: " if c.outcome == EDGE else ""
 
 
 def _plateau(c: design.Plateau) -> str:
@@ -98,19 +106,29 @@ def _converged(c: fit_checks.Converged) -> str:
 
 def _generalization(c: design.Generalization) -> str:
     ratio = design.GENERALIZATION_RATIO
-    n = digits([c.worst, *(r for _, _, r in c.failing[:4])], ratio, at_least=False, least=3)
+    cells = c.bands or tuple((a, b, r, r, r) for a, b, r in c.failing)  # built without bands
+    shown = [v for _, _, *v in cells[:4]]
+    band = c.band or (c.figure, c.figure)
+    n = digits([c.worst, *band, *(x for v in shown for x in v)], ratio, at_least=False, least=3)
     limit = f"{_g(ratio, n)}x"
     if math.isnan(c.worst):
         return "no cell has both a test and a training loss to compare"
+    nearest = (
+        f"nearest the limit {_g(c.figure, n)}x, {c.method} [{_g(band[0], n)}x, "
+        f"{_g(band[1], n)}x]; worst {_g(c.worst, n)}x"
+    )
     if c.passed:
         return (
-            f"every cell's mean test loss within {limit} its training loss (worst "
-            f"{_g(c.worst, n)}x)"
+            f"every cell's mean test loss within {limit} its training loss, the whole band "
+            f"({nearest})"
         )
-    listed = ", ".join(f"{a} at {b} ({_g(r, n)}x)" for a, b, r in c.failing[:4])
+    listed = ", ".join(
+        f"{a} at {b} ({_g(r, n)}x [{_g(lo, n)}x, {_g(hi, n)}x])" for a, b, r, lo, hi in cells[:4]
+    )
+    what = "above" if c.failing else "at its edge against"
     return (
-        f"mean test loss above {limit} the mean training loss: {listed}{_more(c.failing)}; "
-        "grow N (--data-ratio, --max-examples) or shrink P"
+        f"mean test loss {what} {limit} the mean training loss: {listed}{_more(cells)}; "
+        f"{_at(c)}grow N (--data-ratio, --max-examples) or shrink P"
     )
 
 
@@ -123,10 +141,15 @@ def _input_rank(c: fit_checks.InputRank) -> str:
 
 
 def _curve(c: fit_checks.Curve) -> str:
-    n = digits([f for *_, f in c.falls], fit_checks.MIN_FALL, at_least=True, least=3)
-    falls = ", ".join(f"{a} {_g(f, n)}x" for a, _, _, _, _, f in c.falls) or "no arm has two"
+    bands = {a: (lo, hi) for a, lo, hi in c.bands}
+    figures = [f for *_, f in c.falls] + [x for v in bands.values() for x in v]
+    n = digits(figures, fit_checks.MIN_FALL, at_least=True, least=3)
+    said = {a: f" [{_g(lo, n)}x, {_g(hi, n)}x]" for a, (lo, hi) in bands.items()}
+    falls = ", ".join(
+        f"{a} {_g(f, n)}x{said.get(a, '')}" for a, _, _, _, _, f in c.falls
+    ) or "no arm has two"
     text = f"loss falls from the smallest budget to the largest: {falls} (needs >= "
-    text += f"{_g(fit_checks.MIN_FALL, n)}x per arm)"
+    text += f"{_g(fit_checks.MIN_FALL, n)}x per arm with the whole band, {c.method})"
     alphas = ", ".join(
         f"{a} {al:.3g} [{lo:.3g}, {hi:.3g}]" for a, al, lo, hi in c.exponents if math.isfinite(al)
     )
@@ -137,6 +160,9 @@ def _curve(c: fit_checks.Curve) -> str:
     why = []
     if c.flat:
         why.append(f"flat or rising: {', '.join(c.flat)}")
+    if c.edge_arms:
+        limit = _g(fit_checks.MIN_FALL, n)
+        why.append(f"a fall's band straddles {limit}x: {', '.join(c.edge_arms)}")
     if c.unbounded:
         lo, hi = c.bounds
         why.append(f"exponent interval at the fit's bounds ({lo:g}, {hi:g}) or missing: "
@@ -148,17 +174,24 @@ def _curve(c: fit_checks.Curve) -> str:
 
 
 def _search(c: fit_checks.Search) -> str:
-    n = digits([100 * g for _, g, _ in c.gaps], 100 * c.tol, at_least=False)
+    bands = {a: (lo, hi) for a, lo, hi in c.bands if math.isfinite(lo) and math.isfinite(hi)}
+    values = [g for _, g, _ in c.gaps] + [x for v in bands.values() for x in v]
+    n = digits([100 * g for g in values], 100 * c.tol, at_least=False)
     gaps = ", ".join(
-        f"{a} {_g(100 * g, n)}%" if math.isfinite(g) else f"{a} - ({k} restarts)"
+        (f"{a} {_g(100 * g, n)}%" + (f" [{_g(100 * bands[a][0], n)}%, {_g(100 * bands[a][1], n)}%]"
+                                     if a in bands else ""))
+        if math.isfinite(g) else f"{a} - ({k} restarts)"
         for a, g, k in c.gaps
-    )
+    )  # fmt: skip
     text = (
         f"best of the first K/2 restarts (chains) above the best of all K by {gaps} "
-        f"(needs <= {_g(100 * c.tol, n)}% per arm: {_tied(c.alpha, c.resolution)})"
+        f"(needs <= {_g(100 * c.tol, n)}% per arm with the whole band, {c.method}: "
+        f"{_tied(c.alpha, c.resolution)})"
     )
     if c.passed:
         return text
+    if c.outcome == EDGE:
+        return f"{text}; {_at(c)}more restarts, or more units, would tell"
     ran = max((k for _, _, k in c.gaps), default=0)
     more = f"raise --restarts above {ran}" if ran >= 2 else "give --restarts 2 or more"
     return f"{text}; more restarts would still move the losses: {more}"
@@ -237,9 +270,25 @@ def detail(check: Check) -> str:
 
 def check_lines(capacity) -> list[str]:
     """The design checks, one line each."""
-    return [
-        f"- {'passed' if c.passed else 'FAILED'}: {c.name}: {detail(c)}" for c in capacity.checks
-    ]
+    return [f"- {WORD[c.outcome]}: {c.name}: {detail(c)}" for c in capacity.checks]
+
+
+WORD = {PASSED: "passed", EDGE: "EDGE", FAILED: "FAILED"}  # each outcome as a check line says it
+
+
+def check_json(c: Check) -> dict[str, Any]:
+    """A design check under the keys of `--json`: its outcome, and the figure it was decided
+    on with its threshold and its 95% band (None: an exact figure), by `method`."""
+    return {
+        "name": c.name,
+        "passed": c.passed,
+        "outcome": c.outcome,
+        "figure": c.figure if math.isfinite(c.figure) else None,
+        "threshold": c.threshold if math.isfinite(c.threshold) else None,
+        "band": list(c.band) if c.band is not None else None,
+        "method": c.method,
+        "detail": detail(c),
+    }
 
 
 def converged_line(capacity) -> str | None:
@@ -258,9 +307,7 @@ def capacity_json(capacity) -> dict[str, Any]:
     verdict, said = status_line(capacity)
     return {
         "budgets": capacity.budgets,
-        "design_checks": [
-            {"name": c.name, "passed": c.passed, "detail": detail(c)} for c in capacity.checks
-        ],
+        "design_checks": [check_json(c) for c in capacity.checks],
         "verdict": said if verdict else None,
         # the command to run next where the run reached no verdict (None: none to give)
         "next_command": capacity.decision.next.command if capacity.decision.next else None,

@@ -71,6 +71,41 @@ def _actions(d: cap.Decision) -> list[str]:
     return [fixes] if fixes else []
 
 
+def names(d: cap.Decision) -> list[str]:
+    """The checks at their edge by name, and the shape test where it is."""
+    return [c.name for c in d.edges] + (["shape test"] if d.shape_edge else [])
+
+
+def _figure(c, v: float) -> str:
+    """A check's figure as its line says it: a share in percent, a ratio as a number."""
+    return f"{100 * v:.3g}%" if c.name in ("converged", "plateau") else f"{v:.3g}"
+
+
+def edge_words(c) -> str:
+    """A check at its edge in a clause: its figure and band, which straddles the threshold."""
+    side = ">=" if c.name in ("converged", "plateau", "curve") else "<="
+    lo, hi = c.band if c.band is not None else (c.figure, c.figure)
+    return (
+        f"{c.name} {_figure(c, c.figure)} [{_figure(c, lo)}, {_figure(c, hi)}] straddles "
+        f"{side} {_figure(c, c.threshold)}"
+    )
+
+
+def _unit(u) -> str:
+    return f"(teacher {u[0]}, seed {u[1]})"
+
+
+def shape_edge_words(shape) -> str:
+    """The shape test at its edge: the arms it names with every unit, and without which unit
+    it names others."""
+    flips = shape.flips
+    without = ", ".join(_unit(u) for u in flips[:3]) + (" and more" if len(flips) > 3 else "")
+    return (
+        f"the shape test names {', '.join(shape.differs)} (an exponent of its own, F test p = "
+        f"{_p(shape.p)}) but not with {without} left out"
+    )
+
+
 def _first_fitting(lines: list[str]) -> str:
     """The first of `lines` that fits STATUS_WIDTH, else the last (the shortest to say it)."""
     return next((line for line in lines if len(line) <= STATUS_WIDTH), lines[-1])
@@ -110,6 +145,15 @@ def status_line(capacity) -> tuple[bool, str]:
         )
         return False, _first_fitting([f"{why}; to change: {a}" for a in _actions(d)] or [why])
     model = capacity.model
+    if d.edges or d.shape_edge:
+        said = [edge_words(c) for c in d.edges]
+        if d.shape_edge:
+            said.append(shape_edge_words(model.shape))
+        line = f"INCONCLUSIVE: {'; '.join(said)}"
+        return False, _first_fitting(
+            [f"{line}; to settle: {a}" for a in _actions(d)] + [line]
+            + [f"INCONCLUSIVE: at its edge: {', '.join(names(d))}"]
+        )
     if d.shape_rejected:
         alphas = "; ".join(
             f"{a} {i.value:.3g} [{i.low:.3g}, {i.high:.3g}]" for a, i in model.arm_alpha.items()
@@ -299,6 +343,9 @@ def multiplier_json(capacity) -> dict[str, Any]:
     model, d = capacity.model, capacity.decision
     out: dict[str, Any] = {
         "outcome": d.outcome.value,
+        # what the status is INCONCLUSIVE on where no check failed: the checks at their edge,
+        # and the shape test where one unit left out changes it
+        "at_edge": names(d),
         "multipliers": {},
         "m2_over_m4": None,
         "alpha": None,
@@ -322,6 +369,15 @@ def multiplier_json(capacity) -> dict[str, Any]:
         "arm_p": model.shape.arm_p,
         "differs": list(model.shape.differs),
         "arm_alpha": {a: _interval_json(i) for a, i in model.arm_alpha.items()},
+        # with each (teacher, seed) unit left out in turn: the arms named and the p value;
+        # `stable`: every one names what the whole run names
+        "stable": model.shape.stable,
+        "left_out": [
+            {"unit": list(u), "differs": None if d is None else list(d), "p": p}
+            for u, d, p in zip(
+                model.shape.units, model.shape.left_out, model.shape.left_out_p, strict=True
+            )
+        ],
     }
     out["L_inf"], out["A"] = model.L_inf, model.A
     return out
