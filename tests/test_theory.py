@@ -27,6 +27,13 @@ def theorem2(L, dx, H):  # seed 001 eq. 8
     return dx * L / 2 + b1 + b2, 2 * dx * L + c1 + c2
 
 
+def test_a_linear_stack_has_no_predicted_multiplier():
+    """h(1) = 0: a degree-1 stack's proxy never grows, so no budget matches d = 3's (the
+    logistic example's arm); h(3) / h(d) elsewhere."""
+    assert theory.predicted_multiplier("d=1", 1.0) is None
+    assert theory.predicted_multiplier("d=2", 2.0) == pytest.approx(theory.h(3) / theory.h(2))
+
+
 # ---- seed 001
 
 

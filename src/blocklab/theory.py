@@ -271,7 +271,9 @@ def layer_degrees(arm, degree):
 
 def predicted_multiplier(arm: str, degree: float | None) -> float | None:
     """Seed 000's prediction of an arm's parameter multiplier against d = 3: equal degree proxy
-    (eq. 17) means B_X h(X) = B_3 h(3), so B_X / B_3 = h(3) / h(X). None for non-polynomial arms."""
+    (eq. 17) means B_X h(X) = B_3 h(3), so B_X / B_3 = h(3) / h(X). None for non-polynomial arms,
+    and where h(X) <= 0 (degree 1, a linear stack: its proxy never grows, so no budget matches)."""
     if degree is None:
         return None
-    return h(3) / h(layer_degrees(arm, degree))
+    own = h(layer_degrees(arm, degree))
+    return h(3) / own if own > 0 else None

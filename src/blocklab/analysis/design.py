@@ -5,8 +5,9 @@ A verdict is only stated when the run can support one. Second-order fits (`engin
 judged by their certificates, Adam runs by their plateau and their learning-rate search. The
 checks, in order:
 - `input_rank`: every arm's input Jacobian, stacked over a sample of inputs at initialization, has
-  the rank of the task's input dimension (measured before any fit; LayerNorm without affine
-  weights at a width <= the inputs hides a direction, and every fit then measures that floor);
+  the rank its design lets through: the task's input dimension, or a bound the design chose
+  (a narrower linear embedding, a linear network's readout), stated, not failed (measured before
+  any fit; LayerNorm without affine weights at a width <= the inputs hides a direction);
 - `budget_span`: at least MIN_BUDGETS budgets spanning at least MIN_SPAN x (a scaling curve of
   3 parameters needs them);
 - `plateau` (Adam): at least PLATEAU_SHARE of the trials plateaued: under the wsd schedule, the

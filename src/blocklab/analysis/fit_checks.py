@@ -65,15 +65,20 @@ class Converged(Check):
 class InputRank(Check):
     # (arm, rank, inputs, depth, width): the rank of the arm's input Jacobian before any fit
     arms: tuple[tuple[str, int, int, int, int], ...]
+    # (arm, bound, reason): the arms whose design lets fewer directions through than the task
+    # has inputs (a narrow linear embedding, a readout of few outputs on a linear network):
+    # stated, not failed; the check fails only an arm below its bound (a direction lost inside)
+    bounds: tuple[tuple[str, int, str], ...] = ()
+
+    def allowed(self, arm: str, inputs: int) -> int:
+        """The most directions `arm`'s design lets through: its bound, else the inputs."""
+        return next((b for a, b, _ in self.bounds if a == arm), inputs)
 
     def remedy(self, cfg) -> tuple[Change, ...]:
-        """RMSNorm where LayerNorm hid a direction (it removes the mean, RMSNorm does not);
-        else, in width mode, a width of the task's inputs."""
+        """RMSNorm where LayerNorm hid a direction (it removes the mean, RMSNorm does not); no
+        width: a narrow one is a bound the design chose, and passes."""
         if cfg.shape.norm == "layer":
             return (Change("shape.norm", "layer", "rms"),)
-        need = max((n for _, r, n, _, _ in self.arms if r < n), default=0)
-        if cfg.mode == "width" and cfg.shape.width < need:
-            return (Change("shape.width", cfg.shape.width, need),)
         return ()
 
 
@@ -308,7 +313,14 @@ def input_rank_check(input_rank) -> InputRank:
         (a, int(r["rank"]), int(r["inputs"]), int(r["depth"]), int(r["width"]))
         for a, r in input_rank.items()
     )
-    return InputRank(name="input_rank", passed=all(r >= n for _, r, n, _, _ in arms), arms=arms)
+    bounds = tuple(
+        (a, int(r["bound"]), str(r.get("bound_reason") or ""))
+        for a, r in input_rank.items()
+        if r.get("bound") is not None and int(r["bound"]) < int(r["inputs"])
+    )  # a run stored before bounds were measured has none: every arm against its inputs
+    allowed = {a: b for a, b, _ in bounds}
+    passed = all(r >= allowed.get(a, n) for a, r, n, _, _ in arms)
+    return InputRank(name="input_rank", passed=passed, arms=arms, bounds=bounds)
 
 
 def resolution_check(multiplier) -> Resolution:

@@ -45,8 +45,8 @@ class DegreeSweepTrials(Trials):
     lr_choice: dict[str, dict[str, Any]]
     # second-order fits: each cell's first trial fitted by the other optimizer (`referee`)
     referee: list[dict[str, Any]] = field(default_factory=list)
-    # arm -> the rank of its input Jacobian before any fit, and the task's input dimension
-    # (`input_ranks`); empty for token tasks
+    # arm -> the rank of its input Jacobian before any fit, the task's input dimension and the
+    # most its design lets through (`input_ranks`); empty for token tasks
     input_rank: dict[str, dict[str, Any]] = field(default_factory=dict)
     # arm -> its exact per-parameter measures at the run's width (`exact`)
     exact: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -66,7 +66,7 @@ def run(
 
     task = make_task(cfg.task, **cfg.task_options)
     cells = plan.shapes(cfg, task)
-    seen = plan.input_ranks(cfg, cells)  # before any fit: a hidden input is refused
+    seen = plan.input_ranks(cfg, cells)  # before any fit: a direction lost inside is refused
     plan.check_ladders(cfg, cells)  # and a block its ladder cannot continue
     counts = exact.functional_counts(cfg, cells)  # each row's functional count, before any fit
     measured = exact.exact_measures(cfg, cfg.arms())

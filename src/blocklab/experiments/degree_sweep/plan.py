@@ -1,8 +1,9 @@
 """What the degree sweep plans from its config before it fits: every (budget, arm) shape
 (`shapes`), a cell's trial (`spec`), the trials a run fits (`trials`: a depth ladder's, or every
 cell's at its rate with the referees'), the rates (`rates`: searched for Adam, the config's for a
-fit), the rank of every arm's input Jacobian (`input_ranks`), whether every arm's ladder
-continues (`check_ladders`) and each fit's optimizer from its cost (`optimizers`)."""
+fit), the rank of every arm's input Jacobian (`input_ranks`) against what its design lets through
+(`design_bound`), whether every arm's ladder continues (`check_ladders`) and each fit's optimizer
+from its cost (`optimizers`)."""
 
 from __future__ import annotations
 
@@ -120,10 +121,37 @@ def ladders(cfg: DegreeSweepConfig, cells: Cells) -> Planned:
     return planned
 
 
+def design_bound(model, seen) -> tuple[int, str | None]:
+    """The most input directions `model`'s design lets through, and why where that is fewer than
+    its inputs (None: every input). Its linear embedding of f features into width w, at each of
+    inputs / f positions, passes positions * min(f, w); where the network is affine in its
+    inputs (`seen.affine`: every example's gradients the same, as logistic regression's), its
+    readout passes at most its outputs per example. Both are the design's choice, shared by every
+    arm at a width; a rank below them is a direction lost inside the network."""
+    from torch import nn
+
+    bounds: list[tuple[int, str | None]] = [(seen.inputs, None)]
+    embed = getattr(model, "embed", None)
+    if isinstance(embed, nn.Linear):
+        f, w = embed.in_features, embed.out_features
+        positions = seen.inputs // f
+        where = f" at each of {positions} positions" if positions > 1 else ""
+        bounds.append((positions * min(f, w), f"embedding of width {w}{where}"))
+    if seen.affine:
+        outputs = f"{seen.outputs} output" + ("s" if seen.outputs != 1 else "")
+        why = f"readout of {outputs} on a network linear in its inputs"
+        bounds.append((seen.outputs, why))
+    return min(bounds, key=lambda b: b[0])  # the first of equal ones: the inputs themselves
+
+
 def input_ranks(cfg: DegreeSweepConfig, cells: Cells) -> dict[str, dict[str, Any]]:
     """Per arm, the rank of its input Jacobian at initialization (seed 0, teacher 0) over the
-    first test inputs, the lowest over its depths (`measures._jacobian`); a UserError before any
-    fit when an arm sees fewer directions than the task has inputs, naming the fix."""
+    first test inputs, and the most its design lets through (`design_bound`: `bound`, with
+    `bound_reason` where that is fewer than the inputs); the cell that loses a direction, else
+    the lowest rank over its depths (`measures._jacobian`). A UserError before any fit when an
+    arm sees fewer directions than its design lets through (a direction lost inside the network,
+    such as LayerNorm over the inputs' width or fewer), naming the fix; a bound the design chose
+    is stated in the report, not refused."""
 
     from blocklab.engine.trial import init_model, task_data
     from blocklab.measures._jacobian import input_rank
@@ -133,35 +161,53 @@ def input_ranks(cfg: DegreeSweepConfig, cells: Cells) -> dict[str, dict[str, Any
         return {}
     sample = data.test.x[: max(256, 4 * data.test.x[0].numel())]
     out: dict[str, dict[str, Any]] = {}
+    features: dict[str, int] = {}  # arm -> the features its embedding reads at one position
     for arm, shape in cells.values():
         model = init_model(spec(cfg, arm, shape, cfg.train.lr, 0), data, "cpu", 0)
         seen = input_rank(model, sample)
         if not seen.rows:  # its outputs overflowed at initialization: nothing to read
             continue
-        if arm.label not in out or seen.rank < out[arm.label]["rank"]:
-            out[arm.label] = {
-                "rank": seen.rank,
-                "inputs": seen.inputs,
-                "depth": shape.depth,
-                "width": shape.width,
-                "singular_values": list(seen.singular_values),
-            }
-    hidden = {a: r for a, r in out.items() if r["rank"] < r["inputs"]}
-    if hidden:
-        arm, r = next(iter(hidden.items()))
+        bound, reason = design_bound(model, seen)
+        r = {
+            "rank": seen.rank,
+            "inputs": seen.inputs,
+            "depth": shape.depth,
+            "width": shape.width,
+            "singular_values": list(seen.singular_values),
+            "bound": bound,
+            "bound_reason": reason,
+        }
+        # the cell that loses a direction first, else the lowest rank
+        if arm.label not in out or _order(r) < _order(out[arm.label]):
+            out[arm.label] = r
+            embed = getattr(model, "embed", None)
+            features[arm.label] = getattr(embed, "in_features", seen.inputs)
+    lost = {a: r for a, r in out.items() if r["rank"] < r["bound"]}
+    if lost:
+        arm, r = next(iter(lost.items()))
         low = ", ".join(f"{v:.2g}" for v in r["singular_values"])
-        fix = (
-            f"a width of {r['inputs'] + 1} or more, or --norm rms"
-            if cfg.shape.norm == "layer"
-            else f"a width of {r['inputs']} or more"
+        allowed = (
+            f", of the {r['bound']} its {r['bound_reason']} lets through"
+            if r["bound_reason"]
+            else ""
         )
+        need = features[arm] + 1  # LayerNorm at a width above the features keeps them all
+        if cfg.shape.norm == "layer":
+            wider = f"a width of {need} or more, or " if need > r["width"] else ""
+            fix = f"{wider}--norm rms"
+        else:
+            fix = "another block or --norm: a layer drops a direction its embedding passes"
         raise UserError(
             f"NO VERDICT: design check input_rank failed before any fit: {arm} at width "
             f"{r['width']} with {cfg.shape.norm} norm sees {r['rank']} of the task's {r['inputs']} "
-            f"input directions (input Jacobian singular values {low}), so every fit would "
-            f"measure that floor; use {fix}"
+            f"input directions{allowed} (input Jacobian singular values {low}), so a direction "
+            f"is lost inside the network and every fit would measure that floor; use {fix}"
         )
     return out
+
+
+def _order(r: dict[str, Any]) -> tuple[bool, int]:
+    return r["rank"] >= r["bound"], r["rank"]
 
 
 def check_ladders(cfg: DegreeSweepConfig, cells: Cells) -> None:

@@ -134,10 +134,29 @@ def _generalization(c: design.Generalization) -> str:
 
 def _input_rank(c: fit_checks.InputRank) -> str:
     seen = ", ".join(f"{a} {r} of {n}" for a, r, n, _, _ in c.arms)
-    text = f"input Jacobian rank at initialization, before any fit: {seen}"
+    by: dict[tuple[int, str], list[str]] = {}  # a bound the design chose: stated, not failed
+    for a, b, why in c.bounds:
+        by.setdefault((b, why), []).append(a)
+    every = len(by) == 1 and len(c.bounds) == len(c.arms)
+    listed = "; ".join(
+        f"{'every arm' if every else ', '.join(arms)} at most {b} ({why})"
+        for (b, why), arms in by.items()
+    )
     if c.passed:
-        return f"every arm sees every input ({seen})"
-    return f"{text}; a hidden input caps every fit: a width of the inputs or more, no LayerNorm"
+        if not listed:
+            return f"every arm sees every input ({seen})"
+        said = f"every arm sees every input its design lets through ({seen})"
+        return f"{said}; bounded by the design, stated, not refused: {listed}"
+    text = f"input Jacobian rank at initialization, before any fit: {seen}"
+    if listed:
+        text += f"; bounded by the design: {listed}"
+    lost = ", ".join(
+        f"{a} {r} of {c.allowed(a, n)}" for a, r, n, _, _ in c.arms if r < c.allowed(a, n)
+    )
+    return (
+        f"{text}; lost inside the network: {lost}; a hidden input caps every fit: "
+        "RMSNorm for LayerNorm, or a block that keeps every direction"
+    )
 
 
 def _curve(c: fit_checks.Curve) -> str:

@@ -15,7 +15,7 @@ STATUS_WIDTH = 100  # the terminal's columns: the status line fits in one where 
 # what to change where a check failed, in a few words, where the run's config is not known and
 # there is no next command with values (each check's line under design checks says more)
 FIX = {
-    "input_rank": "a width of the inputs or more, no LayerNorm",
+    "input_rank": "RMSNorm for LayerNorm or a block that keeps every input direction",
     "budget_span": "more or wider budgets",
     "converged": "more --steps",
     "plateau": "more --steps",
