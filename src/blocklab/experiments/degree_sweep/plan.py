@@ -85,11 +85,11 @@ def trials(cfg: DegreeSweepConfig, cells: Cells, lr: dict[tuple[int, str], float
 
 
 def rounded(cfg: DegreeSweepConfig, planned: Planned) -> Planned:
-    """The run's trials (rounding 0) and, with `roundings` K, each again under roundings 1 to
-    K-1 (`TrialSpec.rounding`), every row tagged with its rounding."""
-    return [
+    """The run's trials (rounding 0, as before roundings existed) and, with `roundings` K, each
+    again under roundings 1 to K-1 (`TrialSpec.rounding`), their rows tagged with it."""
+    return planned + [
         ({**keys, "rounding": r}, replace(s, rounding=r))
-        for r in range(cfg.roundings)
+        for r in range(1, cfg.roundings)
         for keys, s in planned
     ]
 

@@ -9,6 +9,7 @@ from typing import Any
 from blocklab.analysis import capacity as cap
 from blocklab.analysis.capacity import PREDICTED_EFFECT
 from blocklab.formatting import markdown_table
+from blocklab.reports.degree_sweep.edges import edge_words, names, shape_edge_words
 from blocklab.theory import predicted_multiplier
 
 STATUS_WIDTH = 100  # the terminal's columns: the status line fits in one where it can
@@ -69,41 +70,6 @@ def _actions(d: cap.Decision) -> list[str]:
         return [d.next.command, f"rerun with {shlex.join(d.next.flags)}"]
     fixes = ", ".join(dict.fromkeys(FIX[c.name] for c in d.failed if c.name in FIX))
     return [fixes] if fixes else []
-
-
-def names(d: cap.Decision) -> list[str]:
-    """The checks at their edge by name, and the shape test where it is."""
-    return [c.name for c in d.edges] + (["shape test"] if d.shape_edge else [])
-
-
-def _figure(c, v: float) -> str:
-    """A check's figure as its line says it: a share in percent, a ratio as a number."""
-    return f"{100 * v:.3g}%" if c.name in ("converged", "plateau") else f"{v:.3g}"
-
-
-def edge_words(c) -> str:
-    """A check at its edge in a clause: its figure and band, which straddles the threshold."""
-    side = ">=" if c.name in ("converged", "plateau", "curve") else "<="
-    lo, hi = c.band if c.band is not None else (c.figure, c.figure)
-    return (
-        f"{c.name} {_figure(c, c.figure)} [{_figure(c, lo)}, {_figure(c, hi)}] straddles "
-        f"{side} {_figure(c, c.threshold)}"
-    )
-
-
-def _unit(u) -> str:
-    return f"(teacher {u[0]}, seed {u[1]})"
-
-
-def shape_edge_words(shape) -> str:
-    """The shape test at its edge: the arms it names with every unit, and without which unit
-    it names others."""
-    flips = shape.flips
-    without = ", ".join(_unit(u) for u in flips[:3]) + (" and more" if len(flips) > 3 else "")
-    return (
-        f"the shape test names {', '.join(shape.differs)} (an exponent of its own, F test p = "
-        f"{_p(shape.p)}) but not with {without} left out"
-    )
 
 
 def _first_fitting(lines: list[str]) -> str:
