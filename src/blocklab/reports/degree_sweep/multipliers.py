@@ -151,8 +151,11 @@ def next_lines(capacity, markdown: bool = False) -> list[str]:
     d = capacity.decision
     if d.next is None or (not markdown and d.next.command in status_line(capacity)[1]):
         return []  # none, or the status line holds it whole
-    said = "next command, with the changes the failed checks ask for" if d.failed else (
-        "next command, with the (teacher, seed) units a +-3% interval needs"
+    said = (
+        "next command, with the changes the failed checks ask for" if d.failed
+        else "next command, with the changes that would settle the checks at their edge"
+        if d.edges
+        else "next command, with the (teacher, seed) units a +-3% interval needs"
     )  # fmt: skip
     if markdown:
         return [f"{said[0].upper()}{said[1:]}:", "", f"    {d.next.command}"]
@@ -215,6 +218,8 @@ def multiplier_lines(capacity) -> list[str]:
             f"(Holm-adjusted p {', '.join(_p(shape.arm_p[a]) for a in shape.differs)}): no "
             "constant multiplier there"
         )
+        if not shape.stable:
+            test += f"; but {shape_edge_words(shape).split(' but ', 1)[1]}: at its edge"
     return [
         f"shared scaling model on the {capacity.count} count, L_a(P) = L_inf + A (P / m_a)^-alpha, "
         f"m_{capacity.decision.reference} = 1: alpha = {a.value:.3g} "
