@@ -30,6 +30,11 @@ class Across:
             "same_claims": self.r.same_claims,
             "lines": [status_line(c)[1] for c in self.r.results],
             "checks": [{c.name: c.outcome for c in res.checks} for res in self.r.results],
+            # each check's figure and its band (None: exact), rounding by rounding
+            "figures": [
+                {c.name: [_finite(c.figure), *(c.band or (None, None))] for c in res.checks}
+                for res in self.r.results
+            ],
             "multipliers": [_multipliers(res) for res in self.r.results],
             "differs": [list(res.decision.differs) for res in self.r.results],
         }
@@ -80,6 +85,10 @@ def _multipliers(res) -> dict[str, list[float] | None]:
     r = model.ratio_2_4
     out["m2/m4"] = [r.value, r.low, r.high] if r is not None else None
     return out
+
+
+def _finite(v: float) -> float | None:
+    return v if math.isfinite(v) else None
 
 
 def _interval(v) -> str:
