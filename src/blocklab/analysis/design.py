@@ -37,6 +37,13 @@ checks, in order:
   efficiency intervals are percentile bootstraps over those pairs, and the paired tests and the
   monotone check read t intervals over them: with 2 pairs a bootstrap has 3 distinct resamples,
   so its "95% interval" is the range of 3 fits, and a t interval is 12.7 standard errors wide.
+
+Each check's outcome (`cells.Check.outcome`) is read from its figure's own 95% band: passed where
+the whole band clears the threshold, failed where it misses it, edge where it straddles it (a
+Wilson band for a share of trials, a t band over units or trials for a ratio or a gap; the exact
+figures of input_rank, budget_span, width_matched, replicates, lr_not_at_edge and resolution are
+passed or failed). `capacity.decide` turns a failed check into NO VERDICT and one at its edge
+into INCONCLUSIVE.
 """
 
 from __future__ import annotations

@@ -22,6 +22,8 @@ Shape test (Roy et al. 2025, arXiv 2507.02754): the nested model with one expone
 coefficient per arm (L_inf shared) against the shared one, by an F test on the residual sums of
 squares of the cells' log losses. When the per-arm exponents fit significantly better, no constant
 multiplier describes the arms, and each arm's exponent is reported with its interval instead.
+The test is repeated with each (teacher, seed) unit left out (`ShapeTest.left_out`): arms that
+one unit's absence unnames are a finding at its edge (`ShapeTest.stable`).
 """
 
 from __future__ import annotations
