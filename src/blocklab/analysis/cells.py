@@ -34,7 +34,6 @@ class Change:
 # (failed) or straddles it (edge: the run cannot tell, and another machine's rounding could
 # land on either side); a check whose figure is exact is passed or failed
 PASSED, FAILED, EDGE = "passed", "failed", "edge"
-OUTCOMES = (PASSED, EDGE, FAILED)  # best first
 
 
 @dataclass(frozen=True)

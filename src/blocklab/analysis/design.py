@@ -54,8 +54,8 @@ from dataclasses import dataclass
 
 from blocklab import config
 from blocklab.analysis.cells import (
+    EDGE,
     FAILED,
-    PASSED,
     Change,
     Check,
     Invocation,
@@ -137,7 +137,6 @@ class Generalization(Check):
     failing: tuple[tuple[str, int, float], ...]
     # (arm, budget, ratio, low, high): the failing cells, then those whose band straddles it
     bands: tuple[tuple[str, int, float, float, float], ...] = ()
-    edges: tuple[tuple[str, int, float], ...] = ()  # (arm, budget, ratio) at the edge
 
     def remedy(self, cfg) -> tuple[Change, ...]:
         """Twice the examples per parameter; and where that many at the largest failing budget
@@ -261,7 +260,7 @@ def _generalization(rows, stats) -> Generalization:
                 math.isfinite(m) and math.isfinite(ratio)) else (ratio, ratio)  # fmt: skip
             cells.append((a, b, ratio, low, high, side(low, high, GENERALIZATION_RATIO, False)))
     failing = sorted((c[:5] for c in cells if c[5] == FAILED), key=lambda c: -c[2])
-    edges = sorted((c[:5] for c in cells if c[5] not in (FAILED, PASSED)), key=lambda c: -c[4])
+    edges = sorted((c[:5] for c in cells if c[5] == EDGE), key=lambda c: -c[4])
     top = max(cells, key=lambda c: c[4], default=None)  # the band nearest the limit
     return Generalization(
         name="generalization",
@@ -271,7 +270,6 @@ def _generalization(rows, stats) -> Generalization:
         worst=max((c[2] for c in cells), default=math.nan),
         failing=tuple((a, b, r) for a, b, r, _, _ in failing),
         bands=tuple(failing + edges),
-        edges=tuple((a, b, r) for a, b, r, _, _ in edges),
     )
 
 

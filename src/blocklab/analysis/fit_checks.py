@@ -10,6 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from blocklab.analysis.cells import (
+    EDGE,
     FAILED,
     Change,
     Check,
@@ -247,7 +248,7 @@ def curve_check(rows, multiplier) -> Curve:
         outcomes.append(got)
         if got == FAILED:
             flat.append(arm)
-        elif got != "passed":
+        elif got == EDGE:
             edge.append(arm)
     exponents, unbounded = [], []
     margin = 1e-6

@@ -247,10 +247,8 @@ def fit(
     if got is None:
         return None
     (arms, table, units, cells, u0), shared, first = got
-    per_arm = SharedLaw(arms, reference, u0, frozenset(arms))
-    point_arm = per_arm.fit(cells, starts(per_arm, cells))
-    shape = _shape_test(first[1], point_arm, cells, shared, per_arm, shape_level)
-    shape = _left_out(shape, table, units, arms, reference, u0)
+    shape, per_arm, point_arm = _shape_of(cells, shared, first, shape_level)
+    shape = _left_out(shape, table, units, shared)
     model = SharedLaw(arms, reference, u0, frozenset(shape.differs))
     point = model.fit(cells, starts(model, cells)) if shape.differs else first
     if point is None:
@@ -313,7 +311,15 @@ def _shape_test(rss_shared, point_arm, cells, shared: SharedLaw, per_arm: Shared
                      level, adjusted, differs)  # fmt: skip
 
 
-def _left_out(shape: ShapeTest, table, units, arms, reference: str, u0: float) -> ShapeTest:
+def _shape_of(cells, shared: SharedLaw, first, level: float):
+    """(the shape test, the per-arm model, its fit) on `cells`, given the shared model's fit
+    `first` there."""
+    per_arm = SharedLaw(shared.arms, shared.reference, shared.u0, frozenset(shared.arms))
+    point_arm = per_arm.fit(cells, starts(per_arm, cells))
+    return _shape_test(first[1], point_arm, cells, shared, per_arm, level), per_arm, point_arm
+
+
+def _left_out(shape: ShapeTest, table, units, shared: SharedLaw) -> ShapeTest:
     """`shape` with the test repeated with each unit left out in turn (none with < 2 units):
     a shape difference that one unit's absence makes or unmakes is one another machine's
     rounding of that unit's fits could make or unmake too."""
@@ -324,16 +330,10 @@ def _left_out(shape: ShapeTest, table, units, arms, reference: str, u0: float) -
         w = np.ones(len(units))
         w[i] = 0.0
         cells = _cells(table, w)
-        if any(len(cells[a][0]) < 2 for a in arms):
-            named.append(None)
-            ps.append(NAN)
-            continue
-        shared = SharedLaw(arms, reference, u0)
-        per_arm = SharedLaw(arms, reference, u0, frozenset(arms))
-        first = shared.fit(cells, starts(shared, cells))
-        point_arm = per_arm.fit(cells, starts(per_arm, cells))
-        got = None if first is None else _shape_test(
-            first[1], point_arm, cells, shared, per_arm, shape.level)  # fmt: skip
+        first = None
+        if all(len(cells[a][0]) >= 2 for a in shared.arms):
+            first = shared.fit(cells, starts(shared, cells))
+        got = None if first is None else _shape_of(cells, shared, first, shape.level)[0]
         named.append(None if got is None else got.differs)
         ps.append(NAN if got is None else got.p)
     return replace(shape, left_out=tuple(named), left_out_p=tuple(ps),
