@@ -2,6 +2,7 @@
 sizes (`blocklab.analysis.coverage`): which interval method holds its level where.
 
     PYTHONPATH=src python benchmarks/coverage.py [--replications 200] [--boot-replications 60]
+    PYTHONPATH=src python benchmarks/coverage.py --sized [--replications 300]
 
 The grid: units 3, 4, 6, 8; teachers 1, 2, 3 where they divide the units; sigma (the SD of one
 unit's log loss in one cell) 0.1, 0.3, 1.0; tau = 0.1 between teachers in each log multiplier.
@@ -11,6 +12,12 @@ one (a second table gives one teacher against the population, which no interval 
 teacher can reach). The bootstrap refits up to `--n-boot` draws per replication, so it runs
 on the first `--boot-replications` replications only, to keep the grid within ten minutes on
 one core; the t intervals run on all of them (the same draws).
+
+`--sized`: the "units" intervals of a run sized to +-R (`--target-resolution`), one seed a
+teacher as the demo runs: at a fixed size (the 10 teachers the demo's recorded run sizes +-10%
+to), and sized by the intervals of its own first 3 or 10 teachers (the internal pilot `sizing`
+applies when --out holds a run: `analysis.coverage.simulate_sized`), at R = 0.1, sigma 0.1 and
+0.3, tau 0.1 and 0.2.
 """
 
 from __future__ import annotations
@@ -63,13 +70,42 @@ def table(rows, target_of) -> list[str]:
     return markdown_table(header, body)
 
 
+# (rule, first units, cap): the recorded run's fixed size, and runs sized from their own first
+# 3 or 10 units (a demo in --out, or the recorded run grown by the same command)
+SIZED_RULES = (("fixed", 10, 10), ("pilot", 3, 40), ("pilot", 10, 40))
+SIZED_TARGET = 0.1
+
+
+def sized(replications: int, seed: int) -> None:
+    start = time.perf_counter()
+    header = ["rule", "units", "sigma", "tau", "reps", *coverage.SIZED, "units run", "reached"]
+    body = []
+    for k, (rule, first, cap) in enumerate(SIZED_RULES):
+        for sigma in (0.1, 0.3):
+            for tau in (0.1, 0.2):
+                rows = coverage.simulate_sized(rule, first, SIZED_TARGET, cap, sigma, tau,
+                                               replications, seed + k)  # fmt: skip
+                r = rows[0]
+                size = f"{r.units_median:g} (max {r.units_max})"
+                body.append([rule, str(first), f"{sigma:g}", f"{tau:g}", str(r.replications),
+                             *map(_cell, rows), size, f"{r.reached:.2f}"])  # fmt: skip
+                print(f"# {rule} {first} sigma {sigma} tau {tau}: "
+                      f"{time.perf_counter() - start:.0f} s", flush=True)  # fmt: skip
+    print(f"\nCoverage (%) of the population's multipliers, runs sized to +-{SIZED_TARGET:g}\n")
+    print("\n".join(markdown_table(header, body)))
+    print(f"\n{time.perf_counter() - start:.0f} s")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sized", action="store_true", help="runs sized to a resolution")
     parser.add_argument("--replications", type=int, default=200)
     parser.add_argument("--boot-replications", type=int, default=60)
     parser.add_argument("--n-boot", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if args.sized:
+        return sized(args.replications, args.seed)
     start = time.perf_counter()
     rows = []
     for k, design in enumerate(designs()):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from blocklab.analysis import capacity, cells, design, fit_checks
+from blocklab.analysis.referee import referee_summary
 from blocklab.analysis.stats import compare
 
 DEGREE = {"d=2": 2.0, "d=3": 3.0, "d=4": 4.0, "mlp": None}
@@ -218,7 +219,7 @@ def test_referee_summary_compares_restart_0_with_the_other_optimizer():
     rows = fit_rows()
     referee = referee_rows(rows, ratio=1.02)
     referee[0]["train_loss"] = referee[0]["restart_train_losses"][0] * 0.9 / 1.02  # 10% lower
-    summary = capacity.referee_summary(rows, referee)
+    summary = referee_summary(rows, referee)
     assert len(summary.cells) == len(SCALE) * len(BUDGETS)
     first = summary.cells[0]
     main = next(
@@ -234,11 +235,11 @@ def test_referee_summary_compares_restart_0_with_the_other_optimizer():
 
 def test_referee_summary_without_referee_rows_or_a_loss():
     rows = fit_rows(seeds=1)
-    assert capacity.referee_summary(rows, []) is None
+    assert referee_summary(rows, []) is None
     referee = referee_rows(rows)
     for r in referee:
         r.update(status="diverged", train_loss=None)
-    summary = capacity.referee_summary(rows, referee)
+    summary = referee_summary(rows, referee)
     assert all(math.isnan(c.gap) for c in summary.cells)
     assert math.isnan(summary.median_gap) and math.isnan(summary.max_gap)
     assert analyze(rows, referee).referee == summary

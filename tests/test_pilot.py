@@ -3,6 +3,7 @@ and the pilot form of the degree sweep."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -33,7 +34,9 @@ def _rows(gaps=(0.2, 0.6), noise=(-0.1, 0.1)):
 
 
 def test_sigma_and_the_spread_between_teachers_are_the_planted_ones():
-    p = pilot(_rows(), None, units_for_3pct=400)
+    p = pilot(_rows(), None)
+    p = dataclasses.replace(p, widest=0.1, df=3)  # planted: 4 units, t over 4 groups
+    need = p.units_for(0.03)
     # sigma: between seeds of one teacher, the seed's noise alone; the units of a cell also
     # differ by the teacher's gap (d=2)
     assert p.sigma == {"d=2": pytest.approx(0.02**0.5), "d=3": pytest.approx(0.02**0.5)}
@@ -42,15 +45,15 @@ def test_sigma_and_the_spread_between_teachers_are_the_planted_ones():
     assert p.unit_spread["d=2"] == pytest.approx(np.std([0.1, 0.3, 0.5, 0.7], ddof=1))
     assert p.teacher_spread == {"d=2": pytest.approx(np.std([0.2, 0.6], ddof=1))}
     assert p.units == 4 and p.core_seconds_per_unit == pytest.approx(16 * 10 / 4)
-    assert p.estimate(cores=2) == pytest.approx(400 * 40 / 2)
-    assert p.estimate(gpu=True) == pytest.approx(400 * 40 / GPU_OVER_CORE)
+    assert p.estimate(cores=2) == pytest.approx(need * 40 / 2)
+    assert p.estimate(gpu=True) == pytest.approx(need * 40 / GPU_OVER_CORE)
     # one teacher measures no spread between teachers; equal gaps measure none
-    assert math.isnan(pilot(_rows(gaps=(0.2,)), None, None).teacher_spread["d=2"])
-    assert pilot(_rows(gaps=(0.3, 0.3)), None, None).teacher_spread["d=2"] == pytest.approx(0)
+    assert math.isnan(pilot(_rows(gaps=(0.2,)), None).teacher_spread["d=2"])
+    assert pilot(_rows(gaps=(0.3, 0.3)), None).teacher_spread["d=2"] == pytest.approx(0)
 
 
 def test_without_a_bounded_interval_the_run_is_not_sized():
-    p = pilot(_rows(), None, units_for_3pct=None)
+    p = pilot(_rows(), None)  # no bounded interval: widest NaN
     assert p.core_seconds() is None and p.estimate(cores=64) is None
     assert "not sized" in pilot_lines(p)[-1]
     assert pilot_json(p)["estimate_seconds"]["one_gpu"] is None

@@ -55,12 +55,16 @@ def run(
     loaded = plugins.load([*imports, *cfgmod.imports(str(config_file) if config_file else None)])
     found, command = _find(experiment)
     cfg = _config(found, command, form, config_file, config)
+    out = out if out is not None else command.out
+    # `target_resolution` sizes the run's teachers unless they were given (`Experiment.sized`)
+    pinned = "teachers" in config or cli_experiment.in_toml(config_file, "teachers")
+    cfg, _ = cli_experiment.sized(found, cfg, out, pinned)
     pool = found.pool
     resources = Resources(workers or default_workers(), device, ensemble, "local", {}, loaded)
     _, payload = cli_experiment.execute(
         found,
         cfg,
-        out if out is not None else command.out,
+        out,
         reuse="none" if fresh else "current",
         resources=resources if pool else None,
         trackers=trackers,

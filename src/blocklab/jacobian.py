@@ -56,9 +56,14 @@ class FlatParams:
         parts = theta.split(self.sizes)
         return {k: part.view_as(p) for (k, p), part in zip(self.named, parts, strict=True)}
 
-    def residuals(self, theta: torch.Tensor) -> torch.Tensor:
-        out = functional_call(self.model, self._weights(theta), (self.x,))  # (N, out)
-        return (out - self.y).reshape(-1)  # (N * out,)
+    def residuals(
+        self, theta: torch.Tensor, x: torch.Tensor | None = None, y: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """f(x) - y at `theta`, on the model's own (x, y) or on the (x, y) given: a batched fit
+        runs the first member's module under vmap on every member's own training set."""
+        x, y = (self.x, self.y) if x is None else (x, y)
+        out = functional_call(self.model, self._weights(theta), (x,))  # (N, out)
+        return (out - y).reshape(-1)  # (N * out,)
 
     def forget(self) -> None:
         """Drop a forward pass `trial` kept (a rejected step's): nothing will continue it."""

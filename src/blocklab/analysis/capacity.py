@@ -1,6 +1,7 @@
 """Capacity analysis of a degree sweep: design checks that gate the verdict and the per-budget
 statistics they read (`design`), scaling fits with their parameter-efficiency multipliers beside
-seed 000's prediction, the verdict itself, and for second-order fits the referee's summary.
+seed 000's prediction, the verdict itself, and for second-order fits the referee's summary
+(`referee`).
 
 Everything reads the test loss (MSE for regression, cross-entropy for classification), the
 quantity a network's capacity bounds from below; accuracy stays in the summaries table.
@@ -15,14 +16,13 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-import numpy as np
-
 from blocklab.analysis import design, fit_checks, multiplier, scaling
 from blocklab.analysis.cells import EDGE, FAILED, Check, Invocation, budget_stats, second_order
 from blocklab.analysis.cells import plateau_rule as plateau_rule  # read here by sanford_match
 from blocklab.analysis.cells import plateaued as plateaued  # read here by sanford_match
 from blocklab.analysis.counts import COUNTS, counted, multiplier_fit, predictions, scaling_fits
 from blocklab.analysis.design import design_checks
+from blocklab.analysis.referee import RefereeSummary, referee_summary
 from blocklab.analysis.stats import Verdict
 from blocklab.specs import TrainConfig
 from blocklab.theory import predicted_multiplier
@@ -77,6 +77,11 @@ class Decision:  # the status of a run: what its checks and intervals support
     units: int = 0  # (teacher, seed) units of the run
     units_for_3pct: int | None = None  # what +-3% on the widest decisive interval needs
     level: float = math.nan
+    # the widest decisive interval's half width in log units (inf: unbounded; NaN: none), and
+    # the degrees of freedom of the t the intervals read (`MultiplierFit.df`): what a run of
+    # another resolution is sized by (`multiplier.units_for`)
+    widest: float = math.nan
+    df: float = math.inf
     # NO_VERDICT, INCONCLUSIVE: the command to run next (`design.next_run`); None: the run's
     # config is not known, or no setting of it is left to change
     next: design.NextRun | None = None
@@ -149,6 +154,8 @@ def decide(
         units=model.units,
         units_for_3pct=multiplier.units_for(widest, model.units, df=model.df, level=model.level),
         level=model.level,
+        widest=widest,
+        df=model.df,
         shape_rejected=rejected,
         differs=differs,
     )
@@ -163,67 +170,6 @@ def decide(
         return Decision(Outcome.INCONCLUSIVE, edges=edges, shape_edge=shape_edge, **common)
     decided = common["shape_rejected"] or all(f.decided for f in findings if f.name in decisive)
     return Decision(Outcome.VERDICT if decided else Outcome.INCONCLUSIVE, **common)
-
-
-@dataclass(frozen=True)
-class RefereeCell:  # a cell's first trial fitted by both second-order optimizers from one start
-    arm: str
-    budget: int
-    main: str | None  # the sweep's optimizer
-    main_train: float  # the main trial's restart 0 final training loss; NaN: missing, diverged
-    referee: str  # the other optimizer
-    referee_train: float  # its final training loss from the same initialization; NaN: diverged
-    gap: float  # (referee - main) / main; NaN without both
-    main_converged: bool | None  # the main trial's certificate (that of its best restart)
-    referee_converged: bool | None
-
-
-@dataclass(frozen=True)
-class RefereeSummary:
-    cells: tuple[RefereeCell, ...]
-    median_gap: float  # of |gap| over the cells that have one; NaN: none has
-    max_gap: float
-
-
-def _first(r: dict[str, Any]) -> bool:  # the trial a referee refits: teacher 0, seed 0
-    return (r.get("teacher") or 0) == 0 and r["seed"] == 0
-
-
-def _finite(value: float | None) -> float:
-    return math.nan if value is None else float(value)
-
-
-def _referee_cell(main: dict[str, Any] | None, ref: dict[str, Any], optimizer) -> RefereeCell:
-    restarts = (main or {}).get("restart_train_losses") or [None]
-    main_train, ref_train = _finite(restarts[0]), _finite(ref.get("train_loss"))
-    both = main_train > 0 and math.isfinite(ref_train)  # NaN compares False
-    return RefereeCell(
-        arm=ref["arm"],
-        budget=int(ref["budget"]),
-        main=optimizer,
-        main_train=main_train,
-        referee=ref["optimizer"],
-        referee_train=ref_train,
-        gap=(ref_train - main_train) / main_train if both else math.nan,
-        main_converged=(main or {}).get("converged"),
-        referee_converged=ref.get("converged"),
-    )
-
-
-def referee_summary(rows, referee) -> RefereeSummary | None:
-    """Per cell, the training loss the sweep's optimizer reached from the first trial's first
-    initialization (`restart_train_losses[0]`) against the other optimizer's from the same one on
-    the same training set, and the median and largest |gap|; None without referee rows."""
-    if not referee:
-        return None
-    first = {(r["arm"], int(r["budget"])): r for r in rows if _first(r)}
-    optimizer = rows[0].get("optimizer") if rows else None
-    cells = tuple(
-        _referee_cell(first.get((r["arm"], int(r["budget"]))), r, optimizer) for r in referee
-    )
-    gaps = [abs(c.gap) for c in cells if math.isfinite(c.gap)]
-    median = float(np.median(gaps)) if gaps else math.nan
-    return RefereeSummary(cells=cells, median_gap=median, max_gap=max(gaps, default=math.nan))
 
 
 @dataclass(frozen=True)

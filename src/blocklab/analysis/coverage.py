@@ -174,3 +174,78 @@ def simulate(
             float(np.nanmedian(w)) if np.isfinite(w).any() else math.nan,
         ))  # fmt: skip
     return rows
+
+
+SIZED = ("m(d=2)", "m(d=4)", "m2/m4")  # the decisive quantities a sized run reads
+
+
+@dataclass(frozen=True)
+class SizedRow:
+    rule: str  # "fixed" (the size given) or "pilot" (sized by the first units' intervals)
+    first: int  # units the size is read from ("pilot"), or the fixed size
+    target: float  # the resolution R sized to
+    sigma: float
+    tau: float
+    quantity: str
+    coverage: float  # of the population's multiplier, at the size the rule reached
+    se: float
+    replications: int
+    units_median: float  # units the rule ran, median over the replications
+    units_max: int
+    reached: float  # share of replications whose widest interval reached +-R
+
+
+def _subset(observations, teachers: int):
+    return [o for o in observations if o.unit[0] < teachers]
+
+
+def _widest(got) -> float:
+    """The widest decisive half width (log) of one replication's "units" intervals."""
+    widths = [(hi - lo) / 2 for lo, hi in (got["units"][q] for q in SIZED)]
+    return max((w if math.isfinite(w) else math.inf for w in widths), default=math.inf)
+
+
+def simulate_sized(
+    rule: str, first: int, target: float, cap: int, sigma: float, tau: float = 0.1,
+    replications: int = 200, seed: int = 0,
+) -> list[SizedRow]:  # fmt: skip
+    """Coverage of the "units" intervals (a t over teachers of one seed each) at the size a
+    sizing rule reaches: "fixed", `first` teachers; "pilot", the first `first` teachers'
+    intervals sized by `multiplier.units_for` to +-`target` (at most `cap`, at least `first`),
+    then the interval read over all of them, the first ones included (an internal pilot:
+    the size depends on the data the interval then reads)."""
+    rng = np.random.default_rng(seed)
+    hits: dict[str, list[float]] = {q: [] for q in SIZED}
+    sizes, reached = [], []
+    for _ in range(replications):
+        obs, truths = draw(Design(cap, cap, sigma, tau), rng)
+        n = first
+        if rule == "pilot":
+            got = intervals(_subset(obs, first), ("units",))
+            hw = _widest(got) if got is not None else math.inf
+            need = multiplier.units_for(hw, first, target, df=first - 1)
+            n = cap if need is None else min(cap, max(first, need))
+        got = intervals(_subset(obs, n), ("units",))
+        sizes.append(n)
+        reached.append(got is not None and _widest(got) <= math.log1p(target))
+        for q in SIZED:
+            lo, hi = got["units"][q] if got is not None else (math.nan, math.nan)
+            truth = truths["population"][q]
+            hits[q].append(float(lo <= truth <= hi) if lo == lo and hi == hi else 0.0)
+    return [
+        SizedRow(
+            rule,
+            first,
+            target,
+            sigma,
+            tau,
+            q,
+            float(np.mean(h)),
+            math.sqrt(np.mean(h) * (1 - np.mean(h)) / len(h)),
+            len(h),
+            float(np.median(sizes)),
+            max(sizes),
+            float(np.mean(reached)),
+        )  # fmt: skip
+        for q, h in hits.items()
+    ]

@@ -109,6 +109,10 @@ class MultiplierFit:
     method: str = "units"  # METHODS
     df: float = math.inf  # groups (units; teachers where >= 2) fitted, less 1; bootstrap: inf
     teachers: int = 1
+    # method "units": each (teacher, seed) unit's own multipliers, in `unit_ids` order, per arm
+    # with a multiplier and "m2/m4" (NaN where the unit's refit failed); empty for the bootstrap
+    per_unit: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    unit_ids: tuple[tuple, ...] = ()
 
 
 def _within_teacher_counts(units, n_boot, rng):
@@ -268,6 +272,10 @@ def fit(
     if "d=2" in col and "d=4" in col:
         j = [col["d=2"], col["d=4"]]
         ratio = read(float(log_ratio(log_m(theta[j]))), log_ratio(logs[:, j]), ratio=True)
+    per_unit = {} if boot else {a: tuple(np.exp(logs[:, j]).tolist()) for a, j in col.items()}
+    if ratio is not None and not boot:
+        pair = logs[:, [col["d=2"], col["d=4"]]]
+        per_unit["m2/m4"] = tuple(np.exp(log_ratio(pair)).tolist())
     alphas = [(a, per_arm.index(a)[1]) for a in (arms if theta_arm is not None else ())]
     arm_alpha = {a: read(math.log(theta_arm[i]), np.log(reps_arm[:, i])) for a, i in alphas}
     return MultiplierFit(
@@ -277,6 +285,7 @@ def fit(
         ratio_2_4=ratio, arm_alpha=arm_alpha, shape=shape, units=len(units),
         teachers=len({u[0] for u in units}), n_boot=n_boot if boot else 0, n_failed=read.failed,
         level=level, method=method, df=math.inf if boot else max(len(np.unique(g[held])) - 1, 0),
+        per_unit=per_unit, unit_ids=tuple(map(tuple, units)),
     )  # fmt: skip
 
 

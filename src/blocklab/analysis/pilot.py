@@ -6,13 +6,18 @@
   (`teacher_spread` and the raw spread between units, `unit_spread`).
 - `teacher_spread`: per arm, the standard deviation between teachers of its difference from the
   reference (d = 3) in mean log loss over the shared cells' budgets ranks; NaN with one teacher.
-- `units_for_3pct`: the (teacher, seed) units a +-3% interval on the widest decisive multiplier
-  needs (`multiplier.units_for`), and `core_seconds_per_unit`: what one unit cost here, the fit
-  seconds of every rung of every arm summed over the units. Their product is the run's cost in
-  core-seconds, which `estimate` divides among cores or by a GPU's measured speed-up.
+- `units_for(R)`: the (teacher, seed) units a +-R interval on the widest decisive multiplier
+  needs (`multiplier.units_for`, from that interval's half width and its t's degrees of
+  freedom), and `core_seconds_per_unit`: what one unit cost here, the fit seconds of every rung
+  of every arm summed over the units. Their product is the run's cost in core-seconds, which
+  `estimate` divides among cores or by a GPU's measured speed-up.
 
 The multiplier model's standard error is about sqrt(2 sigma^2 / n) / alpha per multiplier, so
 sigma, alpha and the spread between teachers are what a larger run's size rests on.
+
+A run sized to a resolution (`Spreads`, what sizing reads of a finished run; `size`, the `Plan`)
+is this one calculation at another target: the units grow by whole teachers, each teacher
+keeping the run's seeds.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from blocklab.analysis import multiplier
 from blocklab.analysis.cells import loss
 from blocklab.engine.devices import GPU_OVER_CORE
 
@@ -36,31 +42,52 @@ class Pilot:
     teacher_spread: dict[str, float]  # arm -> SD between teachers of its log-loss gap to d=3
     alpha: float  # the shared exponent (NaN: no model)
     units: int  # (teacher, seed) units this run holds
-    units_for_3pct: int | None  # what +-3% on the widest decisive multiplier needs
     core_seconds_per_unit: float  # fit seconds per unit, every rung of every arm
+    # the widest decisive multiplier interval's half width in log units (NaN: none; inf:
+    # unbounded) and the degrees of freedom of its t (`capacity.Decision.widest`, `.df`)
+    widest: float = math.nan
+    df: float = math.inf
+    level: float = 0.95
 
-    def core_seconds(self) -> float | None:
-        """The +-3% run's fit time in core-seconds, at this run's cost per unit."""
-        if self.units_for_3pct is None or not math.isfinite(self.core_seconds_per_unit):
-            return None
-        return self.units_for_3pct * self.core_seconds_per_unit
+    def units_for(self, target: float) -> int | None:
+        """The (teacher, seed) units a +-`target` interval on the widest decisive multiplier
+        needs; None where no decisive interval is bounded."""
+        return multiplier.units_for(self.widest, self.units, target, self.df, self.level)
 
-    def estimate(self, cores: int = 1, gpu: bool = False) -> float | None:
-        """Seconds of the +-3% run on `cores` CPU cores (one trial per core: Ray, Slurm or the
-        local pool), or on one GPU (`GPU_OVER_CORE`, trials one at a time)."""
-        total = self.core_seconds()
-        if total is None:
+    @property
+    def units_for_3pct(self) -> int | None:
+        return self.units_for(0.03)
+
+    def core_seconds(self, target: float = 0.03) -> float | None:
+        """The +-`target` run's fit time in core-seconds, at this run's cost per unit."""
+        units = self.units_for(target)
+        if units is None or not math.isfinite(self.core_seconds_per_unit):
             return None
-        return total / GPU_OVER_CORE if gpu else total / max(1, cores)
+        return units * self.core_seconds_per_unit
+
+    def estimate(self, cores: int = 1, gpu: bool = False, target: float = 0.03) -> float | None:
+        """Seconds of the +-`target` run on `cores` CPU cores (one trial per core: Ray, Slurm or
+        the local pool), or on one GPU (`GPU_OVER_CORE`, trials one at a time)."""
+        return _spread_out(self.core_seconds(target), cores, gpu)
+
+
+def _spread_out(core_seconds: float | None, cores: int, gpu: bool) -> float | None:
+    if core_seconds is None:
+        return None
+    return core_seconds / GPU_OVER_CORE if gpu else core_seconds / max(1, cores)
 
 
 def _unit(r: dict[str, Any]) -> tuple[Any, Any]:
     return (r.get("teacher"), r["seed"])
 
 
-def pilot(rows, model, units_for_3pct: int | None, reference: str = "d=3") -> Pilot:
+def pilot(
+    rows, model, widest: float = math.nan, df: float = math.inf, level: float = 0.95,
+    reference: str = "d=3",
+) -> Pilot:  # fmt: skip
     """The spreads of the finished `rows` (one per rung) and the shared `model` (None: not
-    fitted); `units_for_3pct` as the capacity analysis computed it."""
+    fitted); `widest`, `df`, `level`: the widest decisive interval as the capacity analysis
+    read it (`capacity.Decision`)."""
     cells: dict[tuple[str, int], list[float]] = defaultdict(list)
     by_unit: dict[tuple[str, Any, int], list[float]] = defaultdict(list)
     seconds, units = 0.0, set()
@@ -81,8 +108,10 @@ def pilot(rows, model, units_for_3pct: int | None, reference: str = "d=3") -> Pi
         teacher_spread=_teacher_spread(by_unit, reference),
         alpha=alpha,
         units=len(units),
-        units_for_3pct=units_for_3pct,
         core_seconds_per_unit=seconds / len(units) if units else math.nan,
+        widest=widest,
+        df=df,
+        level=level,
     )
 
 
@@ -115,3 +144,88 @@ def _teacher_spread(by_unit, reference: str) -> dict[str, float]:
                 gaps.append(float(np.mean(np.subtract(mine[:k], ref[:k]))))
         out[arm] = float(np.std(gaps, ddof=1)) if len(gaps) > 1 else math.nan
     return out
+
+
+@dataclass(frozen=True)
+class Spreads:
+    """What sizing reads of a finished run: its widest decisive interval (`Pilot.widest`, over
+    every count the run reports), the units and t it was read with, the cost of a unit, and
+    where the run is recorded."""
+
+    widest: float
+    units: int
+    df: float
+    level: float
+    core_seconds_per_unit: float
+    source: str
+
+    @classmethod
+    def of(cls, p: Pilot, source: str) -> Spreads:
+        return cls(p.widest, p.units, p.df, p.level, p.core_seconds_per_unit, source)
+
+    @classmethod
+    def recorded(cls, entry: dict[str, Any]) -> Spreads:
+        """From a run's record (`experiments.degree_sweep.sizing`): null is NaN, or inf for df."""
+
+        def number(key: str, missing: float) -> float:
+            value = entry.get(key)
+            return missing if value is None else float(value)
+
+        return cls(
+            number("widest", math.nan), int(entry["units"]), number("df", math.inf),
+            number("level", 0.95), number("core_seconds_per_unit", math.nan),
+            str(entry["source"]),
+        )  # fmt: skip
+
+    def pilot(self) -> Pilot:
+        nan = {"d=3": math.nan}
+        return Pilot(nan, math.nan, nan, {}, math.nan, self.units, self.core_seconds_per_unit,
+                     self.widest, self.df, self.level)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A run sized to +-`target` (the half width of the multipliers' 95% intervals, as a share):
+    its units as teachers x seeds, its fit time in core-seconds at the measured cost per unit,
+    and on one GPU (estimated: `GPU_OVER_CORE`). `units` None: the spreads bound no decisive
+    interval, and nothing can be sized from them."""
+
+    target: float
+    units: int | None
+    teachers: int | None
+    seeds: int
+    core_seconds: float | None
+    gpu_seconds: float | None
+    spreads: Spreads
+    trials: int | None = None  # units x arms: no more cores than trials can work at once
+
+    def seconds(self, cores: int) -> float | None:
+        """Wall seconds on `cores` CPU cores, a trial to a core."""
+        return _spread_out(self.core_seconds, min(cores, self.trials or cores), gpu=False)
+
+    def json(self) -> dict[str, Any]:
+        """The `plan` object of the JSON contract."""
+        return {
+            "units": self.units,
+            "teachers": self.teachers,
+            "seeds": self.seeds,
+            "core_seconds": self.core_seconds,
+            "gpu_seconds": self.gpu_seconds,
+        }
+
+
+def size(spreads: Spreads, target: float, seeds: int, arms: int = 1) -> Plan:
+    """The run that reaches +-`target` by `spreads`' power calculation (`Pilot.units_for`):
+    whole teachers of `seeds` seeds each, the teachers being the intervals' groups; a unit is a
+    trial of each of the `arms`."""
+    p = spreads.pilot()
+    units = p.units_for(target)
+    teachers = None if units is None else max(2, math.ceil(units / seeds))
+    total = None if teachers is None else teachers * seeds * spreads.core_seconds_per_unit
+    if total is not None and not math.isfinite(total):
+        total = None
+    units = None if teachers is None else teachers * seeds
+    return Plan(
+        target, units, teachers, seeds, total, _spread_out(total, 1, gpu=True), spreads,
+        None if units is None else units * arms,
+    )  # fmt: skip

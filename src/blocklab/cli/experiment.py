@@ -95,6 +95,13 @@ def add_parser(sub, experiment: type[Experiment], command: Command) -> None:
         "directory (needs the extra of that name; repeatable)",
     )
     output.add_argument("--quiet", action="store_true", help="no progress output")
+    if experiment.sized:
+        output.add_argument(
+            "--plan",
+            action="store_true",
+            help="print the run --target-resolution sizes (units, core-hours here, and its Ray, "
+            "Slurm and GPU forms with their estimates) and exit without fitting",
+        )
     p.set_defaults(handler=lambda args: run(experiment, args))
 
 
@@ -132,6 +139,17 @@ def run(experiment: type[Experiment], args: argparse.Namespace) -> int:
     # the config's plugins load before it is resolved: its names may be theirs
     imports = plugins.load([*(args.imports or ()), *cfgmod.imports(args.config)])
     cfg = resolve(experiment, args)
+    pinned = getattr(args, "teachers", None) is not None or in_toml(args.config, "teachers")
+    cfg, plan = sized(experiment, cfg, args.out, pinned, getattr(args, "plan", False))
+    words = ["blocklab", *getattr(args, "argv", [])]
+    if plan is not None:  # the experiment's report module words the plan
+        words_of = importlib.import_module(experiment.report)
+        if args.plan:
+            as_json = json.dumps({"plan": plan.json()}, indent=2) if args.json else None
+            print(as_json or wrapped("\n".join(words_of.plan_lines(plan, cfg, words))))
+            return 0
+        if not args.quiet:
+            print(wrapped("\n".join(words_of.plan_lines(plan, cfg, words))), file=sys.stderr)
     report, payload = execute(
         experiment,
         cfg,
@@ -139,7 +157,7 @@ def run(experiment: type[Experiment], args: argparse.Namespace) -> int:
         reuse=args.reuse,
         resources=_resources(args, imports) if experiment.pool else None,
         trackers=args.tracker or (),
-        command=shlex.join(["blocklab", *getattr(args, "argv", [])]),
+        command=shlex.join(words),
         progress=not args.quiet,
         device=getattr(args, "device", "cpu"),
     )
@@ -152,6 +170,22 @@ def run(experiment: type[Experiment], args: argparse.Namespace) -> int:
     for line in failure_lines(payload):
         print(f"blocklab: {line}", file=sys.stderr)
     return 1 if lost_an_arm(payload) else 0
+
+
+def sized(experiment: type[Experiment], cfg: Any, out, pinned: bool, plan_only: bool = False):
+    """(config, plan): the config sized by its `target_resolution` (`Experiment.sized`: the
+    report module's `size`), or as it was with no plan where nothing is sized."""
+    resolution = getattr(cfg, "target_resolution", None)
+    if plan_only and resolution is None:
+        raise UserError("--plan prints the run --target-resolution sizes: give --target-resolution")
+    if not experiment.sized or resolution is None:
+        return cfg, None
+    return importlib.import_module(experiment.report).size(cfg, out, pinned)
+
+
+def in_toml(path, key: str) -> bool:
+    """Whether the TOML file at `path` (None: no file) sets `key`."""
+    return bool(path) and key in cfgmod.load_toml(str(path))
 
 
 def failure_lines(payload: dict[str, Any]) -> list[str]:

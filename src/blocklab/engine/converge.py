@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -112,7 +113,7 @@ def fit_once(
     start = time.perf_counter()
     monitor = _warm(model, data, cfg, seed, threshold)
     fitter = FITTERS[cfg.optimizer](model, sets.train.x, sets.train.y)
-    on_step = _on_step(monitor, fitter, model, sets.val, data.kind)
+    on_step = _on_step(monitor, fitter.sync, model, sets.val, data.kind)
     first = first_check(cfg.steps)
     cert = converged(fitter, first, first, cfg.converge_tol, on_step, until=cfg.steps)
     fitter.sync()
@@ -122,31 +123,35 @@ def fit_once(
 
 def fit_batched(
     models: list[nn.Module],
-    data: TaskData,
-    sets: FitData,
+    data: list[TaskData],
+    sets: list[FitData],
     cfgs: list[TrainConfig],
     seeds: list[int],
-    threshold,
+    thresholds: list[float],
 ) -> list[Restart]:
-    """`fit_once` on networks of one architecture (a rung's chains) as one batched
-    Levenberg-Marquardt computation (`fit_batched`), each member warmed, monitored and certified
-    as it would be alone (`certify.certify`)."""
+    """`fit_once` on networks of one architecture as one batched Levenberg-Marquardt computation
+    (`fit_batched`), each member warmed, monitored and certified as it would be alone
+    (`certify.certify`), on its own task data, sets and threshold (one entry per member): a
+    rung's chains share one training set, the units of `fit_units` each fit their own."""
     start = time.perf_counter()
-    monitors = [
-        _warm(m, data, c, s, threshold) for m, c, s in zip(models, cfgs, seeds, strict=True)
-    ]
-    fitter = BatchedLevenbergMarquardt(models, sets.train.x, sets.train.y)
+    members = list(zip(models, data, sets, cfgs, seeds, thresholds, strict=True))
+    monitors = [_warm(m, d, c, s, t) for m, d, _, c, s, t in members]
+    if all(s.train is sets[0].train for s in sets):  # one set: the shared path
+        x, y = sets[0].train.x, sets[0].train.y
+    else:
+        x, y = [s.train.x for s in sets], [s.train.y for s in sets]
+    fitter = BatchedLevenbergMarquardt(models, x, y)
     on_steps = [
-        _on_step(mon, fitter, m, sets.val, data.kind)
-        for mon, m in zip(monitors, models, strict=True)
+        _on_step(mon, functools.partial(fitter.sync, k), m, s.val, d.kind)
+        for k, (mon, (m, d, s, *_)) in enumerate(zip(monitors, members, strict=True))
     ]
     cfg = cfgs[0]
     first = first_check(cfg.steps)
     certs = converged_batched(fitter, first, first, cfg.converge_tol, on_steps, until=cfg.steps)
     fitter.sync()
     return [
-        _finish(m, data, sets, mon, cert, seed, start, fitter.path)
-        for m, mon, cert, seed in zip(models, monitors, certs, seeds, strict=True)
+        _finish(m, d, s, mon, cert, seed, start, fitter.path)
+        for (m, d, s, _, seed, _), mon, cert in zip(members, monitors, certs, strict=True)
     ]
 
 
@@ -159,15 +164,16 @@ def _warm(model: nn.Module, data: TaskData, cfg: TrainConfig, seed: int, thresho
     return TrialMonitor(cfg, threshold)
 
 
-def _on_step(monitor: TrialMonitor, fitter, model: nn.Module, val: Split, kind: str):
+def _on_step(monitor: TrialMonitor, sync: Callable, model: nn.Module, val: Split, kind: str):
     """A fit's `on_step`: the monitor reads the training MSE after i iterations (before the next
-    one's update), with a validation checkpoint where one is due."""
+    one's update), with a validation checkpoint where one is due, of `model` once `sync` has put
+    the fit's current parameters in it."""
 
     def on_step(i: int, loss: float) -> bool:
         if not monitor.step(i + 1, loss):
             return False
         if monitor.due(i):
-            fitter.sync()  # the model holds the fit's current parameters
+            sync()  # the model holds the fit's current parameters
             monitor.checkpoint(i, evaluate(model, val, kind)[0])
         return True
 
@@ -216,15 +222,23 @@ def fit(
     return _best(runs, cfg, len(sets.train), start)
 
 
-def _best(runs: list[Restart], cfg: TrainConfig, n: int, start: float, batched: bool = False):
+def _best(
+    runs: list[Restart],
+    cfg: TrainConfig,
+    n: int,
+    start: float,
+    batched: bool = False,
+    share: int = 1,
+):
     """The restart (or chain) of least training loss, the first if all diverged, as a float32
-    model with its result, every restart's losses and their spread in the result."""
+    model with its result, every restart's losses and their spread in the result; its seconds
+    the time since `start`, a `share` of it where that many trials' fits ran as one."""
     finished = [r for r in runs if r.train_loss is not None]
     best = min(finished, key=lambda r: r.train_loss) if finished else runs[0]
     losses = sorted(r.train_loss for r in finished)
     result = replace(
         best.result,
-        seconds=time.perf_counter() - start,
+        seconds=(time.perf_counter() - start) / share,
         plateau_improvement=best.gain,
         optimizer=cfg.optimizer,
         examples=n,
@@ -292,23 +306,66 @@ def fit_ladder(
     parameters, drawn by `seed` (the online draws of smaller N are prefixes of larger ones), is
     certified like any fit (`fit_once`), and keeps its best chain by training loss. With
     `cfg.chains` "best", every chain instead continues the best fit of the rung below, and the
-    chains differ in their added layers (each its own initialization)."""
-    from blocklab.models import continue_from
-
-    check_fits(data, cfg.optimizer)
-    available = None if data.online else len(data.train)
-    val, test = _f64(data.val), _f64(data.test)
-    chains: list[nn.Module | None] = [None] * cfg.restarts
-    rungs = []
+    chains differ in their added layers (each its own initialization). `fit_units.fit_ladders`
+    climbs several ladders of one shape as one batched fit per rung."""
+    climb = Climb(make_model, data, cfg, seed)
     for depth in depths:
-        start, runs, exact = time.perf_counter(), [], True
-        if cfg.chains == "best" and rungs and rungs[-1].source is not None:
-            chains = [rungs[-1].source] * cfg.restarts  # continue_from copies, never moves it
+        start = time.perf_counter()
+        fits = climb.rung(depth)
+        batched, k = batch_chains(fits.sets.train.x.device, cfg), len(fits.models)
+        if batched:
+            runs = fit_batched(
+                fits.models, [data] * k, [fits.sets] * k, fits.cfgs, fits.inits, [threshold] * k
+            )
+        else:
+            runs = [
+                fit_once(m, data, fits.sets, c, i, threshold)
+                for m, c, i in zip(fits.models, fits.cfgs, fits.inits, strict=True)
+            ]
+        climb.close(fits, runs, start, batched)
+    return climb.rungs
+
+
+@dataclasses.dataclass(frozen=True)
+class RungFits:
+    """One ladder's fits at one rung, before they run: each chain's network, config (a continued
+    chain warms no more) and initialization seed, the rung's sets, and whether every chain
+    entered with its function unchanged."""
+
+    depth: int
+    models: list[nn.Module]
+    cfgs: list[TrainConfig]
+    inits: list[int]
+    sets: FitData
+    exact: bool
+
+
+class Climb:
+    """One ladder between its rungs (`fit_ladder`): what each chain continues and the rungs
+    fitted so far. `rung(depth)` makes the next rung's fits, `close` reads them once fitted."""
+
+    def __init__(
+        self, make_model: Callable[[int, int], nn.Module], data: TaskData, cfg: TrainConfig, seed
+    ):
+        check_fits(data, cfg.optimizer)
+        self.make_model, self.data, self.cfg, self.seed = make_model, data, cfg, seed
+        self.available = None if data.online else len(data.train)
+        self.val, self.test = _f64(data.val), _f64(data.test)
+        self.chains: list[nn.Module | None] = [None] * cfg.restarts
+        self.rungs: list[Rung] = []
+
+    def rung(self, depth: int) -> RungFits:
+        from blocklab.models import continue_from
+
+        cfg, exact = self.cfg, True
+        if cfg.chains == "best" and self.rungs and self.rungs[-1].source is not None:
+            # continue_from copies, never moves it
+            self.chains = [self.rungs[-1].source] * cfg.restarts
         models, cfgs, inits = [], [], []
         for r in range(cfg.restarts):
-            inits.append(restart_seed(seed, r))
-            model = make_model(depth, inits[-1])
-            below = chains[r]
+            inits.append(restart_seed(self.seed, r))
+            model = self.make_model(depth, inits[-1])
+            below = self.chains[r]
             if below is not None:
                 model.double()
                 exact = continue_from(model, below) and exact
@@ -317,20 +374,18 @@ def fit_ladder(
             # starts where the rung below ended
             cfgs.append(cfg if below is None else replace(cfg, warm_start=0))
         params = sum(p.numel() for p in models[0].parameters() if p.requires_grad)
-        train_set = training_set(data, examples(cfg, params, available), seed)
-        sets = FitData(train_set, val, test)
-        batched = batch_chains(train_set.x.device, cfg)
-        if batched:
-            runs = fit_batched(models, data, sets, cfgs, inits, threshold)
-        else:
-            runs = [
-                fit_once(m, data, sets, c, i, threshold)
-                for m, c, i in zip(models, cfgs, inits, strict=True)
-            ]
+        train_set = training_set(self.data, examples(cfg, params, self.available), self.seed)
+        return RungFits(depth, models, cfgs, inits, FitData(train_set, self.val, self.test), exact)
+
+    def close(
+        self, fits: RungFits, runs: list[Restart], start: float, batched: bool, share: int = 1
+    ) -> Rung:
+        """The rung fitted: each chain continues its fit (none where it diverged), and the rung
+        keeps the best chain (`_best`; `share` as there)."""
         for r, run in enumerate(runs):
-            chains[r] = run.model if run.train_loss is not None else None
-        model, result = _best(runs, cfg, len(sets.train), start, batched)
+            self.chains[r] = run.model if run.train_loss is not None else None
+        model, result = _best(runs, self.cfg, len(fits.sets.train), start, batched, share)
         finished = [r for r in runs if r.train_loss is not None]
         source = min(finished, key=lambda r: r.train_loss).model if finished else None
-        rungs.append(Rung(depth, model, result, exact, source))
-    return rungs
+        self.rungs.append(Rung(fits.depth, model, result, fits.exact, source))
+        return self.rungs[-1]

@@ -1,8 +1,11 @@
-"""Levenberg-Marquardt on a fit's restarts as one batched computation, beside the one-at-a-time
-fitter of `engine.fit` that is its plain reference (tests/test_fit.py compares them step by step,
-certificates included: both are certified by `certify.certify`). `blocklab bench` measures the
-two (`engine.fit_bench`); `engine.converge` batches a ladder rung's chains where that measured a
-gain (`converge.batch_chains`: on a GPU, not on a CPU).
+"""Levenberg-Marquardt on many fits of one architecture as one batched computation, beside the
+one-at-a-time fitter of `engine.fit` that is its plain reference (tests/test_fit.py and
+tests/test_fit_units.py compare them step by step, certificates included: both are certified by
+`certify.certify`). The members share one training set (a fit's restarts, a ladder rung's chains)
+or each fits its own of one shape (the units of `engine.fit_units`: other teachers, other seeds).
+`blocklab bench` measures the shared case (`engine.fit_bench`), benchmarks/fit_units.py the
+other; `engine.converge` batches a rung's chains and `engine.fit_units` a rung's units where that
+measured a gain (on a GPU, not on a CPU).
 """
 
 from __future__ import annotations
@@ -15,17 +18,22 @@ from torch.func import jacrev, vmap
 
 from blocklab.engine.certify import Certificate, certify
 from blocklab.engine.fit import FLOOR, OnStep, marquardt_scale
-from blocklab.jacobian import JACOBIAN_NUMBERS, FlatParams, NotByLayers
+from blocklab.jacobian import JACOBIAN_NUMBERS, FlatParams, NotByLayers, gram
 
 BatchedOnStep = Callable[[int, list[float]], "Sequence[bool] | None"]
 
 
 class BatchedLevenbergMarquardt:
-    """`LevenbergMarquardt` on R models of one architecture (a fit's restarts) as one computation:
-    their parameters stacked (R, P), residuals and Jacobians through the first model's
-    functional_call under vmap over the members, normal matrices (R, P, P) factored by one batched
-    Cholesky. Each member keeps its own damping and its own accept/reject, so it takes exactly the
-    steps `LevenbergMarquardt` takes on it alone (to float rounding; tests/test_fit.py).
+    """`LevenbergMarquardt` on R models of one architecture as one computation: their parameters
+    stacked (R, P), residuals and Jacobians through the first model's functional_call under vmap
+    over the members, normal matrices (R, P, P) factored by one batched Cholesky. `x`, `y` are
+    one training set every member fits (a fit's restarts), or R of them of one shape, one per
+    member (fits of other targets), stacked (R, N, ...) and vmapped with the parameters; such
+    members, where their Jacobian is by layers, compute residuals and Jacobians as they would
+    alone (`_trial`), on a CPU their normal matrices too (`ONE_BY_ONE`). Each
+    member keeps its own damping and its own accept/reject, so it takes exactly the steps
+    `LevenbergMarquardt` takes on it alone (to float rounding; tests/test_fit.py,
+    tests/test_fit_units.py).
 
     `run(iterations, on_step)` calls `on_step(i, losses)` with the R members' mean squared errors
     before each iteration's update; it returns None (all go on) or R booleans, False for a member
@@ -38,15 +46,36 @@ class BatchedLevenbergMarquardt:
     bound by per-operation overhead, the one thing batching saves; its per-example Jacobian and
     J^T J are memory and matmul work that batching does not shrink. On an H200 it paid: 674
     certified fits per minute batched against 311 one at a time at P = 433 (8 fits, 32
-    iterations). So `engine.converge` batches a rung's chains on a GPU only."""
+    iterations). So `engine.converge` batches a rung's chains, and `engine.fit_units` a rung's
+    units, on a GPU only."""
+
+    # devices on which members of their own sets are linearized one by one, each as a lone fit
+    # is, from its Jacobian where the layer rule wrote it (`jacobian.gram`: syrk, one triangle):
+    # a batched matmul computes both triangles of a stacked copy, and a CPU runs the batch no
+    # faster than its members one at a time (benchmarks/fit_units.py)
+    ONE_BY_ONE = ("cpu",)
 
     def __init__(
-        self, models: list[nn.Module], x: torch.Tensor, y: torch.Tensor, tau: float = 1e-3
+        self,
+        models: list[nn.Module],
+        x: torch.Tensor | Sequence[torch.Tensor],
+        y: torch.Tensor | Sequence[torch.Tensor],
+        tau: float = 1e-3,
     ):
-        self.flats = [FlatParams(m, x, y) for m in models]
+        shared = isinstance(x, torch.Tensor)
+        xs, ys = ([x] * len(models), [y] * len(models)) if shared else (list(x), list(y))
+        if len(xs) != len(models) or len(ys) != len(models):
+            raise ValueError("batched Levenberg-Marquardt takes one training set per member")
+        if len({(tuple(a.shape), tuple(b.shape)) for a, b in zip(xs, ys, strict=True)}) > 1:
+            raise ValueError("batched Levenberg-Marquardt fits training sets of one shape")
+        # each member's FlatParams holds its own set: its Jacobian by layers reads it
+        self.flats = [FlatParams(m, a, b) for m, a, b in zip(models, xs, ys, strict=True)]
         # the first model's module computes for every member: functional_call reads only its
         # structure, the weights come from the stacked parameters
-        self.flat, self.n = self.flats[0], y.numel()
+        self.flat, self.n = self.flats[0], ys[0].numel()
+        # the members' own sets under vmap, (R, N, ...) and (R, N, out); None: one shared set
+        self.x = None if shared else torch.stack(xs)
+        self.y = None if shared else torch.stack(ys)
         self.path: str | None = None  # the Jacobian's path once one ran (`_jacobian`)
         shapes = [[(k, p.shape) for k, p in f.named] for f in self.flats]
         if any(s != shapes[0] for s in shapes):
@@ -70,37 +99,70 @@ class BatchedLevenbergMarquardt:
         self.nu = torch.full((members,), 2.0, **kw)  # (R,)
 
     def _residuals(self, theta: torch.Tensor) -> torch.Tensor:
-        return vmap(self.flat.residuals)(theta)  # (R, n)
+        if self.x is None:
+            return vmap(self.flat.residuals)(theta)  # (R, n)
+        return vmap(self.flat.residuals)(theta, self.x, self.y)  # (R, n)
 
-    def _jacobian(self, members: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
-        """(k, n, P): the members' Jacobians by layers, each from its own model's batched pass
-        (`FlatParams.jacobian_by_layers`), where every member's network allows it; else by
-        examples under a second vmap over the members. `path` names the one that ran."""
+    def _trial(self, theta: torch.Tensor, act: torch.Tensor) -> tuple[torch.Tensor, list | None]:
+        """The residuals (R, n) at the members' trial points `theta`, and the points whose
+        forward passes the members keep (None: none kept). Members fitting their own sets by
+        layers step as a lone fit steps: each active member's own forward pass
+        (`FlatParams.trial`), kept so that an accepted step's Jacobian runs only its backward;
+        one vmapped pass would cost each accepted member a second forward, the Jacobian's."""
+        if self.x is None or self.path != "layers":
+            return self._residuals(theta), None
+        points = list(theta.unbind())  # (P,) each: the object a kept pass is keyed by
+        rows = [
+            f.trial(t) if go else self.y[0].new_zeros(self.n)  # a frozen member's: unread
+            for f, t, go in zip(self.flats, points, act.tolist(), strict=True)
+        ]
+        return torch.stack(rows), points  # (R, n)
+
+    def _jacobian(
+        self, members: torch.Tensor, theta: torch.Tensor, points: list | None = None
+    ) -> torch.Tensor | list[torch.Tensor]:
+        """The members' Jacobians: k of (n, P) by layers, each from its own model's batched pass
+        (`FlatParams.jacobian_by_layers`, continuing the pass `_trial` kept at `points`), where
+        every member's network allows it; else (k, n, P) by examples under a second vmap over
+        the members. `path` names the one that ran."""
         if self.path != "examples":
             try:
                 rows = [
-                    self.flats[int(k)].jacobian_by_layers(t)
+                    self.flats[int(k)].jacobian_by_layers(t if points is None else points[int(k)])
                     for k, t in zip(members, theta, strict=True)
                 ]
                 self.path = "layers"
-                return torch.stack(rows)  # (k, n, P)
+                for k in members:  # their trial points keep the layer rule's pass (`_trial`)
+                    self.flats[int(k)].path = "layers"
+                return rows
             except NotByLayers:
                 self.path = "examples"
         # the per-example rows of `FlatParams.jacobian` (reverse mode under vmap, in chunks),
         # under a second vmap over the members: each layer's small matmul becomes a batched one
         chunk = max(1, JACOBIAN_NUMBERS // theta.numel())  # numbers over all k members
         rows = vmap(jacrev(self.flat._example), in_dims=(None, 0, 0), chunk_size=chunk)
-        per_member = vmap(rows, in_dims=(0, None, None))
-        jac = per_member(theta, self.flat.x, self.flat.y)  # (k, N, out, P)
+        if self.x is None:  # one training set for every member
+            per_member = vmap(rows, in_dims=(0, None, None))
+            jac = per_member(theta, self.flat.x, self.flat.y)  # (k, N, out, P)
+        else:  # each member on its own set
+            jac = vmap(rows)(theta, self.x[members], self.y[members])  # (k, N, out, P)
         return jac.reshape(len(theta), -1, theta.shape[1])  # (k, n, P)
 
-    def _linearize(self, members: torch.Tensor, r: torch.Tensor) -> None:
+    def _linearize(
+        self, members: torch.Tensor, r: torch.Tensor, points: list | None = None
+    ) -> None:
         """J^T J and J^T r of the `members` (indices) at their current parameters, whose
-        residuals `r` (R, n) holds."""
-        jac = self._jacobian(members, self.theta[members])  # (k, n, P)
-        jt = jac.transpose(1, 2)  # (k, P, n)
-        self.a[members] = jt @ jac  # (k, P, P)
-        self.g[members] = (jt @ r[members].unsqueeze(2)).squeeze(2)  # (k, P)
+        residuals `r` (R, n) holds (and, where `_trial` kept them, whose `points`)."""
+        jac = self._jacobian(members, self.theta[members], points)
+        if self.x is not None and self.theta.device.type in self.ONE_BY_ONE:  # as alone
+            self.a[members] = torch.stack([gram(j) for j in jac])  # (k, P, P)
+            rows = zip(jac, members.tolist(), strict=True)
+            self.g[members] = torch.stack([j.T @ r[k] for j, k in rows])  # (k, P)
+        else:
+            jac = torch.stack(jac) if isinstance(jac, list) else jac  # (k, n, P)
+            jt = jac.transpose(1, 2)  # (k, P, n)
+            self.a[members] = jt @ jac  # (k, P, P)
+            self.g[members] = (jt @ r[members].unsqueeze(2)).squeeze(2)  # (k, P)
         diagonal = self.a[members].diagonal(dim1=1, dim2=2)  # (k, P)
         self.scale[members] = marquardt_scale(self.scale[members], diagonal)
 
@@ -121,8 +183,12 @@ class BatchedLevenbergMarquardt:
         """Each member's floor flag, stationarity and iterations run (`certify.certify`)."""
         return self.floored.tolist(), self.stationarity(), self.iterations.tolist()
 
-    def sync(self) -> None:
-        """Put each member's current parameters into its model."""
+    def sync(self, member: int | None = None) -> None:
+        """Put each member's current parameters into its model, or member `member`'s alone (a
+        validation checkpoint of that member reads no other)."""
+        if member is not None:
+            self.flats[member].set(self.theta[member])
+            return
         for flat, theta in zip(self.flats, self.theta, strict=True):
             flat.set(theta)
 
@@ -137,6 +203,8 @@ class BatchedLevenbergMarquardt:
             if bool(self.active.any()):
                 self._step()
         self.sync()
+        for flat in self.flats:
+            flat.forget()  # a rejected step's forward pass: nothing continues it
         return self.losses()
 
     def _step(self) -> None:
@@ -150,7 +218,7 @@ class BatchedLevenbergMarquardt:
         delta = -torch.cholesky_solve(self.g.unsqueeze(2), chol).squeeze(2)  # (R, P)
         delta = torch.where(solvable[:, None], delta, 0.0)  # a failed factor's solve is garbage
         with torch.no_grad():
-            r = self._residuals(self.theta + delta)  # (R, n)
+            r, points = self._trial(self.theta + delta, act)  # (R, n)
         cost = (r * r).sum(1)  # (R,)
         damping = self.mu[:, None] * self.scale  # (R, P)
         predicted = (delta * (damping * delta - self.g)).sum(1)  # (R,) the linear model's
@@ -164,7 +232,7 @@ class BatchedLevenbergMarquardt:
         self.cost = torch.where(accept, cost, self.cost)  # (R,)
         taken = accept.nonzero().squeeze(1)  # (k,)
         if len(taken):
-            self._linearize(taken, r)
+            self._linearize(taken, r, points)
         shrink = (1 - (2 * rho - 1) ** 3).clamp_min(1 / 3)  # (R,) Nielsen's update on success
         self.mu = torch.where(
             accept, self.mu * shrink, torch.where(reject, self.mu * self.nu, self.mu)

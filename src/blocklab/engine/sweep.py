@@ -1,10 +1,11 @@
 """Running trials: a trial is a frozen spec (`blocklab.specs`); a sweep runs the unfinished ones.
 
-Trials that share an architecture train together as one ensemble (`blocklab.engine.ensemble`), and
-the units of work run on an executor (`blocklab.engine.executors`: a local process pool by default,
-Ray or Slurm). Workers use one torch thread each: for small models two single-threaded processes
-beat one process with two threads. Only the parent writes to the store, one commit per finished unit
-of work; sweeps sharing a store split its trials (`blocklab.engine.claims`).
+Trials that share an architecture train together as one ensemble (`blocklab.engine.ensemble`),
+depth ladders of one shape fit together on a GPU (`blocklab.engine.fit_units`), and the units of
+work run on an executor (`blocklab.engine.executors`: a local process pool by default, Ray or
+Slurm). Workers use one torch thread each: for small models two single-threaded processes beat one
+process with two threads. Only the parent writes to the store, one commit per finished unit of
+work; sweeps sharing a store split its trials (`blocklab.engine.claims`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from blocklab.engine.claims import POLL, Claims
 from blocklab.engine.devices import device_name
 from blocklab.engine.executors import Resources, WorkerLost, make_executor
+from blocklab.engine.fit_units import batch_units
 from blocklab.engine.progress import Progress, display
 from blocklab.engine.provenance import provenance
 from blocklab.engine.reuse import other_precision, stored_since
@@ -101,7 +103,7 @@ def run(
     workers = res.workers  # several share a GPU: a small model's step waits on launches, not math
     # planned from every spec, finished or not, and each unit stored whole: a resumed sweep trains
     # each trial left in the unit an undisturbed one trains it in, and stores the same numbers
-    units = plan_units(specs, res.ensemble, workers)
+    units = plan_units(specs, res.ensemble, workers, fits=batch_units(device))
     units = [u for u in units if any(s.id not in done for s in u)]
     bar, own = display(progress)
     bar.phase(label, len(specs) - len(done), stored=done)  # says what a resumed run has left

@@ -1,7 +1,7 @@
-"""One trial, or one ensemble of trials sharing an architecture: its data made (and cached), its
-network built from the spec, trained (`train`, `ensemble`) or fitted (`converge`), measured, and
-turned into the record the store keeps. `blocklab.engine.sweep` schedules these units; nothing
-here knows of stores, claims or executors.
+"""One trial, an ensemble of trials sharing an architecture, or depth ladders of one shape: its
+data made (and cached), its network built from the spec, trained (`train`, `ensemble`) or fitted
+(`converge`, `fit_units`), measured, and turned into the record the store keeps.
+`blocklab.engine.sweep` schedules these units; nothing here knows of stores, claims or executors.
 """
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ from torch import nn
 
 from blocklab.engine import converge
 from blocklab.engine.ensemble import train_ensemble
+from blocklab.engine.fit_units import fit_ladders
 from blocklab.engine.monitor import as_record
 from blocklab.engine.reuse import trial_precision
 from blocklab.engine.train import train
 from blocklab.errors import UserError
 from blocklab.models import Net
 from blocklab.models import code_modules as arm_modules
-from blocklab.specs import TrialSpec
+from blocklab.specs import TrialSpec, fit_key
 from blocklab.tasks import TaskData, make_task
 
 
@@ -173,13 +174,18 @@ def _ladder_record(spec: TrialSpec, p: _Prepared, device: str) -> dict[str, Any]
     """A depth ladder's trial (`converge.fit_ladder`): the top rung's record, as a trial fitted at
     that depth alone records it, with every rung's record under `metrics["ladder"]`."""
     rungs = converge.fit_ladder(
-        spec.ladder,
-        lambda depth, seed: init_model(spec.at_depth(depth), p.data, device, seed),
-        p.data,
-        spec.train,
-        spec.seed,
-        p.threshold,
+        spec.ladder, _rung_model(spec, p, device), p.data, spec.train, spec.seed, p.threshold
     )
+    return _rungs_record(spec, p, rungs, device)
+
+
+def _rung_model(spec: TrialSpec, p: _Prepared, device: str):
+    """A ladder's `make_model`: the spec's network at a rung's depth, initialized by a seed."""
+    return lambda depth, seed: init_model(spec.at_depth(depth), p.data, device, seed)
+
+
+def _rungs_record(spec: TrialSpec, p: _Prepared, rungs, device: str) -> dict[str, Any]:
+    """A ladder trial's record from its fitted rungs (`_ladder_record`)."""
     steps = []
     for rung in rungs:
         rec = _record(spec, dataclasses.replace(p, model=rung.model), rung.result, device)
@@ -207,11 +213,40 @@ def train_group(specs: list[TrialSpec], device: str = "cpu", path: str = "auto")
     return prepared, results, path
 
 
+def run_ladders(specs: list[TrialSpec], device: str = "cpu") -> list[dict[str, Any]]:
+    """Depth ladders of one shape (`specs.fit_key`) climbed together, one batched fit per rung
+    (`fit_units.fit_ladders`); each trial gets the record `run_trial` gives it alone, with
+    `metrics["units"]`: how many trials, and fits, each rung's computation held."""
+    try:
+        cache: dict = {}  # units reading the same data share one copy
+        prepared = [_prepare(s, device, cache) for s in specs]
+        ladders = fit_ladders(
+            specs[0].ladder,
+            [_rung_model(s, p, device) for s, p in zip(specs, prepared, strict=True)],
+            [p.data for p in prepared],
+            specs[0].train,
+            [s.seed for s in specs],
+            [p.threshold for p in prepared],
+        )
+    except Exception:  # the whole group failed; its trials are retried next run
+        return [_failed(s) for s in specs]
+    records = []
+    for spec, p, rungs in zip(specs, prepared, ladders, strict=True):
+        record = _rungs_record(spec, p, rungs, device)
+        members = len(specs) * spec.train.restarts
+        record["metrics"]["units"] = {"units": len(specs), "members": members}
+        records.append(record)
+    return records
+
+
 def run_group(specs: list[TrialSpec], device: str = "cpu") -> list[dict[str, Any]]:
-    """One unit of work: a lone trial, trained by `train.train`, or trials sharing an
-    architecture trained as one ensemble (`blocklab.engine.ensemble`). Each gets its own record."""
+    """One unit of work: a lone trial, trained by `train.train`, trials sharing an architecture
+    trained as one ensemble (`blocklab.engine.ensemble`), or depth ladders of one shape fitted
+    together (`run_ladders`). Each gets its own record."""
     if len(specs) == 1:
         return [run_trial(specs[0], device)]
+    if fit_key(specs[0]) is not None:
+        return run_ladders(specs, device)
     try:
         prepared, results, path = train_group(specs, device)
     except Exception:  # the whole ensemble failed; its trials are retried next run

@@ -65,6 +65,10 @@ class Experiment:
     # wall time where one was measured or estimated (the text says which), else None; the
     # command line offers each as a flag (`--medium`, `--sweep-width`)
     forms: ClassVar[dict[str, str | None]] = {}
+    # a config field `target_resolution` sizes the run from measured spreads: the report
+    # module's size(cfg, out_dir, pinned) -> (cfg, analysis.pilot.Plan) and plan_lines(plan,
+    # cfg, words) (the command offers --plan, which prints the plan and fits nothing)
+    sized: ClassVar[bool] = False
 
     @classmethod
     def defaults(cls, words: str = "", form: str | None = None) -> Any:

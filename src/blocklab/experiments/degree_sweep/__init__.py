@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
-from blocklab.experiments.degree_sweep import exact, plan
+from blocklab.experiments.degree_sweep import exact, plan, sizing
 from blocklab.experiments.degree_sweep.config import SHAPE, DegreeSweepConfig
 from blocklab.store import Store
 
@@ -88,9 +88,9 @@ def run(
     return DegreeSweepTrials(rows, trials.failed, lr_choice, referee, seen, measured)
 
 
-# the demo's cost of one (teacher, seed) unit at 2 chains, in core-seconds (its run from a fresh
-# clone in docs/results/degree.md, 2026-11-28): what the pilot form's estimate reads
-DEMO_CORE_SECONDS = 220
+# the demo's cost of one (teacher, seed) unit at 2 chains, in core-seconds (its recorded run,
+# `sizing.DEMO_SPREADS`): what the pilot form's estimate reads
+DEMO_CORE_SECONDS = sizing.DEMO_SPREADS["core_seconds_per_unit"]
 
 
 def pilot_time() -> str:
@@ -100,7 +100,7 @@ def pilot_time() -> str:
     core_seconds = DEMO_CORE_SECONDS * 4 * 8
     return (
         f"estimated, not measured: about {core_seconds / 2 / 3600:.1f} h on 2 CPU cores (the "
-        f"demo's {DEMO_CORE_SECONDS} core-seconds per (teacher, seed) unit at 2 chains, times 4 "
+        f"demo's {DEMO_CORE_SECONDS:g} core-seconds per (teacher, seed) unit at 2 chains, times 4 "
         f"for 8 chains, times 8 units) and about {core_seconds / GPU_OVER_CORE / 60:.0f} min on "
         f"one H100 or H200 (a ladder trial ran {GPU_OVER_CORE:g}x faster on an H200 than on one "
         "CPU core)"
@@ -116,6 +116,7 @@ class DegreeSweep(Experiment):
     run = staticmethod(run)
     report = "blocklab.reports.degree_sweep"
     forms = {"pilot": PILOT_TIME}
+    sized = True
     commands = (
         Command(
             "demo",

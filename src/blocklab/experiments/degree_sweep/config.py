@@ -82,6 +82,18 @@ class DegreeSweepConfig:
             ge=1,
         ),
     )
+    target_resolution: float | None = field(
+        default=None,
+        metadata=meta(
+            "size the run to this resolution R (the half width of the multipliers' 95% "
+            "intervals on the log scale, as a share: 0.1 is +-10%): the (teacher, seed) units "
+            "the power calculation of a finished run of this design asks for (the run in --out, "
+            "else the demo's recorded one), as teachers of --seeds seeds unless --teachers is "
+            "given; the report words each of seed 000's predictions at R",
+            gt=0,
+            lt=1,
+        ),
+    )
     mode: str = field(
         default="width",
         metadata=meta(

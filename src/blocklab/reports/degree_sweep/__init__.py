@@ -7,14 +7,19 @@ Every number comes from the rows (one per finished trial) or from blocklab.theor
 
 import dataclasses
 import json
+import math
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from blocklab.analysis.capacity import CapacityResult, Invocation, Outcome
+from blocklab.analysis.capacity import PREDICTED_EFFECT, CapacityResult, Invocation, Outcome
 from blocklab.analysis.capacity import analyze as analyze_capacity
-from blocklab.analysis.pilot import Pilot
+from blocklab.analysis.claims import Claim
+from blocklab.analysis.claims import claims as word_claims
+from blocklab.analysis.pilot import Pilot, Plan, Spreads
 from blocklab.analysis.pilot import pilot as measure_spreads
+from blocklab.analysis.pilot import size as size_for
 from blocklab.analysis.stats import (
     TEST,
     Summary,
@@ -26,16 +31,17 @@ from blocklab.analysis.stats import (
 from blocklab.analysis.summary import drawn_interval
 from blocklab.engine.progress import current
 from blocklab.engine.provenance import provenance
-from blocklab.experiments.degree_sweep import EXPERIMENT, DegreeSweep
+from blocklab.experiments.degree_sweep import EXPERIMENT, DegreeSweep, sizing
 from blocklab.formatting import config_json, markdown_table, plain, short, with_spread
 from blocklab.reports import Report, Status
-from blocklab.reports.degree_sweep import exact, plots, referee, roundings
+from blocklab.reports.degree_sweep import claims, exact, plots, referee, roundings
 from blocklab.reports.degree_sweep.capacity import (
     capacity_json,
     capacity_section,
     check_lines,
     converged_line,
 )
+from blocklab.reports.degree_sweep.claims import DECIDING
 from blocklab.reports.degree_sweep.curves import efficiency, fit_curves, scaling_curves
 from blocklab.reports.degree_sweep.multipliers import (
     multiplier_lines,
@@ -44,6 +50,10 @@ from blocklab.reports.degree_sweep.multipliers import (
     status_line,
 )
 from blocklab.reports.degree_sweep.pilot import pilot_json, pilot_lines
+
+# the command line's --target-resolution and --plan (`Experiment.sized`)
+from blocklab.reports.degree_sweep.pilot import plan_lines as plan_lines
+from blocklab.reports.degree_sweep.pilot import size as size
 from blocklab.reports.degree_sweep.theory import question, theory_section
 from blocklab.reports.markdown import failures, require_finished
 from blocklab.reports.verdicts import claim, verdict_json
@@ -252,6 +262,11 @@ class Result:
     # with roundings K: the capacity analysis of each other rounding, 1 to K-1 (the run's own is
     # `capacity`)
     roundings: tuple[CapacityResult, ...] = ()
+    # seed 000's predictions worded at `resolution` (`analysis.claims`), and where one is
+    # undecided the run that would decide it at +-3%, from this run's spreads
+    claims: list[Claim] = field(default_factory=list)
+    resolution: float = PREDICTED_EFFECT
+    deciding: Plan | None = None
 
 
 def _capacity(cfg, trials, rows, verdicts, command, on_draw=None, referee=()):
@@ -291,10 +306,17 @@ def analyze(cfg, trials, command: str | None = None) -> Result:
         for _, got in sorted(by_rounding.items())
     )
     seen = getattr(trials, "input_rank", {})
-    spreads = measure_spreads(rows, cap.model, cap.decision.units_for_3pct)
+    d = cap.decision  # sized by the widest decisive interval over every count
+    widths = [c.decision.widest for c in cap.counts.values() if not math.isnan(c.decision.widest)]
+    spreads = measure_spreads(rows, cap.model, max(widths, default=math.nan), d.df, d.level)
+    r = cfg.target_resolution or PREDICTED_EFFECT
+    worded = word_claims(cap, r, others)
+    deciding = None
+    if any(c.word == "undecided" for c in worded):
+        deciding = size_for(Spreads.of(spreads, "this run"), DECIDING, cfg.seeds, len(cfg.arms()))
     return Result(
         rows, trials.lr_choice, trials.failed, tables, cap, spreads, refitted, seen,
-        getattr(trials, "exact", {}), others,
+        getattr(trials, "exact", {}), others, worded, r, deciding,
     )  # fmt: skip
 
 
@@ -303,8 +325,11 @@ def write(out_dir, cfg, trials) -> Report:
     checks, the efficiency against d = 3 and the verdict, which exists only when the run passes
     its design checks."""
     require_finished(trials)
-    result = analyze(cfg, trials, RunDir(out_dir).record().get("command"))
+    command = RunDir(out_dir).record().get("command")
+    result = analyze(cfg, trials, command)
     cap = result.capacity
+    # what a later --target-resolution in this directory is sized by
+    sizing.record(out_dir, cfg, result.pilot, f"the run in {out_dir}")
     path = write_report(
         out_dir,
         result.tables,
@@ -332,6 +357,8 @@ def write(out_dir, cfg, trials) -> Report:
     payload["exact"] = exact.json(result.exact)
     spreads = result.pilot
     payload["pilot"] = pilot_json(spreads)
+    if cfg.target_resolution is not None:
+        payload["claims"] = claims.json(result.claims)
     verdict, line = status_line(cap)
     if result.roundings:
         across = roundings.Across(cap, result.roundings)
@@ -351,6 +378,10 @@ def write(out_dir, cfg, trials) -> Report:
     if result.roundings:
         lines += ["", *roundings.Across(cap, result.roundings).lines()]
     lines += next_lines(cap)
+    # each prediction's word, and the +-3% run that would decide an undecided one
+    words = shlex.split(command) if command else ["blocklab", "degree-sweep"]
+    given = cfg.target_resolution is not None
+    lines += ["", *claims.lines(result.claims, result.resolution, given, result.deciding, words)]
     if cap.decision.outcome is not Outcome.NO_VERDICT and cap.paired:
         lines.append("\npaired tests per budget (Holm-corrected):")
         lines += [f"- {claim(p)}" for p in cap.paired]

@@ -79,9 +79,13 @@ def scaling_curves(capacity, path, unit="MSE or cross-entropy in nats"):
     return save(fig, path)
 
 
+UNIT_KEY = {"m_2 / m_4": "m2/m4"}  # the plot's name -> `MultiplierFit.per_unit`'s
+
+
 def efficiency(capacity, path):
     """Each arm's multiplier against d = 3 in the shared model, with its bootstrap interval, beside
-    seed 000's prediction h(3) / h(d), and m_2 / m_4 beside its predicted 1; above 1 the arm
+    seed 000's prediction h(3) / h(d), and m_2 / m_4 beside its predicted 1, each (teacher,
+    seed) unit's own multiplier in grey beside its interval; above 1 the arm
     needs more parameters than d = 3 for the same loss. An unbounded end is drawn at the frame
     and marked."""
     model = capacity.model
@@ -90,6 +94,7 @@ def efficiency(capacity, path):
     if model.ratio_2_4 is not None:
         named.append(("m_2 / m_4", model.ratio_2_4))
     values = [v for _, i in named for v in (i.value, i.low, i.high)]
+    values += [v for name, _ in named for v in model.per_unit.get(UNIT_KEY.get(name, name), ())]
     shown = [v for v in values if math.isfinite(v) and v > 0]
     top = max(shown + [1.2]) * 1.15
     bottom = max(min(shown + [0.8]) / 1.15, 1e-3)
@@ -100,6 +105,12 @@ def efficiency(capacity, path):
             said = f"own exponent\n{a.value:.2g}" if a is not None else "own exponent"
             ax.annotate(said, (k, 1.0), ha="center", va="center", fontsize=8)
             continue
+        # every (teacher, seed) unit's own multiplier, beside the interval its units give
+        units = [u for u in model.per_unit.get(UNIT_KEY.get(name, name), ()) if u > 0]
+        if units:
+            spread = np.linspace(-0.18, 0.18, len(units)) if len(units) > 1 else [0.0]
+            ax.plot(k + 0.25 + np.asarray(spread) * 0.5, np.clip(units, bottom, top), ls="none",
+                    marker=".", color="0.45", alpha=0.7, label="each unit")  # fmt: skip
         m = i.value if math.isfinite(i.value) and i.value > 0 else top
         lo = i.low if math.isfinite(i.low) and i.low > 0 else bottom
         hi = i.high if math.isfinite(i.high) else top

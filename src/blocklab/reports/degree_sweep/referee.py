@@ -1,5 +1,5 @@
 """The referee's part of the degree sweep's report: each cell's first trial fitted from one
-initialization by both second-order optimizers (`analysis.capacity.referee_summary`), in a
+initialization by both second-order optimizers (`analysis.referee.referee_summary`), in a
 Markdown section and as plain data for `--json`.
 """
 
@@ -7,13 +7,13 @@ import dataclasses
 import math
 from typing import Any
 
-from blocklab.analysis.capacity import RefereeSummary
+from blocklab.analysis.referee import RefereeSummary
 from blocklab.formatting import markdown_table
 from blocklab.formatting import short as fmt
 
 
 def summary_json(summary: RefereeSummary | None) -> dict[str, Any] | None:
-    """The referee's comparison as plain data (`analysis.capacity.referee_summary`)."""
+    """The referee's comparison as plain data (`analysis.referee.referee_summary`)."""
     return None if summary is None else dataclasses.asdict(summary)
 
 

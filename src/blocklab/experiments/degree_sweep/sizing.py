@@ -1,0 +1,91 @@
+"""What a degree run sized to a resolution (`--target-resolution R`) is sized from: the spreads
+of a finished run of the same design, the run in --out where its report recorded them
+(`SPREADS_FILE`, written by every degree report), else the demo's recorded run (`DEMO_SPREADS`)
+where the design is the demo's. The report module sizes the run from them (`size` there: the
+power calculation of `analysis.pilot`).
+
+The size is fixed before any fit of the run it sizes, and a run grows but never shrinks: the
+teachers already fitted in --out stay in it. Sized from a run in the same store, the finished
+units are the first stage of an internal pilot (Wittes and Brittain 1990); the coverage of the
+intervals under that rule is measured by `analysis.coverage.simulate_sized`
+(`benchmarks/coverage.py --sized`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from blocklab.errors import UserError
+from blocklab.experiments.degree_sweep.config import DegreeSweepConfig
+
+SPREADS_FILE = "spreads.json"
+# what a design leaves out: the run's size, how it is read, and how long each fit may run (the
+# spreads between teachers measured at 512 and 1,024 iterations a rung agree: +-8.8% and +-9.0%
+# on m(d=2) with 9 teachers, docs/results/degree.md)
+NOT_DESIGN = ("teachers", "seeds", "roundings", "target_resolution", "count", "alpha", "n_boot")
+NOT_TRAIN = ("steps", "converge_tol")
+
+# the demo's run from a fresh clone (docs/results/degree.md, "Checks decided with their own
+# uncertainty", commit 646df17): m(d=2) 0.802 [0.585, 1.1] on the nominal count, 0.859 [0.627,
+# 1.18] on the functional one, d=4 with an exponent of its own, 3 teachers of 1 seed (t, df 2),
+# 220 core-seconds a unit from a fresh clone
+DEMO_SPREADS: dict[str, Any] = {
+    "widest": 0.31416,
+    "units": 3,
+    "teachers": 3,
+    "df": 2.0,
+    "level": 0.95,
+    "core_seconds_per_unit": 220.0,
+    "source": "the demo's recorded run (docs/results/degree.md, 2026-11-28, commit 646df17)",
+}
+
+
+def design(cfg: DegreeSweepConfig) -> dict[str, Any]:
+    """What a run's spreads depend on: its config less its size and its reading."""
+    from blocklab.formatting import config_json
+
+    out = {k: v for k, v in config_json(cfg).items() if k not in NOT_DESIGN}
+    out["train"] = {k: v for k, v in out["train"].items() if k not in NOT_TRAIN}
+    return json.loads(json.dumps(out, sort_keys=True, default=str))
+
+
+def record(out_dir: str | Path, cfg: DegreeSweepConfig, pilot, source: str) -> None:
+    """Write what sizing reads of this run (`pilot`: an `analysis.pilot.Pilot`) into its
+    directory."""
+
+    def number(x: float) -> float | None:
+        return x if math.isfinite(x) else None
+
+    entry = {
+        "design": design(cfg),
+        "widest": number(pilot.widest),
+        "units": pilot.units,
+        "teachers": cfg.teachers,
+        "df": number(pilot.df),
+        "level": pilot.level,
+        "core_seconds_per_unit": number(pilot.core_seconds_per_unit),
+        "source": source,
+    }
+    (Path(out_dir) / SPREADS_FILE).write_text(json.dumps(entry, indent=2) + "\n")
+
+
+def measured(cfg: DegreeSweepConfig, out_dir: str | Path) -> dict[str, Any]:
+    """The recorded spreads a run of `cfg`'s design is sized by: --out's run, else the demo's."""
+    path = Path(out_dir) / SPREADS_FILE
+    if path.is_file():
+        try:
+            entry = json.loads(path.read_text())
+        except (OSError, ValueError):
+            entry = {}
+        if entry.get("design") == design(cfg):
+            return entry
+    if design(cfg) == design(DegreeSweepConfig.demo()):
+        return DEMO_SPREADS
+    raise UserError(
+        f"--target-resolution sizes a run from a finished run of its design: {out_dir} holds "
+        "none and the design is not the demo's; run it once at a size of its own into that "
+        "--out, then add --target-resolution"
+    )

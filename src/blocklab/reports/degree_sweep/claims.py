@@ -1,0 +1,55 @@
+"""Seed 000's predictions, each with its word (`analysis.claims`), for the terminal and the JSON;
+and where one is undecided, the run that would decide it at +-3%."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from blocklab.analysis.claims import Claim
+from blocklab.analysis.pilot import Plan
+from blocklab.formatting import plain
+from blocklab.reports.degree_sweep.pilot import plan_lines
+
+DECIDING = 0.03  # the resolution the run that decides an undecided claim is sized to
+
+
+def _interval(c: Claim) -> str:
+    if c.m is None:
+        return "-"
+    if c.ci_low is None or c.ci_high is None:
+        return f"{c.m:.3g} (unbounded)"
+    return f"{c.m:.3g} [{c.ci_low:.3g}, {c.ci_high:.3g}]"
+
+
+def lines(
+    claims: list[Claim], r: float, given: bool, deciding: Plan | None, words: list[str]
+) -> list[str]:  # fmt: skip
+    """The table of claims at resolution `r` (`given`: --target-resolution set it; else the
+    predicted effect), and `deciding`, the +-3% run's plan, where a claim is undecided."""
+    if not claims:
+        return []
+    why_r = "--target-resolution" if given else "the predicted effect; --target-resolution sets it"
+    out = [
+        f"seed 000's predictions, each by its 95% interval at R = +-{r:.1%} ({why_r}): refuted "
+        "(excludes it), supported (holds it, within +-R), undecided, or no constant multiplier",
+        "| quantity | count | predicted | m [95% interval] | word | why |",
+        "|---|---|---|---|---|---|",
+    ]
+    out += [
+        f"| {c.quantity} | {c.count} | {c.predicted:.4g} | {_interval(c)} | {c.word} | {c.why} |"
+        for c in claims
+    ]
+    if deciding is not None and deciding.units is None:
+        out.append("the +-3% run: not sized (this run bounds no decisive interval)")
+    elif deciding is not None:
+        out.append(
+            "where a claim is undecided, the run that decides it at +-3% (with the design "
+            "checks' changes, where one failed):"
+        )
+        out += plan_lines(deciding, None, words)
+    return out
+
+
+def json(claims: list[Claim]) -> list[dict[str, Any]]:
+    """The `claims` list of the JSON contract."""
+    return plain([c.json() for c in claims])

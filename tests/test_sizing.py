@@ -1,0 +1,145 @@
+"""A degree run sized to a resolution (`--target-resolution`, `--plan`): the power calculation of
+`analysis.pilot` on recorded spreads, where they come from, what a plan costs, and the claims a
+sized run's JSON gains."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from blocklab import load_rungs
+from blocklab.analysis import coverage, multiplier
+from blocklab.analysis.pilot import Spreads, size
+from blocklab.cli import main
+from blocklab.errors import UserError
+from blocklab.experiments.degree_sweep import DegreeSweepConfig, sizing
+from blocklab.reports.degree_sweep.pilot import plan_command
+from blocklab.reports.degree_sweep.pilot import size as size_run
+from test_ladder import TINY
+
+DEMO = DegreeSweepConfig.demo()
+
+
+def _spreads(widest=0.3, units=3, df=2.0, cost=100.0):
+    return Spreads(widest, units, df, 0.95, cost, "planted")
+
+
+def test_the_plan_is_the_one_power_calculation_in_whole_teachers():
+    plan = size(_spreads(), 0.1, seeds=2, arms=3)
+    need = multiplier.units_for(0.3, 3, 0.1, df=2.0)
+    assert plan.teachers == math.ceil(need / 2) and plan.units == 2 * plan.teachers
+    assert plan.core_seconds == pytest.approx(plan.units * 100.0)
+    assert plan.trials == plan.units * 3
+    # no more cores work at once than there are trials
+    assert plan.seconds(10_000) == pytest.approx(plan.core_seconds / plan.trials)
+    assert plan.seconds(2) == pytest.approx(plan.core_seconds / 2)
+    # a finer resolution needs more units; an unbounded interval sizes nothing
+    assert size(_spreads(), 0.03, 2).units > plan.units
+    assert size(_spreads(widest=math.inf), 0.1, 1).units is None
+    assert set(plan.json()) == {"units", "teachers", "seeds", "core_seconds", "gpu_seconds"}
+
+
+def test_the_demos_design_is_sized_from_its_recorded_run(tmp_path):
+    cfg = dataclasses.replace(DEMO, target_resolution=0.1)
+    sized, plan = size_run(cfg, tmp_path)
+    demo = sizing.DEMO_SPREADS
+    need = multiplier.units_for(demo["widest"], demo["units"], 0.1, df=demo["df"])
+    assert sized.teachers == plan.teachers == need and plan.spreads.source == demo["source"]
+    # more iterations a rung is the same design; another width is not, and is not sized
+    longer = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=2048))
+    assert size_run(longer, tmp_path)[0].teachers == need
+    wider = dataclasses.replace(cfg, shape=dataclasses.replace(cfg.shape, width=4))
+    with pytest.raises(UserError, match="holds none"):
+        size_run(wider, tmp_path)
+
+
+def _record(out, cfg, widest, units, teachers, df):
+    entry = {"design": sizing.design(cfg), "widest": widest, "units": units,
+             "teachers": teachers, "df": df, "level": 0.95, "core_seconds_per_unit": 50.0,
+             "source": "the run in out"}  # fmt: skip
+    (out / sizing.SPREADS_FILE).write_text(json.dumps(entry))
+
+
+def test_a_run_in_out_sizes_it_and_a_run_never_shrinks(tmp_path):
+    cfg = dataclasses.replace(DEMO, target_resolution=0.1)
+    _record(tmp_path, cfg, widest=0.2, units=5, teachers=5, df=4)
+    sized, plan = size_run(cfg, tmp_path)
+    assert plan.spreads.source == "the run in out"
+    assert sized.teachers == multiplier.units_for(0.2, 5, 0.1, df=4)
+    # a run of 30 teachers already narrower than needed keeps them all
+    _record(tmp_path, cfg, widest=0.02, units=30, teachers=30, df=29)
+    assert size_run(cfg, tmp_path)[0].teachers == 30
+    # teachers given on the command line stay as given; the plan still says what R needs
+    pinned, plan = size_run(dataclasses.replace(cfg, teachers=7), tmp_path, pinned=True)
+    assert pinned.teachers == 7 and plan.teachers == multiplier.units_for(0.02, 30, 0.1, df=29)
+    # a record of another design is not read
+    other = dataclasses.replace(cfg, depths=(1, 2, 4))
+    _record(tmp_path, other, widest=0.2, units=5, teachers=5, df=4)
+    assert size_run(cfg, tmp_path)[1].spreads.source == sizing.DEMO_SPREADS["source"]
+
+
+def test_plan_prints_the_plan_alone_and_fits_nothing(tmp_path, capsys):
+    out = tmp_path / "p"
+    argv = ["demo", "--target-resolution", "0.1", "--plan", "--json", "--out", str(out)]
+    assert main(argv) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert list(got) == ["plan"]
+    plan = got["plan"]
+    assert set(plan) == {"units", "teachers", "seeds", "core_seconds", "gpu_seconds"}
+    assert plan["units"] == plan["teachers"] * plan["seeds"] and plan["core_seconds"] > 0
+    assert not (out / "blocklab.sqlite").exists()
+    assert main([*argv[:-3], "--out", str(out)]) == 0  # the words: each way to run it
+    text = capsys.readouterr().out
+    assert "--executor ray" in text and "--executor slurm" in text and "--device cuda" in text
+
+
+def test_plan_without_a_resolution_is_refused(capsys):
+    assert main(["demo", "--plan"]) == 2
+    err = capsys.readouterr().err
+    assert "give --target-resolution" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_plans_command_sets_what_it_sized():
+    plan = size(_spreads(), 0.1, seeds=1)
+    words = ["blocklab", "demo", "--teachers", "3", "--seeds=1", "--plan", "--json", "--quiet"]
+    got = plan_command(words, plan)
+    assert got[:3] == ["blocklab", "demo", "--quiet"]
+    assert got[3:] == ["--target-resolution", "0.1", "--teachers", str(plan.teachers),
+                       "--seeds", "1"]  # fmt: skip
+
+
+def test_a_finished_run_records_its_spreads_and_a_pinned_rerun_words_its_claims(
+    tmp_path, capsys
+):  # fmt: skip
+    out = tmp_path / "run"
+    assert main(["degree-sweep", "--out", str(out), "--json", *TINY]) in (0, 1)
+    first = json.loads(capsys.readouterr().out)
+    assert "claims" not in first  # only a sized run's JSON words its claims
+    entry = json.loads((out / sizing.SPREADS_FILE).read_text())
+    design = entry["design"]  # the run's config less its size and reading
+    assert design["shape"]["width"] == 4 and design["degrees"] == ["2", "3"]
+    assert not set(sizing.NOT_DESIGN) & set(design) and "steps" not in design["train"]
+    assert entry["units"] == 3 and entry["teachers"] == 1
+    stored = sorted(load_rungs(out)["finished_at"])
+    again = ["degree-sweep", "--out", str(out), "--json", *TINY, "--teachers", "1"]
+    assert main([*again, "--target-resolution", "0.5"]) in (0, 1)
+    second = json.loads(capsys.readouterr().out)
+    assert second["status"]["line"] == first["status"]["line"]
+    claims = second["claims"]
+    assert [c["quantity"] for c in claims] == ["m(d=2)"] * len(claims)  # d=4 did not run
+    assert {c["word"] for c in claims} <= {"supported", "refuted", "undecided",
+                                            "no constant multiplier"}  # fmt: skip
+    assert {c["count"] for c in claims} <= {"nominal", "functional"}
+    assert sorted(load_rungs(out)["finished_at"]) == stored  # nothing fitted again
+
+
+def test_the_sized_coverage_simulation_sizes_from_its_first_units():
+    rows = coverage.simulate_sized("pilot", 3, 0.1, 12, sigma=1.0, replications=3, seed=1)
+    assert {r.quantity for r in rows} == set(coverage.SIZED)
+    # noisy units need more than 3 teachers for +-10%: the rule grows the run, up to its cap
+    assert rows[0].units_median > 3 and rows[0].units_max <= 12
+    fixed = coverage.simulate_sized("fixed", 4, 0.1, 4, sigma=0.1, replications=2)
+    assert fixed[0].units_median == 4 and all(0 <= r.coverage <= 1 for r in fixed)
