@@ -7,7 +7,7 @@ from typing import Any
 
 from blocklab.analysis.claims import Claim
 from blocklab.analysis.pilot import Plan
-from blocklab.formatting import plain
+from blocklab.formatting import markdown_table, plain
 from blocklab.reports.degree_sweep.pilot import plan_lines
 
 DECIDING = 0.03  # the resolution the run that decides an undecided claim is sized to
@@ -32,13 +32,18 @@ def lines(
     out = [
         f"seed 000's predictions, each by its 95% interval at R = +-{r:.1%} ({why_r}): refuted "
         "(excludes it), supported (holds it, within +-R), undecided, or no constant multiplier",
-        "| quantity | count | predicted | m [95% interval] | word | why |",
-        "|---|---|---|---|---|---|",
     ]
-    out += [
-        f"| {c.quantity} | {c.count} | {c.predicted:.4g} | {_interval(c)} | {c.word} | {c.why} |"
+    # one reason for every word is said once, under the table, so its rows stay one line each
+    whys = {c.why for c in claims}
+    shared = whys.pop() if len(whys) == 1 else None
+    header = ["quantity", "count", "predicted", "m [95% interval]", "word"]
+    body = [
+        [c.quantity, c.count, f"{c.predicted:.4g}", _interval(c), c.word] + [c.why] * (not shared)
         for c in claims
     ]
+    out += markdown_table(header + ["why"] * (not shared), body)
+    if shared:
+        out.append(f"each word: {shared}")
     if deciding is not None and deciding.units is None:
         out.append("the +-3% run: not sized (this run bounds no decisive interval)")
     elif deciding is not None:
