@@ -48,10 +48,18 @@ def test_run_returns_what_the_command_prints_and_writes_the_same_run(tmp_path, c
         == {
             "verdict": False,
             "line": payload["status"]["line"],
+            "next": payload["status"]["next"],
         }
     )
     assert payload["status"]["line"].startswith("NO VERDICT: ")
     assert "to change: " in payload["status"]["line"]
+    # the next run's changes as run()'s own keywords: the seeds the replicates check asks for
+    following = payload["status"]["next"]
+    assert following["seeds"] > TINY["seeds"]
+    # run.json records the call with its arguments
+    recorded = json.loads((tmp_path / "api" / "run.json").read_text())["command"]
+    assert recorded.startswith("blocklab.api.run('degree-sweep', out=")
+    assert all(f"{k}={v!r}" in recorded for k, v in TINY.items() if k != "workers")
     failed = {c["name"] for c in payload["design_checks"] if not c["passed"]}
     assert "replicates" in failed
     # both counts and the exact measures, under the JSON contract's names
@@ -114,6 +122,7 @@ def test_a_verdict_reads_as_its_first_sentence_and_a_refusal_as_its_reason():
     assert refused.as_json() == {
         "verdict": False,
         "line": "NO VERDICT: design checks failed: plateau",
+        "next": {},
     }
 
 

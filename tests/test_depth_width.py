@@ -383,3 +383,13 @@ def test_point_and_pair_validation():
         find_transition(shallow, deep, depth_shallow=12, depth_deep=6)
     with pytest.raises(UserError):
         search(shallow, deep + deep[:1])
+
+
+def test_advice_gives_the_nearest_buildable_width_and_what_it_spends():
+    advice = advise(1e9)
+    assert advice.buildable_width % 64 == 0 and advice.multiple == 64
+    assert abs(advice.buildable_width - advice.width) <= 32  # the nearest multiple
+    assert advice.buildable_params == 12 * advice.depth * advice.buildable_width**2
+    small = advise(1e5)  # a width below 256 is rounded to a multiple of 8
+    assert small.multiple == 8 and abs(small.buildable_width - small.width) <= 4
+    assert advise(1e9, multiple=128).buildable_width % 128 == 0

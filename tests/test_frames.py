@@ -256,3 +256,19 @@ def test_the_help_walk_reports_an_option_without_help():
     sub.add_argument("--blank", help=" ")
     missing = ["x: --bare", "x deep: where", "x deep: --hidden", "x deep: --blank"]
     assert missing_help(parser, ("x",)) == missing
+
+
+def test_runs_list_tells_the_trials_of_one_cell_apart():
+    """Two teachers (and a rounding) of one arm, budget and seed are two rows that differ."""
+    from blocklab.cli.runs import _describe
+
+    base = {"task": "teacher", "arm": {"label": "d=4"}, "budget": 288, "depth": 8, "width": 3}
+    said = [
+        _describe({"config": {**base, "data_seed": t, "rounding": r}, "metrics": {}, "seed": 0})
+        for t, r in ((0, 0), (1, 0), (1, 2))
+    ]
+    assert said == [
+        "teacher d=4 budget=288 depth=8 width=3 teacher=0 seed=0",
+        "teacher d=4 budget=288 depth=8 width=3 teacher=1 seed=0",
+        "teacher d=4 budget=288 depth=8 width=3 teacher=1 rounding=2 seed=0",
+    ]

@@ -19,7 +19,7 @@ from blocklab.cli.experiment import resolve
 from blocklab.cli.main import build_parser
 from blocklab.experiments.degree_sweep import EXPERIMENT, DegreeSweep, DegreeSweepTrials
 from blocklab.formatting import config_json
-from blocklab.reports import degree_sweep, html, markdown
+from blocklab.reports import Status, degree_sweep, html, markdown
 from blocklab.reports.degree_sweep.capacity import detail, digits
 from blocklab.reports.degree_sweep.multipliers import STATUS_WIDTH, status_line
 from blocklab.rundir import RunDir
@@ -279,3 +279,19 @@ def test_task_options_on_the_default_task_change_its_defaults_one_by_one():
     demo, quick = configured(["demo"]), configured(["degree-sweep"])
     assert demo == DegreeSweep.Config.demo() and quick == DegreeSweep.Config()
     assert (demo.teachers, demo.seeds, other.teachers, other.seeds) == (3, 1, 1, 3)
+
+
+def test_the_status_gives_the_next_run_as_keywords_that_run_takes(tmp_path, monkeypatch):
+    """`status.next`: the changes of the next command as `blocklab.api.run`'s keywords (the flags'
+    names), the config they make the one the next command runs; empty with nothing to change."""
+    from blocklab import api
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.toml").write_text(TOML)
+    report, line, _ = _page(tmp_path / "short", ["demo", "--config", "c.toml"])
+    following = report.status.as_json()["next"]
+    assert following == {"steps": 128} and line.endswith("--steps 128")
+    found, command = api._find("demo")
+    cfg = api._config(found, command, None, str(tmp_path / "c.toml"), following)
+    assert cfg == configured(["demo", "--config", "c.toml", "--steps", "128"])
+    assert Status(True, "VERDICT: x").as_json()["next"] == {}

@@ -10,6 +10,13 @@ same checks: a bad value raises `blocklab.errors.UserError` with the message the
 prints. The run writes the same store, `run.json`, report and page, and `run` returns the JSON
 the command prints with `--json`. On a terminal it shows the command's progress on stderr
 (the trials, then the analysis), as the command does; `progress=False` turns it off.
+
+`run.json` records the call with its arguments. Where a run reaches no verdict,
+`result["status"]["next"]` holds the keywords the next run changes ({"steps": 1024}), so
+
+    result = run("demo", out="runs/x", **result["status"]["next"])
+
+runs what the status line advises.
 """
 
 from __future__ import annotations
@@ -68,13 +75,22 @@ def run(
         reuse="none" if fresh else "current",
         resources=resources if pool else None,
         trackers=trackers,
-        command=f"blocklab.api.run({experiment!r}, ...)",
+        command=_call(experiment, out, form, config_file, config),
         progress=sys.stderr.isatty() if progress is None else bool(progress),
         device=device if pool else "cpu",
     )
     if cli_experiment.lost_an_arm(payload):  # as the command exits 1: never silently
         raise ArmsFailed(cli_experiment.failure_lines(payload), payload)
     return payload
+
+
+def _call(experiment: str, out, form, config_file, config: dict[str, Any]) -> str:
+    """The call as `run.json` records it: the experiment, where it wrote, and every config
+    keyword given (the run flags are not the run's design)."""
+    given = {"out": str(out), "form": form, "config_file": config_file}
+    given = {k: v for k, v in given.items() if v is not None} | config
+    args = [repr(experiment)] + [f"{k}={v!r}" for k, v in given.items()]
+    return f"blocklab.api.run({', '.join(args)})"
 
 
 def _find(words: str) -> tuple[type[Experiment], Command]:

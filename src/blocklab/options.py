@@ -7,6 +7,7 @@ configs the same way, so they share one check.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import functools
@@ -215,3 +216,18 @@ def parse_pairs(pairs: list[str] | None, what: str) -> dict[str, str]:
             raise UserError(f"{what} option {pair!r} is not of the form key=value")
         out[key.strip()] = value.strip()
     return out
+
+
+@contextlib.contextmanager
+def unchecked(cls: type):
+    """Within it, `cls` builds without its `__post_init__` checks: for reading a form's values
+    where a check would import torch (a command's --help); never for a config that runs."""
+    post = cls.__dict__.get("__post_init__")
+    if post is None:
+        yield
+        return
+    cls.__post_init__ = lambda self: None
+    try:
+        yield
+    finally:
+        cls.__post_init__ = post

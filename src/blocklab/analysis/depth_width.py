@@ -197,14 +197,21 @@ class Advice:
     depth_range: tuple
     extrapolated: bool
     fit: Fit
+    # the nearest width a network is built at (a multiple of 64, a common head size) and the
+    # budget it then spends
+    buildable_width: int = 0
+    buildable_params: float = 0.0
+    multiple: int = 64
 
     def to_dict(self):
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "fit"}
         return d | {"depth_range": list(self.depth_range), "fit": self.fit.to_dict()}
 
 
-def advise(n_params, fit=PAPER_FIT):
-    """The optimal depth and width for n_params, with 1-sigma uncertainties from the fit.
+def advise(n_params, fit=PAPER_FIT, multiple: int | None = None):
+    """The optimal depth and width for n_params, with 1-sigma uncertainties from the fit, and the
+    nearest width a multiple of `multiple` (None: 64 from width 256 up, else 8) with the
+    parameters it spends at that depth.
 
     depth_range holds the lowest and highest integer depths whose N_transition lies within its own
     error of n_params (the depths the fit cannot tell from the optimum), or (depth, depth) when no
@@ -232,7 +239,10 @@ def advise(n_params, fit=PAPER_FIT):
     lo, hi = (lo + 1, hi - 1) if lo + 1 <= hi - 1 else (depth, depth)
     extrapolated = not min(fit.depths) <= exact <= max(fit.depths)
     width_sigma = width * depth_sigma / (2 * depth)
-    return Advice(n, depth, exact, depth_sigma, width, width_sigma, (lo, hi), extrapolated, fit)
+    multiple = multiple or (64 if width >= 256 else 8)
+    built = max(multiple, multiple * round(width / multiple))
+    return Advice(n, depth, exact, depth_sigma, width, width_sigma, (lo, hi), extrapolated, fit,
+                  built, 12.0 * depth * built**2, multiple)  # fmt: skip
 
 
 class OptimalShape(NamedTuple):

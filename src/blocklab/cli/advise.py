@@ -46,6 +46,15 @@ def run(args: argparse.Namespace) -> int:
             f"depth L = {advice.depth} (L* = {advice.depth_exact:.2f} +- "
             f"{advice.depth_sigma:.2f}; {near} within the fit's 1-sigma)",
             f"width dx = {advice.width:.0f} +- {advice.width_sigma:.0f} (sqrt(N / (12 L)))",
+            f"buildable: dx = {advice.buildable_width} (the nearest multiple of {advice.multiple}"
+            + (
+                f": {advice.buildable_width // 64} heads of 64 dimensions"
+                if advice.multiple == 64
+                else ""
+            )
+            + f"), N = "
+            f"{advice.buildable_params:.4g} ({advice.buildable_params / advice.n_params - 1:+.1%} "
+            "of the budget)",
         ]
         if advice.extrapolated:
             lines.append("extrapolated: L* lies outside the depths the fit was measured at")

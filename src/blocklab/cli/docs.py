@@ -99,6 +99,7 @@ def render(parser: argparse.ArgumentParser | None = None) -> str:
 
 
 def _section(words: tuple[str, ...], parser, help_text: str) -> list[str]:
+    parser.format_help()  # the flags' help as --help prints it: a form's defaults fill in here
     description = _text(parser.description or "")
     if not description and help_text:
         description = _text(help_text).rstrip(".") + "."

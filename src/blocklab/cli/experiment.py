@@ -24,7 +24,7 @@ from blocklab.engine.progress import Progress
 from blocklab.errors import UserError
 from blocklab.experiments import Command, Experiment
 from blocklab.formatting import wrapped
-from blocklab.options import parse_pairs
+from blocklab.options import parse_pairs, unchecked
 from blocklab.store import DB_NAME, Store
 from blocklab.trackers import TRACKERS
 
@@ -64,6 +64,8 @@ def add_parser(sub, experiment: type[Experiment], command: Command) -> None:
             help="task option, repeatable (e.g. --task-option n_in=8)",
         )
     cfgmod.add_flags(design, experiment.Config, skip=experiment.no_flags, groups=groups)
+    if command.form:
+        _help_states_the_form(p, experiment, command)
     if experiment.pool:
         _pool_flags(execution)
     reuse = execution.add_mutually_exclusive_group()
@@ -103,6 +105,30 @@ def add_parser(sub, experiment: type[Experiment], command: Command) -> None:
             "Slurm and GPU forms with their estimates) and exit without fitting",
         )
     p.set_defaults(handler=lambda args: run(experiment, args))
+
+
+def _help_states_the_form(p: argparse.ArgumentParser, experiment, command: Command) -> None:
+    """A command that runs a form (`blocklab demo`) states that form's values as each flag's
+    default in its --help, not the quick defaults. Filled in when help is asked for, from the
+    form's values unchecked: its checks build the task, which would import torch, and help
+    answers at once."""
+    original = p.format_help
+
+    def format_help() -> str:
+        shown = argparse.ArgumentParser(add_help=False)
+        with unchecked(experiment.Config):
+            runs = experiment.defaults(command.words)
+        cfgmod.add_flags(shown, experiment.Config, skip=experiment.no_flags, defaults=runs)
+        helps = {a.dest: a.help for a in shown._actions}
+        options = getattr(runs, "task_options", None)
+        if options:  # the task options the form sets, which no flag's default shows
+            said = ", ".join(f"{k}={v}" for k, v in sorted(options.items()))
+            helps["task_option"] = f"task option, repeatable (this command: {said})"
+        for action in p._actions:
+            action.help = helps.get(action.dest, action.help)
+        return original()
+
+    p.format_help = format_help
 
 
 def _pool_flags(p) -> None:

@@ -144,6 +144,12 @@ def _describe(rec: dict[str, Any]) -> str:
     parts += [f"{k}={c[k]}" for k in ("budget", "depth", "width") if c.get(k) is not None]
     if c.get("train", {}).get("lr") is not None:
         parts.append(f"lr={c['train']['lr']}")
+    # every field that tells two trials of one cell apart: the teacher (the task's data seed),
+    # the rounding, the seed
+    if c.get("data_seed") is not None:
+        parts.append(f"teacher={c['data_seed']}")
+    if c.get("rounding"):
+        parts.append(f"rounding={c['rounding']}")
     parts.append(f"seed={rec['seed']}")
     if m.get("test_metric") is not None:
         parts.append(f"{m.get('metric', 'metric')}={m['test_metric']:.4g}")

@@ -8,7 +8,7 @@ share.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,9 @@ class Status:
 
     verdict: bool
     line: str
+    # the keywords the next run changes, named as `blocklab.api.run` takes them (the flags'
+    # names: {"steps": 1024}), with their new values; empty where there is nothing to change
+    next: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of_verdict(cls, verdict: str | None, refusal: str) -> Status:
@@ -47,7 +50,7 @@ class Status:
         return cls(False, f"FINDINGS: {'; '.join(said[:shown]) or 'none'}{more}")
 
     def as_json(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "line": self.line}
+        return {"verdict": self.verdict, "line": self.line, "next": dict(self.next)}
 
 
 @dataclass

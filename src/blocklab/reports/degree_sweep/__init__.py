@@ -45,6 +45,7 @@ from blocklab.reports.degree_sweep.claims import DECIDING
 from blocklab.reports.degree_sweep.curves import efficiency, fit_curves, scaling_curves
 from blocklab.reports.degree_sweep.multipliers import (
     multiplier_lines,
+    next_keywords,
     next_lines,
     other_count_lines,
     status_line,
@@ -385,5 +386,5 @@ def write(out_dir, cfg, trials) -> Report:
     if cap.decision.outcome is not Outcome.NO_VERDICT and cap.paired:
         lines.append("\npaired tests per budget (Holm-corrected):")
         lines += [f"- {claim(p)}" for p in cap.paired]
-    status = Status(verdict, line)
+    status = Status(verdict, line, next_keywords(cap))
     return Report(path, payload, lines + failures(result), status)

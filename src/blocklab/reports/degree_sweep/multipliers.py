@@ -144,6 +144,16 @@ def status_line(capacity) -> tuple[bool, str]:
     return True, f"VERDICT: {said}"
 
 
+def next_keywords(capacity) -> dict[str, Any]:
+    """The next run's changes as `blocklab.api.run` keywords (the flags' names: a nested key
+    "train.steps" is `steps`), lists where the config holds tuples; {} where there is none."""
+    d = capacity.decision
+    if d.next is None:
+        return {}
+    return {c.key.rsplit(".", 1)[-1]: list(c.new) if isinstance(c.new, tuple) else c.new
+            for c in d.next.changes}  # fmt: skip
+
+
 def next_lines(capacity, markdown: bool = False) -> list[str]:
     """The command to run next where the run reached no verdict, whole: for the terminal in
     lines of STATUS_WIDTH continued by a backslash (a shell reads them as one), for report.md
