@@ -17,6 +17,7 @@ from torch import nn
 from blocklab.blocks import Block
 from blocklab.cli import main
 from blocklab.engine import converge
+from blocklab.errors import UserError
 from blocklab.models import Net, continue_from, parse_arm
 from blocklab.specs import NetShape, TrainConfig
 from blocklab.tasks import make_task
@@ -178,7 +179,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # the README's gated linear unit without its scale_output_: its output is a product, not a
 # linear map's own output, so nothing in it says how to rescale or silence it
-UNSCALED = (ROOT / "examples" / "my_block.py").read_text().split("    @torch.no_grad()")[0]
+# the README's block with its output squashed and without its scale_output_: linear in no one
+# module's parameters, so nothing silences an added layer (`Block.linear_factor`)
+_README_BLOCK = (ROOT / "examples" / "my_block.py").read_text().split("    @torch.no_grad()")[0]
+UNSCALED = _README_BLOCK.replace("return self.value(x) *", "return torch.tanh(self.value(x)) *")
 
 
 def blocklab(*args: str) -> subprocess.CompletedProcess:
@@ -200,7 +204,12 @@ class Gated(Block):
 
 
 class Unscaled(Gated):
+    """tanh(W x) * sigmoid(V x): linear in neither factor's weights, and no scale_output_."""
+
     name = "unscaled"
+
+    def forward(self, x):
+        return torch.tanh(self.value(x)) * torch.sigmoid(self.gate(x))  # (..., D_out)
 
 
 class Lying(Gated):
@@ -304,7 +313,7 @@ def test_a_block_that_states_it_cannot_rescale_is_not_applicable_and_says_ladder
 
 
 @pytest.mark.slow
-def test_a_block_without_scale_output_fails_check_and_the_sweep_refuses_it_before_any_fit(
+def test_a_block_the_ladder_cannot_silence_fails_check_and_the_sweep_refuses_it_before_any_fit(
     tmp_path,
 ):
     plugin = tmp_path / "gated.py"
@@ -419,3 +428,65 @@ def test_tanh_and_gelu_layers_continue_exactly_without_scaled_branches(activatio
     new(X).sum().backward()
     added = [p.grad for layer in list(new.layers)[2:] for p in layer.parameters()]
     assert any(g is not None and float(g.abs().max()) > 0 for g in added)
+
+
+@pytest.mark.slow
+def test_a_block_that_only_computes_and_counts_climbs_the_ladder(tmp_path):
+    """A plain cubic block with no `scale_output_` passes `check`, the ladder included, and
+    every trial of a ladder sweep with it is done: the ladder silences an added layer through
+    the last factor the block's output is linear in (`Block.linear_factor`)."""
+    check = blocklab("check", "--import", "examples/cubic_block.py", "--only", "cubic_block",
+                     "--json")  # fmt: skip
+    assert check.returncode == 0, check.stdout + check.stderr
+    ladder = [c for c in json.loads(check.stdout)["checks"] if c["check"] == "ladder"]
+    assert [(c["passed"], c["message"]) for c in ladder] == [(True, "")]
+    out = tmp_path / "cubic"
+    tiny = " ".join(TINY).replace(
+        "--degrees 2 3 --baselines", "--degrees 2 --baselines cubic_block"
+    )
+    tiny = tiny.replace("--seeds 3", "--seeds 2").split()
+    sweep = blocklab("degree-sweep", "--import", "examples/cubic_block.py", "--out", str(out),
+                     "--json", *tiny)  # fmt: skip
+    assert sweep.returncode == 0, sweep.stderr
+    payload = json.loads(sweep.stdout)
+    assert payload["failed"] == [] and payload["ladder"] == "on"
+    from blocklab import load_runs
+
+    assert set(load_runs(out)["status"]) == {"done"}
+
+
+class Cubic(Block):
+    """Unregistered: examples/cubic_block.py's block, (A x) * (B x) * (C x), no scale_output_."""
+
+    def __init__(self, d_in, d_out):
+        super().__init__(d_in, d_out)
+        self.a, self.b, self.c = (nn.Linear(d_in, d_out, bias=False) for _ in range(3))
+
+    def forward(self, x):
+        return self.a(x) * self.b(x) * self.c(x)
+
+
+class Squashed(Block):
+    """Unregistered: sigmoid(A x), linear in no module's parameters."""
+
+    def __init__(self, d_in, d_out):
+        super().__init__(d_in, d_out)
+        self.a = nn.Linear(d_in, d_out)
+
+    def forward(self, x):
+        return torch.sigmoid(self.a(x))
+
+
+def test_the_linear_factor_is_the_last_one_the_output_is_linear_in():
+    torch.manual_seed(0)
+    block = Cubic(3, 3)
+    assert block.final_linear() is None and block.linear_factor() is block.c
+    x = torch.randn(4, 2, 3)
+    before = block(x)
+    block.scale_output_(0.5)
+    torch.testing.assert_close(block(x), 0.5 * before)
+    assert block.silence_() and block(x).abs().max() == 0 and block.c.weight.abs().max() == 0
+    odd = Squashed(3, 3)
+    assert odd.linear_factor() is None
+    with pytest.raises(UserError, match="implement scale_output_"):
+        odd.scale_output_(0.5)

@@ -69,20 +69,55 @@ class Block(nn.Module):
     def scale_output_(self, c: float) -> None:
         """Multiply the block's output by `c` >= 0 through its parameters, in place: a network
         rescales a residual branch this way without changing its function (the degree sweep's
-        depth ladder). The default serves a block whose output is its last nn.Linear's own
-        output (an output projection): output = W h + b is c times itself when W and b are.
-        Any other block whose output is linear in some of its parameters overrides this; one
-        whose output is not cannot join a ladder (`models.check_ladder` says so)."""
-        final = self.final_linear()
+        depth ladder). By default through the block's last nn.Linear where its output is that
+        Linear's own (an output projection: W h + b is c times itself when W and b are), else
+        through the last of its modules in whose own parameters the output is homogeneous of
+        degree one (`linear_factor`: one factor of a product such as a(x) * b(x) * c(x)). A
+        block whose output is neither cannot join a ladder (`models.check_ladder` says so)
+        unless it overrides this."""
+        final = self.final_linear() or self.linear_factor()
         if final is None:
             raise UserError(
                 f"block {self.registered_name} cannot rescale its output through its parameters "
-                "(implement scale_output_: its output is not an nn.Linear's own)"
+                "(its output is neither an nn.Linear's own nor linear in one module's "
+                "parameters: implement scale_output_)"
             )
         with torch.no_grad():
-            final.weight.mul_(c)
-            if final.bias is not None:
-                final.bias.mul_(c)
+            for p in final.parameters(recurse=False):
+                p.mul_(c)
+
+    def linear_factor(self) -> nn.Module | None:
+        """The last module (in `modules()` order) whose own parameters the block's output is
+        homogeneous of degree one in, found by probing: every one of its parameters times 2
+        doubles the output, on random inputs, to float rounding. None where no module's does."""
+        first = next(self.parameters(), None)
+        seq_len = getattr(self, "seq_len", None) if self.needs_seq_len else 2
+        if first is None or not isinstance(seq_len, int):
+            return None
+        # the probe draws no random numbers that a fit would otherwise have drawn
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            x = torch.randn(2, seq_len, self.d_in, dtype=first.dtype, device=first.device)
+            try:
+                y = self(x)  # (2, T, D_out)
+            except Exception:  # a block that cannot run on the probe does not qualify
+                return None
+            found = None
+            for module in self.modules():
+                own = [p for p in module.parameters(recurse=False) if p.requires_grad]
+                if not own or y.abs().max() == 0:
+                    continue
+                for p in own:
+                    p.mul_(2.0)
+                try:
+                    twice = self(x)
+                finally:
+                    for p in own:
+                        p.div_(2.0)  # times 2 then over 2: the same bits back
+                tol = 1e-4 if y.dtype != torch.float64 else 1e-10
+                if torch.allclose(twice, 2 * y, rtol=tol, atol=tol * float(y.abs().max())):
+                    found = module
+        return found
 
     def silence_(self) -> bool:
         """Make the block output zero while its gradient stays alive, in place: a layer added
