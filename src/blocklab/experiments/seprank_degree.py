@@ -120,7 +120,7 @@ class SeprankDegree(Experiment):
             "seprank degree",
             "seed 000: rank of degree-d networks vs depth",
             "runs/seprank-degree",
-            measured="17 s",
+            measured="27 s",
         ),
     )
     pool = False  # the exact rank is CPU arithmetic: one process, no workers or devices
