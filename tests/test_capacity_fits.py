@@ -273,3 +273,24 @@ def test_a_stalled_fit_is_not_converged_however_small_its_gain():
     assert not _gained_at_most(row, 0.1)  # no gain and no certificate: every step rejected
     assert _gained_at_most({**row, "plateau_improvement": 0.05}, 0.1)
     assert _gained_at_most({**row, "converged": True}, 0.0)
+
+
+def test_the_figures_name_only_what_ran_and_no_interval_they_cannot_have(tmp_path, monkeypatch):
+    """The scaling legend gives the reference no interval ([1, 1]) and no arm a NaN one; the
+    relative plot names an mlp line only where an mlp ran."""
+    from blocklab.analysis.stats import summarize
+    from blocklab.reports.degree_sweep import curves, plots
+
+    figures = []
+    monkeypatch.setattr(curves, "save", lambda fig, path: figures.append(fig))
+    monkeypatch.setattr(plots, "save", lambda fig, path: figures.append(fig))
+    rows = fit_rows()
+    curves.scaling_curves(analyze(rows), tmp_path / "s.png", "mse")
+    labels = [t.get_text() for t in figures[-1].axes[0].get_legend().get_texts()]
+    assert "d=3: m = 1 (the reference)" in labels
+    assert not any("nan" in label or "[1, 1]" in label for label in labels), labels
+    for with_mlp in (True, False):
+        ran = [r for r in rows if with_mlp or r["arm"] != "mlp"]
+        plots.ranking_vs_theory(summarize(ran), tmp_path / "r.png")
+        xlabels = " ".join(ax.get_xlabel() for ax in figures[-1].axes)
+        assert ("dashed line: mlp" in xlabels) == with_mlp and "degree d" in xlabels

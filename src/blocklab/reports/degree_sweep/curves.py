@@ -52,7 +52,12 @@ def scaling_curves(capacity, path, unit="MSE or cross-entropy in nats"):
         m = model.multipliers.get(arm) if model is not None else None
         if m is not None and math.isfinite(m.value) and m.value > 0:
             curve = model.L_inf + model.A * (grid / m.value) ** (-model.alpha.value)
-            label = f"{arm}: m = {m.value:.3g} [{m.low:.3g}, {m.high:.3g}]"
+            if arm == model.reference:  # 1 by definition: no interval to show
+                label = f"{arm}: m = 1 (the reference)"
+            elif math.isfinite(m.low) and math.isfinite(m.high):
+                label = f"{arm}: m = {m.value:.3g} [{m.low:.3g}, {m.high:.3g}]"
+            else:
+                label = f"{arm}: m = {m.value:.3g} (no interval: too few units)"
             ax.plot(grid, curve, color=c, label=label)
         elif arm in capacity.fit.fits:
             f = capacity.fit.fits[arm]

@@ -334,7 +334,8 @@ def _relative_panel(ax, summaries):
     _mark_e(ax)
     ax.set(
         title="measured, relative to the best arm (higher is better)",
-        xlabel="degree d (polynomial degree; mixed stacks: average)\ndashed line: mlp",
+        xlabel="degree d (polynomial degree; mixed stacks: average)"
+        + ("\ndashed line: mlp" if any(s.arm == "mlp" for s in summaries) else ""),
         ylabel="score relative to the best arm (ratio):\nbest / mean if lower is better,\n"
         "mean / best if higher is better",
     )
