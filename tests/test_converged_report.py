@@ -52,7 +52,7 @@ def test_fits_report_their_curves_table_and_referee(fitted):
     out, text, _, _ = fitted
     assert _is_png(out / "fit_curves.png") and "](fit_curves.png)" in text
     header = next(line for line in text.splitlines() if line.startswith("| arm | budget | params"))
-    for column in ("train loss", "median restart", "converged", "restart spread"):
+    for column in ("train loss", "median restart", "certified", "restart spread"):
         assert f"| {column} |" in header
     assert "plateaued" not in header
     referee = text[text.index("## Referee") :]

@@ -10,7 +10,7 @@ from blocklab.formatting import short as fmt
 # how far the trials got: Adam runs by their plateau, second-order fits by their training loss,
 # certificates and restarts (the plateau is not their criterion)
 TRAINED = ("plateaued",)
-FITTED = ("train loss", "median restart", "converged", "restart spread")
+FITTED = ("train loss", "median restart", "certified", "restart spread")
 
 
 def _share(x: float, digits: int = 0) -> str:
@@ -34,9 +34,11 @@ def loss_table(stats, second_order: bool) -> list[str]:
     if second_order:
         trained = (
             "train loss: the final training MSE of each trial's best restart, mean over trials; "
-            "median restart: the same of each trial's median restart; converged: share of trials "
-            "whose certificate holds; restart spread: (median restart - best) / best, mean over "
-            "trials."
+            "median restart: the same of each trial's median restart; certified: share of trials "
+            "whose certificate holds (the fit's last doubling gained less than --converge-tol; "
+            "the `converged` design check reads another tolerance, the loss slack of the "
+            "resolution the run claims, so its share can differ); restart spread: (median "
+            "restart - best) / best, mean over trials."
         )
     else:
         trained = (
