@@ -52,7 +52,7 @@ class Pilot:
     def units_for(self, target: float) -> int | None:
         """The (teacher, seed) units a +-`target` interval on the widest decisive multiplier
         needs; None where no decisive interval is bounded."""
-        return multiplier.units_for(self.widest, self.units, target, self.df, self.level)
+        return Spreads.of(self, "this run").units_for(target)
 
     @property
     def units_for_3pct(self) -> int | None:
@@ -177,10 +177,10 @@ class Spreads:
             str(entry["source"]),
         )  # fmt: skip
 
-    def pilot(self) -> Pilot:
-        nan = {"d=3": math.nan}
-        return Pilot(nan, math.nan, nan, {}, math.nan, self.units, self.core_seconds_per_unit,
-                     self.widest, self.df, self.level)  # fmt: skip
+    def units_for(self, target: float) -> int | None:
+        """The power calculation (`multiplier.units_for`): the units a +-`target` interval on
+        the widest decisive multiplier needs; None where none is bounded."""
+        return multiplier.units_for(self.widest, self.units, target, self.df, self.level)
 
 
 @dataclass(frozen=True)
@@ -218,14 +218,12 @@ def size(spreads: Spreads, target: float, seeds: int, arms: int = 1) -> Plan:
     """The run that reaches +-`target` by `spreads`' power calculation (`Pilot.units_for`):
     whole teachers of `seeds` seeds each, the teachers being the intervals' groups; a unit is a
     trial of each of the `arms`."""
-    p = spreads.pilot()
-    units = p.units_for(target)
-    teachers = None if units is None else max(2, math.ceil(units / seeds))
-    total = None if teachers is None else teachers * seeds * spreads.core_seconds_per_unit
-    if total is not None and not math.isfinite(total):
-        total = None
-    units = None if teachers is None else teachers * seeds
-    return Plan(
-        target, units, teachers, seeds, total, _spread_out(total, 1, gpu=True), spreads,
-        None if units is None else units * arms,
-    )  # fmt: skip
+    need = spreads.units_for(target)
+    if need is None:
+        return Plan(target, None, None, seeds, None, None, spreads)
+    teachers = max(2, math.ceil(need / seeds))  # a t over teachers needs two of them
+    units = teachers * seeds
+    total = units * spreads.core_seconds_per_unit
+    total = total if math.isfinite(total) else None  # no cost per unit measured
+    return Plan(target, units, teachers, seeds, total, _spread_out(total, 1, gpu=True), spreads,
+                units * arms)  # fmt: skip
