@@ -16,7 +16,7 @@ from blocklab.cli import main
 from blocklab.experiments import degree_sweep
 from blocklab.experiments.degree_sweep import SHAPE, plan
 from blocklab.reports.degree_sweep.capacity import capacity_json, detail
-from blocklab.reports.degree_sweep.multipliers import status_line
+from blocklab.reports.degree_sweep.status_line import status_line
 from blocklab.specs import TrainConfig
 from blocklab.store import Store
 from blocklab.theory import h

@@ -14,7 +14,7 @@ import pytest
 
 from blocklab.analysis import capacity, cells
 from blocklab.reports.degree_sweep.capacity import capacity_json, detail
-from blocklab.reports.degree_sweep.multipliers import status_line
+from blocklab.reports.degree_sweep.status_line import status_line
 from test_capacity import BUDGETS as ADAM_BUDGETS
 from test_capacity import _analyze as analyze_adam
 from test_capacity import _rows as adam_rows

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import re
 import subprocess
 import sys
 import typing
-from pathlib import Path
 
 import pytest
 
@@ -109,25 +107,7 @@ def test_help_groups_the_flags_and_shows_the_choices():
         assert flag in execution, flag
     for flag in ("--out", "--json", "--tracker", "--quiet"):
         assert flag in sections["output:"], flag
-    [command] = [c for c in EXPERIMENTS.get("degree_sweep").commands if c.words == "degree-sweep"]
-    assert f"{command.measured} on 2 CPU cores" in " ".join(text.split())
-
-
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
-
-
-def test_each_measured_time_is_the_results_logs():
-    """A command's quick-form time, which `--help` states, stands in a results log that names
-    the command: the manifest and the log cannot say two things."""
-    logs = {p.name: p.read_text() for p in RESULTS.glob("*.md")}
-    for name in EXPERIMENTS.names():
-        for command in EXPERIMENTS.get(name).commands:
-            if not command.measured:
-                continue
-            time = re.match(r"(\d+ min )?\d+ s", command.measured)
-            assert time, command.measured  # a time first, then what qualifies it
-            named = [n for n, text in logs.items() if f"blocklab {command.words}" in text]
-            assert any(time.group(0) in logs[n] for n in named), command.words
+    assert "(the defaults)" in " ".join(text.split())  # its time, or that none was measured
 
 
 def test_each_form_on_a_manifest_is_its_configs_and_a_flag():

@@ -1,6 +1,6 @@
 """Depth ladders of one shape fitted together (`engine.fit_units`: every unit's chains members of
 one batched Levenberg-Marquardt fit per rung, each on its own training set) against each ladder
-fitted alone (`converge.fit_ladder`, the plain reference): the same steps, certificates and best
+fitted alone (`ladder.fit_ladder`, the plain reference): the same steps, certificates and best
 chains exactly where rounding cannot reach them, the losses to rounding; which trials a sweep
 fits together; and each trial's record."""
 
@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from blocklab.engine import converge, fit_units, sweep, trial
+from blocklab.engine import converge, fit_units, ladder, sweep, trial
 from blocklab.engine.executors import Resources
 from blocklab.engine.fit import LevenbergMarquardt
 from blocklab.engine.fit_batched import BatchedLevenbergMarquardt
@@ -71,7 +71,7 @@ def _alone_and_together(units, cfg, depths, curves, arm="3"):
     alone = []
     for teacher, seed in units:
         curves.clear()
-        rungs = converge.fit_ladder(depths, _maker(arm), _data(teacher), cfg, seed, THRESHOLD)
+        rungs = ladder.fit_ladder(depths, _maker(arm), _data(teacher), cfg, seed, THRESHOLD)
         alone.append((rungs, list(curves)))
     curves.clear()
     together = fit_units.fit_ladders(
@@ -85,7 +85,7 @@ def _alone_and_together(units, cfg, depths, curves, arm="3"):
     k, n = cfg.restarts, len(units)
     paired = [
         (rungs, [curves[d * n * k + u * k + r] for d in range(len(depths)) for r in range(k)])
-        for u, rungs in enumerate(together)
+        for u, rungs in enumerate(c.rungs for c in together)
     ]
     return alone, paired
 
@@ -239,7 +239,7 @@ def test_deep_ladders_fitted_together_end_within_the_spread_of_a_rounding(curves
     depths = (1, 2, 3, 4)
     alone, together = _alone_and_together(units, cfg, depths, curves)
     moved = [
-        converge.fit_ladder(depths, _maker("3", rounding=1), _data(t), cfg, s, THRESHOLD)
+        ladder.fit_ladder(depths, _maker("3", rounding=1), _data(t), cfg, s, THRESHOLD)
         for t, s in units
     ]
 

@@ -28,3 +28,25 @@ def test_it_runs_every_training_experiments_tiny_form():
     args = check.parse(["--device", "cpu", "--no-forms", "--precision", "bf16"])
     assert (args.device, args.forms, args.precision) == ("cpu", False, "bf16")
     assert check.parse([]).device == "cuda"
+
+
+def test_the_sync_check_passes_the_scheduled_growth_and_fails_a_sync_per_step():
+    """The syncs may grow with the steps by the reads and copies the design schedules, computed
+    from its constants (READ_EVERY, ONLINE_CHUNK), and no more: a sync per step fails."""
+    from blocklab.engine.monitor import READ_EVERY
+    from blocklab.engine.train import ONLINE_CHUNK
+
+    check = _load()
+    short, long = check.SYNC_STEPS
+    reads = [check.scheduled(s)[0] for s in (short, long)]
+    copies = [check.scheduled(s)[1] for s in (short, long)]
+    # a read at each checkpoint after step 0 (the same in both) and every READ_EVERY steps
+    assert reads[1] - reads[0] == long // READ_EVERY - short // READ_EVERY
+    assert copies == [check.CHUNK_COPIES * -(-s // ONLINE_CHUNK) for s in (short, long)]
+    growth = reads[1] - reads[0] + copies[1] - copies[0]
+    good, line = check.sync_line({short: 35, long: 35 + growth})
+    assert good and line.startswith("ok   ensemble syncs: 35 in 40 steps")
+    assert f"scheduled growth {growth} (reads {reads[1] - reads[0]} every READ_EVERY" in line
+    assert check.sync_line({short: 35, long: 52})[0]  # the H200's count, before the copies pinned
+    bad, line = check.sync_line({short: 35, long: 35 + (long - short)})  # one per step
+    assert not bad and line.startswith("FAIL ensemble syncs")

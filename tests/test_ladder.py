@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from torch import nn
 
 from blocklab.blocks import Block
 from blocklab.cli import main
-from blocklab.engine import converge
+from blocklab.engine import converge, ladder
 from blocklab.errors import UserError
 from blocklab.models import Net, continue_from, parse_arm
 from blocklab.specs import NetShape, TrainConfig
@@ -69,7 +70,7 @@ def test_each_rung_starts_where_the_rung_below_ended(monkeypatch):
     entered, ended = [], []
     fit_once = converge.fit_once
 
-    def spy(model, data, sets, cfg, seed, threshold):
+    def spy(model, data, sets, cfg, seed, threshold, resume=None):
         with torch.no_grad():
             x, y = sets.train.x, sets.train.y
             entered.append(float(((model.double()(x) - y) ** 2).mean()))
@@ -78,8 +79,8 @@ def test_each_rung_starts_where_the_rung_below_ended(monkeypatch):
         ended.append(lambda x2, y2, m=run.model: float(((m(x2).detach() - y2) ** 2).mean()))
         return run
 
-    monkeypatch.setattr(converge, "fit_once", spy)
-    rungs = converge.fit_ladder((1, 2), lambda d, s: _net("3", d, s).float(), data, cfg, 0, 10.0)
+    monkeypatch.setattr(ladder, "fit_once", spy)
+    rungs = ladder.fit_ladder((1, 2), lambda d, s: _net("3", d, s).float(), data, cfg, 0, 10.0)
     assert [r.depth for r in rungs] == [1, 2] and all(r.exact_start for r in rungs)
     second = rungs[1].result
     assert len(second.restarts) == 2
@@ -111,12 +112,12 @@ def test_batched_chains_fit_as_the_chains_do_one_at_a_time(monkeypatch):
     data = make_task("teacher", n_in=3, n_train=256, n_val=64, n_test=64).make(0)
     cfg = TrainConfig(optimizer="lm", steps=16, restarts=3, data_ratio=4, warm_start=0)
 
-    def ladder():
-        return converge.fit_ladder((1, 2), lambda d, s: _net("3", d, s), data, cfg, 0, 10.0)
+    def climb():
+        return ladder.fit_ladder((1, 2), lambda d, s: _net("3", d, s), data, cfg, 0, 10.0)
 
-    alone = ladder()
-    monkeypatch.setattr(converge, "batch_chains", lambda device, cfg: True)
-    batched = ladder()
+    alone = climb()
+    monkeypatch.setattr(ladder, "batch_chains", lambda device, cfg: True)
+    batched = climb()
     for a, b in zip(alone, batched, strict=True):
         assert (a.result.batched, b.result.batched) == (False, True)
         assert a.result.jacobian == b.result.jacobian == "layers"
@@ -327,8 +328,11 @@ def test_a_block_the_ladder_cannot_silence_fails_check_and_the_sweep_refuses_it_
     out = tmp_path / "refused"
     sweep = blocklab("degree-sweep", "--import", str(plugin), "--baselines", "gated", "mlp",
                      "--degrees", "2", "3", "--out", str(out))  # fmt: skip
-    err = sweep.stderr.strip()
-    assert sweep.returncode == 2 and len(err.splitlines()) == 1, err
+    # the checks before any fit say they begin; the refusal is one line after them
+    said = sweep.stderr.strip().splitlines()
+    err = said[-1]
+    staged = [re.match(r"\[\d+(m\d+)?s\] ", line) for line in said[:-1]]
+    assert sweep.returncode == 2 and all(staged), said
     assert err.startswith("blocklab: error: block gated cannot continue") and "--ladder off" in err
     assert "gatedlinear" not in err.lower()  # the registered name, not the class's
     from blocklab import load_runs

@@ -4,6 +4,8 @@ whole command's trials, the phases not yet planned included."""
 
 from __future__ import annotations
 
+import re
+
 from blocklab.engine import progress as progress_mod
 from blocklab.models import parse_arm
 
@@ -11,6 +13,12 @@ from blocklab.models import parse_arm
 def _spec(id_="a"):
     fields = {"id": id_, "arm": parse_arm("3"), "describe": lambda self: "d=3 seed=0"}
     return type("Spec", (), fields)()
+
+
+def _err(capsys) -> str:
+    """What the display said, less the line each phase with trials to run starts with."""
+    lines = capsys.readouterr().err.splitlines(keepends=True)
+    return "".join(line for line in lines if not line.rstrip().endswith("] started"))
 
 
 def _done(value=0.5):
@@ -23,7 +31,7 @@ def test_a_log_line_carries_elapsed_time_and_eta(monkeypatch, capsys):
     bar = progress_mod.Progress()
     bar.phase("fits", 4)
     bar.update(_spec(), _done())
-    line = capsys.readouterr().err
+    line = _err(capsys)
     assert line.startswith("[fits 1/4, 30s elapsed, ETA 1m30s] d=3 seed=0: mse=0.5")
 
 
@@ -34,12 +42,12 @@ def test_phases_share_one_total_and_the_expected_phase_counts_from_the_start(mon
     bar.expect(6)  # the seeds, planned after the search
     bar.phase("lr search", 2)
     bar.update(_spec(), _done())
-    first = capsys.readouterr().err
+    first = _err(capsys)
     assert first.startswith("[lr search 1/8, 10s elapsed, ETA 1m10s]")
     bar.expect(-6)
     bar.phase("seeds", 6)
     bar.update(_spec(), _done())
-    assert capsys.readouterr().err.startswith("[seeds 2/8, 20s elapsed, ETA 1m00s]")
+    assert _err(capsys).startswith("[seeds 2/8, 20s elapsed, ETA 1m00s]")
 
 
 def test_a_sweep_given_a_flag_closes_its_own_display_and_leaves_the_commands_open():
@@ -60,10 +68,16 @@ def test_a_searched_sweep_counts_search_and_seeds_on_one_display(
     bar = progress_mod.Progress()
     one = Resources(workers=1, ensemble=1)
     degree_sweep.run(tiny_searched_sweep, Store(tmp_path), resources=one, progress=bar)
-    lines = capsys.readouterr().err.splitlines()
+    lines = _err(capsys).splitlines()
+    # the checks before any trial, each said as it begins
+    staged = [re.match(r"\[\d+(m\d+)?s\] ", line) is not None for line in lines]
+    stages = [line.split("] ", 1)[1] for line, st in zip(lines, staged, strict=True) if st]
+    assert stages[0].startswith("checking that every input reaches the output")
+    assert "choosing each cell's learning rate" in stages
     # 2 rates searched with 2 seeds expected (4), then the seed-0 trial at the chosen rate is
     # the search's: the seeds train 1 more, and the count runs on over one total
-    assert [line.split(",")[0] for line in lines] == [
+    trials = [line for line, st in zip(lines, staged, strict=True) if not st]
+    assert [line.split(",")[0] for line in trials] == [
         "[lr search 1/4",
         "[lr search 2/4",
         "[seeds 3/3",
@@ -75,7 +89,7 @@ def test_a_counted_analysis_prints_a_line_at_each_quarter_in_a_log(capsys):
     on_draw = bar.counter("analysis: {} bootstrap", "draw")
     for done in range(1, 101):
         on_draw("multiplier", done, 100)
-    lines = capsys.readouterr().err.splitlines()
+    lines = _err(capsys).splitlines()
     assert [line.split(",")[0] for line in lines] == [
         f"[analysis: multiplier bootstrap {n}/100 draws" for n in (25, 50, 75, 100)
     ]
@@ -117,7 +131,7 @@ def test_only_trials_stored_before_the_command_make_it_a_resumed_run(capsys):
     bar.phase("seeds", 1, stored={"a"})
     assert "resuming" not in capsys.readouterr().err
     bar.phase("seeds, more", 2, stored={"a", "old"})  # "old" was stored before it began
-    assert capsys.readouterr().err == "resuming seeds, more: 2 of 4 trials stored, 2 to fit\n"
+    assert _err(capsys) == "resuming seeds, more: 2 of 4 trials stored, 2 to fit\n"
     with bar.analysing(4):
         pass
     assert capsys.readouterr().err == "analysing 4 trials\n"
@@ -151,3 +165,37 @@ def test_on_a_terminal_no_bar_is_drawn_until_a_trial_is_to_train(monkeypatch, ca
     err = capsys.readouterr().err
     assert err.startswith("resuming seeds: 1 of 3 trials stored, 2 to fit\n")
     assert "seeds:" in err and "0/2" in err
+
+
+def test_a_phase_in_a_log_says_it_started_with_the_estimate_where_trials_are_weighed(capsys):
+    bar = progress_mod.Progress()
+    bar.weigh({"a": 60.0, "b": 60.0}, parallel=2)
+    bar.phase("fits", 2)
+    assert capsys.readouterr().err == "[fits 0/2, ETA 1m00s] started\n"
+    bar.close()
+
+
+def test_weighed_trials_read_the_eta_off_the_work_left_not_the_count(monkeypatch, capsys):
+    """A large fit first and a small one left: the ETA is the small one's share, where the
+    count would say as long again."""
+    now = iter([0.0, 0.0, 90.0])  # the start, the phase, the large fit done
+    monkeypatch.setattr(progress_mod.time, "monotonic", lambda: next(now))
+    bar = progress_mod.Progress()
+    bar.weigh({"a": 90.0, "b": 10.0}, parallel=1)
+    bar.phase("fits", 2)
+    bar.update(_spec("a"), _done())
+    assert _err(capsys).startswith("[fits 1/2, 1m30s elapsed, ETA 10s]")
+    bar.close()
+
+
+def test_a_silent_stretch_gets_a_heartbeat_line_and_stages_say_when_they_begin(capsys):
+    bar = progress_mod.Progress()
+    bar.stage("checking the design")
+    assert capsys.readouterr().err.endswith("] checking the design\n")
+    bar.BEAT = 0.2
+    bar.phase("fits", 3)
+    import time
+
+    time.sleep(0.6)
+    bar.close()
+    assert "] running" in capsys.readouterr().err

@@ -21,7 +21,7 @@ from blocklab.experiments.degree_sweep import EXPERIMENT, DegreeSweep, DegreeSwe
 from blocklab.formatting import config_json
 from blocklab.reports import Status, degree_sweep, html, markdown
 from blocklab.reports.degree_sweep.capacity import detail, digits
-from blocklab.reports.degree_sweep.multipliers import STATUS_WIDTH, status_line
+from blocklab.reports.degree_sweep.status_line import STATUS_WIDTH, status_line
 from blocklab.rundir import RunDir
 from test_capacity import _choice, _rows
 from test_capacity_fits import BUDGETS, fit_rows

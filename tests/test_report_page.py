@@ -123,8 +123,9 @@ def test_an_interrupted_run_reads_incomplete_stored_of_planned_in_the_index(
 ):
     """A run stopped while its store holds some of its trials (the sweep interrupted as it
     stores the 7th, after the learning-rate search, whose unit is then not stored) reads
-    `incomplete k/n` in the index: k finished trials of the n its command planned. Finishing it
-    with the same command stores exactly n trials, and the index then shows its status line."""
+    `incomplete: k of n planned ran` in the index: k finished trials of the n its command
+    planned. Finishing it with the same command stores exactly n trials, and the index then
+    shows its status line."""
     command = [*SWEEP, "--out", str(tmp_path / "stopped")]
     put, seen = Store.put, []
 
@@ -147,7 +148,7 @@ def test_an_interrupted_run_reads_incomplete_stored_of_planned_in_the_index(
 
     planned = 2 * 2 * 3  # 2 degrees x 2 budgets x 3 seeds; the search's trials are seed 0's
     assert len(stored) < planned
-    assert status_in_index() == f"incomplete {len(stored)}/{planned}"
+    assert status_in_index() == f"incomplete: {len(stored)} of {planned} planned ran"
     capsys.readouterr()
     assert main(command) == 0  # resumed to the end
     assert len(Store(tmp_path / "stopped", read_only=True).records()) == planned
@@ -166,7 +167,7 @@ def test_a_run_without_a_recorded_plan_says_what_it_stored(tmp_path):
     run.write_record("degree_sweep", "blocklab degree-sweep", {})
     run.note_planned(["x0", "x1", "x2", "x0"])
     assert run.planned() == ["x0", "x1", "x2"]  # each trial once, though two sweeps share it
-    assert run.state(Store(run.path, read_only=True).records()) == "incomplete 1/3"
+    assert run.state(Store(run.path, read_only=True).records()) == "incomplete: 1 of 3 planned ran"
     status = {"verdict": False, "line": "NO VERDICT: design checks failed: curve"}
     run.write_record("degree_sweep", "blocklab degree-sweep", {}, status)
     assert run.planned() == ["x0", "x1", "x2"]  # the command ending keeps its plan

@@ -107,7 +107,8 @@ TINY_DW = dw.DepthWidthConfig(widths=(2, 4), depths=(1, 2), templates=48, seeds=
 def test_depth_width_tiny_run_respects_the_bounds_resumes_and_reports(tmp_path, monkeypatch):
     calls = []
     measure = sr.measure
-    monkeypatch.setattr(dw, "measure", lambda *a, **k: calls.append(a) or measure(*a, **k))
+    # one worker: the points are measured in this process (`_seprank.measure_point`)
+    monkeypatch.setattr(sr, "measure", lambda *a, **k: calls.append(a) or measure(*a, **k))
     store = Store(tmp_path)
     trials = dw.run(TINY_DW, store, progress=False)
     assert len(calls) == len(trials.rows) == 2 * 2 * 2 and trials.failed == []
@@ -212,16 +213,59 @@ def test_degree_tiny_run(tmp_path):
         assert s["block_params"] == block_params(parse_arm(s["arm"]), s["depth"], 3)
         assert s["params"] == s["block_params"]  # the key the JSON contract pins
     assert by[("e", 1)]["exact"]["min"] is None  # not a polynomial: no exact rank
+    for s in result.summaries:  # float64 cannot count what it does not resolve
+        if s["float"]["min"] is not None:
+            assert s["float"]["max"] <= s["resolved"]["max"]
     parts = [(f["part"], f["verdict"]) for f in result.findings]
     assert ("per parameter", "matches h(d)") in parts
     assert ("equal budget", "agrees") in parts  # B = 12 w^2: 65, 82, 65
     assert all(v != "DIFFERS" for _, v in parts)
-    assert (
-        "## Prediction and measurement"
-        in dg_report.write(tmp_path, TINY_DEG, trials).path.read_text()
-    )
+    text = dg_report.write(tmp_path, TINY_DEG, trials).path.read_text()
+    assert "## Prediction and measurement" in text
+    _explains_its_float64_and_real_degree_ranks(text, result.findings)
     for fig in ("seprank_degree.png", "seprank_degree_params.png"):
         assert (tmp_path / fig).stat().st_size > 0
+
+
+def _explains_its_float64_and_real_degree_ranks(text: str, findings) -> None:
+    """Beside the float64 ranks below the exact ones, why (float64's dynamic range) and which to
+    read; beside d = e's, that it has no exact rank."""
+    found = {f["part"]: f for f in findings}
+    floated = found["float64 rank"]["measured"]
+    assert "below at" in floated and "dynamic range" in floated
+    assert "Read the exact rank over F_p" in floated and "rounding floor" in floated
+    real = found["real degree"]
+    assert "no exact rank" in real["predicted"] and "dynamic range" in real["measured"]
+    rows = [line for line in text.splitlines() if line.startswith("| e |")]
+    assert rows and all("none (not a polynomial)" in line for line in rows)
+    assert "float64 resolves" in text
+
+
+def test_degree_workers_measure_the_same_ranks_with_progress_from_the_start(tmp_path, capsys):
+    """--workers 2 measures in two processes what one measures (the stored metrics, seconds
+    aside); the display counts n/N with an ETA from the first point, says why a float64 rank
+    falls below the exact one and that d = e has no exact rank, each once."""
+    cfg = dg.DegreeConfig(degrees=("2", "e"), width=2, templates=40, seeds=2)
+    args = ["seprank", "degree", "--degrees", "2", "e", "--width", "2", "--templates", "40"]
+    args += ["--seeds", "2", "--json"]
+    code, _, err = _run(capsys, *args, "--out", str(tmp_path / "two"), "--workers", "2")
+    assert code == 0
+    lines = err.splitlines()
+    total = sum(len(dg.degree_depths(d, cfg)) for d in (2, math.e)) * cfg.seeds
+    start = f"[seprank-degree] {total} of {total} points to measure, 2 processes"
+    assert start in lines[:3]  # before any point is measured
+    counted = [line for line in lines if line.startswith("[seprank-degree ") and " p=" in line]
+    assert len(counted) == total and counted[0].startswith(f"[seprank-degree 1/{total}, ")
+    assert all(" ETA " in line for line in counted)
+    assert sum("dynamic range" in line for line in lines) == 1
+    assert sum("has no exact rank" in line for line in lines) == 1
+    assert _run(capsys, *args, "--out", str(tmp_path / "one"), "--workers", "1")[0] == 0
+
+    def metrics(out):
+        records = Store(tmp_path / out, read_only=True).records()
+        return {r["id"]: {k: v for k, v in r["metrics"].items() if k != "seconds"} for r in records}
+
+    assert metrics("two") == metrics("one") and len(metrics("one")) == total
 
 
 def test_degree_verdicts_catch_a_wrong_rank():
@@ -312,7 +356,8 @@ def test_measure_bad_input_is_one_line(args, capsys):
         ["depth-width", "--widths", "1"],
         ["degree", "--degrees", "mlp"],
         ["degree", "--templates", "5000"],
-        ["degree", "--workers", "2"],  # one process: no flag that would do nothing
+        ["degree", "--workers", "0"],
+        ["degree", "--device", "cuda"],  # CPU arithmetic: no flag that would do nothing
         ["nope"],
     ],
 )

@@ -73,7 +73,7 @@ def run(
         cfg,
         out,
         reuse="none" if fresh else "current",
-        resources=resources if pool else None,
+        resources=resources if pool or found.workers else None,
         trackers=trackers,
         command=_call(experiment, out, form, config_file, config),
         progress=sys.stderr.isatty() if progress is None else bool(progress),

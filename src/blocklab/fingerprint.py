@@ -20,7 +20,9 @@ ENGINE = (
     "blocklab.engine.ensemble",
     "blocklab.engine.fit",  # second-order fits: the fitters and the float64 floor
     "blocklab.jacobian",  # the residuals' Jacobian and J^T J the fitters read
-    "blocklab.engine.converge",  # restarts and depth ladders of second-order fits
+    "blocklab.engine.converge",  # restarts of second-order fits
+    "blocklab.engine.ladder",  # depth ladders of them
+    "blocklab.engine.continuation",  # a fit continued to a larger budget
     "blocklab.engine.fit_batched",  # a rung's chains, or units, fitted as one computation
     "blocklab.engine.fit_units",  # ladders of one shape climbed together
     "blocklab.engine.certify",  # when a fit has converged

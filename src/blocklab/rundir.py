@@ -10,8 +10,10 @@
 
 Everything that names these files, or reads a run's status, asks `RunDir`: the page and the
 index of runs read the status from `run.json`, never from a heading of the report. A run that
-stopped before its report (interrupted, or still running) reads `incomplete k/n`: k of the n
-trials its command planned are stored.
+stopped before its report (interrupted, or still running) reads `incomplete: k of n planned
+ran`: k of the n trials (or measured points) its command planned are stored finished, the n
+counting those a later phase was expected to plan (the seeds after a learning-rate search)
+though it never began.
 """
 
 from __future__ import annotations
@@ -77,6 +79,13 @@ class RunDir:
         if new:
             self._write({**record, "planned": [*known, *new]})
 
+    def note_expected(self, n: int) -> None:
+        """How many trials a phase the command has not begun will plan (`Progress.expect`: the
+        seeds after a learning-rate search); 0 once it begins and plans them itself."""
+        record = self.record()
+        if record and record.get("expected", 0) != n:
+            self._write({**record, "expected": n})
+
     def planned(self) -> list[str] | None:
         """The ids of the trials the last command planned; None where run.json has no plan."""
         return self.record().get("planned")
@@ -97,12 +106,17 @@ class RunDir:
 
     def state(self, records: list[dict[str, Any]]) -> str:
         """One line for the run: its status line once the report is written; before that
-        `incomplete k/n`, k of the n trials its command planned stored finished (`records`:
-        the store's), or `incomplete, k stored` for a run whose record holds no plan."""
+        `incomplete: k of n planned ran`, k of the n trials its command planned stored finished
+        (`records`: the store's), n counting those of a phase expected but never begun (said
+        apart: a later phase may share some trials with an earlier one, so its count is about),
+        or `incomplete, k stored` for a run whose record holds no plan."""
         if line := self.status().get("line"):
             return line
         finished = {r["id"] for r in records if r["status"] in FINISHED}
         planned = self.planned()
         if planned is None:
             return f"incomplete, {len(finished)} stored"
-        return f"incomplete {len(finished & set(planned))}/{len(planned)}"
+        ran = len(finished & set(planned))
+        later = self.record().get("expected") or 0
+        line = f"incomplete: {ran} of {len(planned) + later} planned ran"
+        return line + (f" (about {later} of them in a phase that never began)" if later else "")

@@ -20,6 +20,7 @@ from blocklab.analysis import design, fit_checks, multiplier, scaling
 from blocklab.analysis.cells import EDGE, FAILED, Check, Invocation, budget_stats, second_order
 from blocklab.analysis.cells import plateau_rule as plateau_rule  # read here by sanford_match
 from blocklab.analysis.cells import plateaued as plateaued  # read here by sanford_match
+from blocklab.analysis.cost import next_cost
 from blocklab.analysis.counts import COUNTS, counted, multiplier_fit, predictions, scaling_fits
 from blocklab.analysis.design import design_checks
 from blocklab.analysis.referee import RefereeSummary, referee_summary
@@ -297,6 +298,8 @@ def analyze(
     if run is not None and decision.outcome is not Outcome.VERDICT:
         # what would settle a check at its edge is what its remedy changes
         after = design.next_run(decision.failed or decision.edges, run, decision.units_for_3pct)
+        if after is not None:
+            after = dataclasses.replace(after, cost=next_cost(rows, after.changes))
         decision = dataclasses.replace(decision, next=after)
         counts[count] = dataclasses.replace(counts[count], decision=decision)
     return CapacityResult(

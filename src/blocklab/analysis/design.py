@@ -51,6 +51,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 from blocklab import config
 from blocklab.analysis.cells import (
@@ -331,6 +332,7 @@ class NextRun:
     changes: tuple[Change, ...]
     flags: tuple[str, ...]  # the changes as the command line's flags
     command: str  # the run's own command with them (`cells.next_command`)
+    cost: Any = None  # what it costs, estimated from this run's fits (`cost.next_cost`)
 
 
 def _further(a, b):

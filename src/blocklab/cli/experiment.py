@@ -19,7 +19,8 @@ from typing import Any
 from blocklab import config as cfgmod
 from blocklab import plugins
 from blocklab import trackers as tracker_mod
-from blocklab.engine.executors import ENSEMBLE, EXECUTORS, Resources, default_workers
+from blocklab.cli import run_flags, timings
+from blocklab.engine.executors import Resources
 from blocklab.engine.progress import Progress
 from blocklab.errors import UserError
 from blocklab.experiments import Command, Experiment
@@ -32,9 +33,7 @@ from blocklab.trackers import TRACKERS
 def add_parser(sub, experiment: type[Experiment], command: Command) -> None:
     """`command`'s last word as a subcommand of `sub`, running `experiment`; its flags under
     headings: the experiment's design, its training, where it runs, what it writes."""
-    description = f"{command.help}."
-    if command.measured:
-        description += f" The quick form (the defaults) took {command.measured} on 2 CPU cores."
+    description = f"{command.help}. {timings.defaults_took(command)}"
     p = sub.add_parser(command.words.split()[-1], help=command.help, description=description)
     design = p.add_argument_group("design", "the defaults < a --config file < these flags")
     # a nested config's flags under its own heading: its TOML table's name
@@ -54,7 +53,9 @@ def add_parser(sub, experiment: type[Experiment], command: Command) -> None:
                 f"--{form.replace('_', '-')}",
                 dest=form,
                 action="store_true",
-                help=_form_help(getattr(experiment.Config, form), took),
+                help=_form_help(
+                    getattr(experiment.Config, form), timings.form_took(command, form, took)
+                ),
             )
     if experiment.task_options:
         design.add_argument(
@@ -67,7 +68,9 @@ def add_parser(sub, experiment: type[Experiment], command: Command) -> None:
     if command.form:
         _help_states_the_form(p, experiment, command)
     if experiment.pool:
-        _pool_flags(execution)
+        run_flags.pool_flags(execution)
+    elif experiment.workers:
+        run_flags.workers_flag(execution, "processes measuring the points on the CPU")
     reuse = execution.add_mutually_exclusive_group()
     reuse.add_argument(
         "--fresh",
@@ -131,36 +134,6 @@ def _help_states_the_form(p: argparse.ArgumentParser, experiment, command: Comma
     p.format_help = format_help
 
 
-def _pool_flags(p) -> None:
-    """Where trained trials run (`executors.Resources`); `p` is a parser or an argument group."""
-    count = cfgmod.number(int, ge=1)
-    p.add_argument(
-        "--workers",
-        type=count,
-        default=default_workers(),  # os.cpu_count(): the help states it, never the number
-        help="processes (default: one per CPU core, at most 8, or $BLOCKLAB_WORKERS where set)",
-    )
-    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda or cuda:N")
-    p.add_argument(
-        "--ensemble",
-        type=count,
-        default=ENSEMBLE,
-        help=f"most trials of one architecture trained together ({ENSEMBLE}; 1: each alone)",
-    )
-    p.add_argument(
-        "--executor",
-        default="local",
-        help=f"where the trials run: {', '.join(EXECUTORS)} (local: a process pool)",
-    )
-    p.add_argument(
-        "--executor-option",
-        action="append",
-        metavar="KEY=VALUE",
-        help="executor option, repeatable (ray: address=HOST:PORT; slurm: partition=P, "
-        "time=MINUTES, folder=DIR, ...)",
-    )
-
-
 def run(experiment: type[Experiment], args: argparse.Namespace) -> int:
     # the config's plugins load before it is resolved: its names may be theirs
     imports = plugins.load([*(args.imports or ()), *cfgmod.imports(args.config)])
@@ -181,7 +154,9 @@ def run(experiment: type[Experiment], args: argparse.Namespace) -> int:
         cfg,
         args.out,
         reuse=args.reuse,
-        resources=_resources(args, imports) if experiment.pool else None,
+        resources=run_flags.resources(args, imports)
+        if experiment.pool or experiment.workers
+        else None,
         trackers=args.tracker or (),
         command=shlex.join(words),
         progress=not args.quiet,
@@ -285,7 +260,7 @@ def _run_and_report(
         for name in names
     ]
     store.listeners += [t.trial for t in opened]  # each trial logged as it is stored
-    bar = Progress(enabled=progress)  # one display for every sweep the command runs
+    bar = _Display(progress, out)  # one display for every sweep the command runs
     try:
         trials = experiment.run(cfg, store, resources=resources, progress=bar)
         # the report module analyzes the trials (summaries, tests, fits, findings) and writes;
@@ -307,6 +282,21 @@ def _run_and_report(
     for tracker in opened:
         tracker.finish(records, report.path, report.json)
     return report, page, _failed_arms(trials, records)
+
+
+class _Display(Progress):
+    """The command's display, which also notes in run.json how many trials a phase not yet
+    begun will plan (`Progress.expect`): an interrupted run's index counts them as planned."""
+
+    def __init__(self, enabled: bool, out: Path):
+        from blocklab.rundir import RunDir
+
+        super().__init__(enabled=enabled)
+        self.run_dir = RunDir(out)
+
+    def expect(self, n: int) -> None:
+        super().expect(n)
+        self.run_dir.note_expected(self.expected)
 
 
 def _failed_arms(trials, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -372,15 +362,7 @@ def _open_run(out: str | Path, reuse: str, device: str) -> tuple[Path, Store]:
     except OSError as exc:
         raise UserError(f"output directory {out} is not writable: {exc.strerror}") from None
     store = Store(out / DB_NAME, reuse=reuse)
-    # each sweep's plan noted in run.json: an interrupted run reads `incomplete k/n` in the index
+    # each sweep's plan noted in run.json: an interrupted run reads `incomplete: k of n planned
+    # ran` in the index
     store.planners.append(RunDir(out).note_planned)
     return out, store
-
-
-def _resources(args: argparse.Namespace, imports: tuple[str, ...] = ()) -> Resources:
-    """Where the trials run, from the pool flags; the slurm executor keeps its job files in the
-    run directory unless told otherwise. The workers import the same plugins."""
-    options = parse_pairs(args.executor_option or [], "executor")
-    if args.executor == "slurm":
-        options.setdefault("folder", str(Path(args.out) / "slurm"))
-    return Resources(args.workers, args.device, args.ensemble, args.executor, options, imports)

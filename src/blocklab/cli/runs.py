@@ -98,9 +98,10 @@ def run(args: argparse.Namespace) -> int:
     width = max((len(r["id"]) for r in records), default=len("id"))
     header = _line(["id", "experiment", "status", "fingerprint", "stale", "trial"], width)
     print(header, file=sys.stderr, flush=True)
+    described = _told_apart(records)
     for r in records:
         fields = [r["id"], r["experiment"], r["status"], _fingerprint(r) or "-"]
-        fields += ["" if current[r["id"]] else "stale", _describe(r)]
+        fields += ["" if current[r["id"]] else "stale", described[r["id"]]]
         print(_line(fields, width))
     sys.stdout.flush()  # the rows before the count, where both streams go to one place
     stale = sum(not ok for ok in current.values())
@@ -142,8 +143,13 @@ def _describe(rec: dict[str, Any]) -> str:
     c, m = rec["config"], rec["metrics"]
     parts = [c.get("task"), c.get("arm", {}).get("label") or c.get("block")]
     parts += [f"{k}={c[k]}" for k in ("budget", "depth", "width") if c.get(k) is not None]
-    if c.get("train", {}).get("lr") is not None:
-        parts.append(f"lr={c['train']['lr']}")
+    train = c.get("train", {})
+    if train.get("lr") is not None:
+        parts.append(f"lr={train['lr']}")
+    if train.get("optimizer") not in (None, "adam"):  # a second-order fit, or its referee
+        parts.append(f"fit={train['optimizer']}")
+    if c.get("ladder"):
+        parts.append("ladder=" + "/".join(map(str, c["ladder"])))
     # every field that tells two trials of one cell apart: the teacher (the task's data seed),
     # the rounding, the seed
     if c.get("data_seed") is not None:
@@ -155,6 +161,31 @@ def _describe(rec: dict[str, Any]) -> str:
         parts.append(f"{m.get('metric', 'metric')}={m['test_metric']:.4g}")
     parts += [f"{k}={m[k]}" for k in ("exact_rank", "float_rank") if m.get(k) is not None]
     return " ".join(str(x) for x in parts if x)
+
+
+def _told_apart(records: list[dict[str, Any]]) -> dict[str, str]:
+    """Per record, its line (`_describe`), and where several records share one, each followed
+    by the config values that differ between them: no two rows of the list read the same."""
+    lines = {r["id"]: _describe(r) for r in records}
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault(lines[r["id"]], []).append(r)
+    for same in (g for g in groups.values() if len(g) > 1):
+        flat = [dict(_flat(r["config"])) for r in same]
+        keys = sorted({k for f in flat for k in f if len({json.dumps(g.get(k)) for g in flat}) > 1})
+        for r, f in zip(same, flat, strict=True):
+            shown = " ".join(f"{k}={json.dumps(f.get(k))}" for k in keys)
+            lines[r["id"]] += f" {shown or 'experiment=' + r['experiment']}"
+    return lines
+
+
+def _flat(config: dict[str, Any], prefix: str = ""):
+    """(dotted key, value) of every leaf of a nested config."""
+    for k, v in config.items():
+        if isinstance(v, dict) and v:
+            yield from _flat(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
 
 
 def _show(rec: dict[str, Any]) -> str:

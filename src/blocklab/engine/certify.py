@@ -37,6 +37,14 @@ class Certificate:
     first: float  # the loss before the last doubling
     second: float  # the loss after it, where the fit ended
     iterations: int  # the iterations run in all
+    # where the schedule stood when it was decided, so a larger budget can continue it
+    # (`engine.continuation`): the iterations scheduled so far (`iterations` counts those run,
+    # fewer where the fit floored), whether the fit was at its floor, stopped by `on_step`, and
+    # whether its last stretch moved it or sat at a stationary point
+    done: int = 0
+    floored: bool = False
+    stopped: bool = False
+    still: bool = False
 
 
 def first_check(steps: int, least: int = 64) -> int:
@@ -57,6 +65,7 @@ def converged(
     tol: float = 0.03,
     on_step: OnStep = lambda i, loss: True,
     until: int | None = None,
+    resume: Certificate | None = None,
 ) -> Certificate:
     """Run `fitter` for `iterations`, then continue the same fit for `more` (as many again by
     default): converged when that lowered the loss by less than `tol` of the final loss. With
@@ -64,8 +73,10 @@ def converged(
     for as long as the doubled count stays within `until`: a fit stops at the first doubling
     that gains less than `tol`. A fit stopped by `on_step` (its iterations numbered across every
     stretch) or gone non-finite is not converged; one at float64's floor is, whatever it gained
-    last; the model ends where the fit ended. `certify` does this for every member of a batch."""
-    [cert] = certify(_One(fitter), iterations, more, tol, [on_step], until)
+    last; the model ends where the fit ended. `certify` does this for every member of a batch.
+    `resume`, the certificate a smaller `until` ended this fit with (its fitter restored to where
+    it stood), continues the doubling from there as a fit of this `until` would have."""
+    [cert] = certify(_One(fitter), iterations, more, tol, [on_step], until, resume)
     return cert
 
 
@@ -93,6 +104,7 @@ def certify(
     tol: float,
     on_steps: Sequence[OnStep],
     until: int | None = None,
+    resume: Certificate | None = None,
 ) -> list[Certificate]:
     """`converged` for each of a batch's members: `fitter.run(k, on_step)` runs k iterations of
     every member still going, `on_step(i, losses)` answering per member whether it goes on (one
@@ -101,11 +113,12 @@ def certify(
     flag, stationarity and iterations run. `on_steps[k]` is member
     k's own `on_step`. A member is decided at its first doubling that gains less than `tol`,
     at the floor, when stopped, or at `until`; decided members are frozen while the others go
-    on, so one computation serves a fit alone and a batch of them alike."""
+    on, so one computation serves a fit alone and a batch of them alike. `resume` (a lone fit)
+    starts after the check it records, with its loss as the next check's first."""
     members = len(on_steps)
     more = iterations if more is None else more
     stopped, decided = [False] * members, [None] * members
-    done = 0
+    done = 0 if resume is None else resume.done
 
     def numbered(i: int, losses: list[float]) -> list[bool]:
         go, live = [], fitter.live()
@@ -115,8 +128,11 @@ def certify(
             go.append(decided[k] is None and not stopped[k])
         return go
 
-    first = [float(v) for v in fitter.run(iterations, numbered)]
-    done = iterations
+    if resume is None:
+        first = [float(v) for v in fitter.run(iterations, numbered)]
+        done = iterations
+    else:  # the fit continues after the check that ended it: each stretch doubles what ran
+        first, more = [resume.second], resume.done
     while True:
         floored, _, _ = fitter.state()
         going = any(
@@ -134,7 +150,9 @@ def certify(
             still = moved(a, b) or stationarity[k] <= STATIONARY
             ok = not stopped[k] and math.isfinite(b) and (floored[k] or still and gain < tol)
             if ok or stopped[k] or not math.isfinite(b) or floored[k] or last:
-                decided[k] = Certificate(bool(ok), gain, a, b, int(ran[k]))
+                decided[k] = Certificate(
+                    bool(ok), gain, a, b, int(ran[k]), done, bool(floored[k]), stopped[k], still
+                )
         if all(d is not None for d in decided):
             return decided
         first, more = second, done

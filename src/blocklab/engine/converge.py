@@ -93,6 +93,9 @@ class Restart:
     iterations: int  # the iterations the fit ran (`certify.converged`)
     # the Jacobian's path (`jacobian.FlatParams.jacobian`); None: L-BFGS
     jacobian: str | None = None
+    # what continues the fit to a larger budget (`continuation.chain_state`): the fitter's
+    # state, its certificate and its monitor's, as the fit ended
+    state: dict | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,20 +108,42 @@ class FitData:
 
 
 def fit_once(
-    model: nn.Module, data: TaskData, sets: FitData, cfg: TrainConfig, seed: int, threshold
+    model: nn.Module,
+    data: TaskData,
+    sets: FitData,
+    cfg: TrainConfig,
+    seed: int,
+    threshold,
+    resume: dict | None = None,
 ) -> Restart:
     """One restart: an optional Adam warm start (on `data`, as `train.train` trains), then
     at most `cfg.steps` iterations of the fitter, certified at each doubling (`certify`),
-    validation checkpoints on the way (`TrialMonitor`)."""
+    validation checkpoints on the way (`TrialMonitor`). `resume`, the state a smaller budget
+    ended this fit with (`Restart.state`; `model` holds its parameters), continues it instead."""
     start = time.perf_counter()
-    monitor = _warm(model, data, cfg, seed, threshold)
+    if resume is None:
+        monitor = _warm(model, data, cfg, seed, threshold)
+    else:
+        model.double()
+        monitor = TrialMonitor.restored(cfg, threshold, resume["monitor"])
     fitter = FITTERS[cfg.optimizer](model, sets.train.x, sets.train.y)
+    if resume is not None:
+        fitter.restore(resume["fitter"])
     on_step = _on_step(monitor, fitter.sync, model, sets.val, data.kind)
     first = first_check(cfg.steps)
-    cert = converged(fitter, first, first, cfg.converge_tol, on_step, until=cfg.steps)
+    cert = converged(
+        fitter,
+        first,
+        first,
+        cfg.converge_tol,
+        on_step,
+        until=cfg.steps,
+        resume=None if resume is None else resume["cert"],
+    )
     fitter.sync()
+    state = {"fitter": fitter.state(), "cert": cert, "monitor": monitor.snapshot()}
     path = fitter.flat.path if hasattr(fitter, "flat") else None
-    return _finish(model, data, sets, monitor, cert, seed, start, path)
+    return _finish(model, data, sets, monitor, cert, seed, start, path, state)
 
 
 def fit_batched(
@@ -150,8 +175,13 @@ def fit_batched(
     certs = converged_batched(fitter, first, first, cfg.converge_tol, on_steps, until=cfg.steps)
     fitter.sync()
     return [
-        _finish(m, d, s, mon, cert, seed, start, fitter.path)
-        for (m, d, s, _, seed, _), mon, cert in zip(members, monitors, certs, strict=True)
+        _finish(
+            m, d, s, mon, cert, seed, start, fitter.path,
+            {"fitter": fitter.member_state(k), "cert": cert, "monitor": mon.snapshot()},
+        )  # fmt: skip
+        for k, ((m, d, s, _, seed, _), mon, cert) in enumerate(
+            zip(members, monitors, certs, strict=True)
+        )
     ]
 
 
@@ -180,8 +210,12 @@ def _on_step(monitor: TrialMonitor, sync: Callable, model: nn.Module, val: Split
     return on_step
 
 
-def _finish(model, data: TaskData, sets: FitData, monitor, cert, seed, start, path) -> Restart:
-    """A certified fit's record: validation at its end, the test scores, the certificate."""
+def _finish(
+    model, data: TaskData, sets: FitData, monitor, cert, seed, start, path, state
+) -> Restart:
+    """A certified fit's record: validation at its end, the test scores, the certificate, and
+    the `state` that continues it (taken before this last checkpoint, which a longer fit would
+    not have made here)."""
     final = cert.second
     val_metric, test_scores = None, None
     if not monitor.diverged and math.isfinite(final):
@@ -193,7 +227,7 @@ def _finish(model, data: TaskData, sets: FitData, monitor, cert, seed, start, pa
     gain = cert.gain if done else None
     passed = done and cert.passed
     return Restart(
-        seed, model, result, final if done else None, gain, passed, cert.iterations, path
+        seed, model, result, final if done else None, gain, passed, cert.iterations, path, state
     )
 
 
@@ -275,117 +309,3 @@ def batch_chains(device: torch.device, cfg: TrainConfig) -> bool:
     certified fits per minute against 311 one at a time), not on a CPU (0.80-1.03x), whose
     fits are bound by work that batching does not shrink."""
     return device.type == "cuda" and cfg.optimizer == "lm" and cfg.restarts > 1
-
-
-@dataclasses.dataclass(frozen=True)
-class Rung:
-    """One depth of a ladder: the best chain's network and result there, and whether every
-    chain entered it with its function unchanged (`models.continue_from`)."""
-
-    depth: int
-    model: nn.Module
-    result: TrainResult
-    exact_start: bool
-    source: nn.Module | None = None  # the best chain's float64 network, which "best" continues
-
-
-def fit_ladder(
-    depths: tuple[int, ...],
-    make_model: Callable[[int, int], nn.Module],
-    data: TaskData,
-    cfg: TrainConfig,
-    seed: int,
-    threshold: float,
-) -> list[Rung]:
-    """`cfg.restarts` independent chains, each climbing `depths` in turn: the first rung fitted
-    from the chain's initialization `make_model(depth, init_seed)` (after the optional Adam warm
-    start), every later rung started from the chain's fitted rung below plus silenced layers
-    (`models.continue_from`), so its function is unchanged and its fit can only lower the loss
-    on the training set (staged fitting: Michaud, Liu, Tegmark 2023). A chain that diverged
-    starts again from its initialization at the next rung. Each rung fits N = `data_ratio` x its
-    parameters, drawn by `seed` (the online draws of smaller N are prefixes of larger ones), is
-    certified like any fit (`fit_once`), and keeps its best chain by training loss. With
-    `cfg.chains` "best", every chain instead continues the best fit of the rung below, and the
-    chains differ in their added layers (each its own initialization). `fit_units.fit_ladders`
-    climbs several ladders of one shape as one batched fit per rung."""
-    climb = Climb(make_model, data, cfg, seed)
-    for depth in depths:
-        start = time.perf_counter()
-        fits = climb.rung(depth)
-        batched, k = batch_chains(fits.sets.train.x.device, cfg), len(fits.models)
-        if batched:
-            runs = fit_batched(
-                fits.models, [data] * k, [fits.sets] * k, fits.cfgs, fits.inits, [threshold] * k
-            )
-        else:
-            runs = [
-                fit_once(m, data, fits.sets, c, i, threshold)
-                for m, c, i in zip(fits.models, fits.cfgs, fits.inits, strict=True)
-            ]
-        climb.close(fits, runs, start, batched)
-    return climb.rungs
-
-
-@dataclasses.dataclass(frozen=True)
-class RungFits:
-    """One ladder's fits at one rung, before they run: each chain's network, config (a continued
-    chain warms no more) and initialization seed, the rung's sets, and whether every chain
-    entered with its function unchanged."""
-
-    depth: int
-    models: list[nn.Module]
-    cfgs: list[TrainConfig]
-    inits: list[int]
-    sets: FitData
-    exact: bool
-
-
-class Climb:
-    """One ladder between its rungs (`fit_ladder`): what each chain continues and the rungs
-    fitted so far. `rung(depth)` makes the next rung's fits, `close` reads them once fitted."""
-
-    def __init__(
-        self, make_model: Callable[[int, int], nn.Module], data: TaskData, cfg: TrainConfig, seed
-    ):
-        check_fits(data, cfg.optimizer)
-        self.make_model, self.data, self.cfg, self.seed = make_model, data, cfg, seed
-        self.available = None if data.online else len(data.train)
-        self.val, self.test = _f64(data.val), _f64(data.test)
-        self.chains: list[nn.Module | None] = [None] * cfg.restarts
-        self.rungs: list[Rung] = []
-
-    def rung(self, depth: int) -> RungFits:
-        from blocklab.models import continue_from
-
-        cfg, exact = self.cfg, True
-        if cfg.chains == "best" and self.rungs and self.rungs[-1].source is not None:
-            # continue_from copies, never moves it
-            self.chains = [self.rungs[-1].source] * cfg.restarts
-        models, cfgs, inits = [], [], []
-        for r in range(cfg.restarts):
-            inits.append(restart_seed(self.seed, r))
-            model = self.make_model(depth, inits[-1])
-            below = self.chains[r]
-            if below is not None:
-                model.double()
-                exact = continue_from(model, below) and exact
-            models.append(model)
-            # a chain's first fit (or its restart after a divergence) warms up; a continued one
-            # starts where the rung below ended
-            cfgs.append(cfg if below is None else replace(cfg, warm_start=0))
-        params = sum(p.numel() for p in models[0].parameters() if p.requires_grad)
-        train_set = training_set(self.data, examples(cfg, params, self.available), self.seed)
-        return RungFits(depth, models, cfgs, inits, FitData(train_set, self.val, self.test), exact)
-
-    def close(
-        self, fits: RungFits, runs: list[Restart], start: float, batched: bool, share: int = 1
-    ) -> Rung:
-        """The rung fitted: each chain continues its fit (none where it diverged), and the rung
-        keeps the best chain (`_best`; `share` as there)."""
-        for r, run in enumerate(runs):
-            self.chains[r] = run.model if run.train_loss is not None else None
-        model, result = _best(runs, self.cfg, len(fits.sets.train), start, batched, share)
-        finished = [r for r in runs if r.train_loss is not None]
-        source = min(finished, key=lambda r: r.train_loss).model if finished else None
-        self.rungs.append(Rung(fits.depth, model, result, fits.exact, source))
-        return self.rungs[-1]

@@ -41,6 +41,7 @@ from torch.func import functional_call, vmap
 
 from blocklab.engine.monitor import DeviceMonitors, TrainResult, TrialMonitor
 from blocklab.engine.stacked import parent_of, stack_weights, stackable
+from blocklab.engine.stacked_adamw import StackedAdamW, packed
 from blocklab.engine.train import (
     EVAL_OUTPUTS,
     ONLINE_CHUNK,
@@ -91,6 +92,11 @@ class Ensemble(nn.Module):
         # own values, and out of the optimizer
         for n, p in self.params.items():
             p.requires_grad_(members[0].get_parameter(n).requires_grad)
+        # the trained ones end to end in one buffer, as `StackedAdamW` keeps them, before the
+        # members' views of them are taken
+        trained = [p for p in self.params.values() if p.requires_grad]
+        if trained:
+            packed(trained)
         if path != "stacked":
             for i, p in enumerate(self.params.values()):
                 self.register_parameter(f"stacked_{i}", p)
@@ -111,100 +117,6 @@ class Ensemble(nn.Module):
         return vmap(one, randomness="different")(self.params, x)  # (E, B, ...)
 
 
-class StackedAdamW:
-    """AdamW over stacked parameters [E, ...], each member at its own learning rate: torch's
-    fused AdamW kernel once per member, on views of the stacked tensors made once. Everything a
-    call reads lives on the device: the member's clipping factor (its gradient norm over all its
-    parameters), its rate (`lr`) and whether it is frozen (`found_inf`). A step therefore reads
-    nothing back to the host, and a member `live` marks False is skipped by the kernel itself: it
-    stays where it stands, even with a NaN gradient. Gradients stay in place between steps
-    (`zero_grad`), so the views stay valid."""
-
-    def __init__(self, params: list[Tensor], lrs: list[float], weight_decay: float, eps=1e-8):
-        self.params, self.weight_decay, self.eps = params, weight_decay, eps
-        self.betas = (0.9, 0.999)  # torch's defaults, as `train.train`'s AdamW
-        size = params[0].shape[0]
-        for p in params:
-            p.grad = torch.zeros_like(p)
-        self.grads = [p.grad for p in params]  # the tensors the member views below read
-        self.exp_avg = [torch.zeros_like(p) for p in params]
-        self.exp_avg_sq = [torch.zeros_like(p) for p in params]
-        # the kernels read float32 scalars where the parameters live, whatever their dtype
-        like = {"dtype": torch.float32, "device": params[0].device}
-        # the rate: a CPU kernel reads it as a double, a GPU kernel as a float32 on the GPU
-        rate = {**like, "dtype": torch.float64 if like["device"].type == "cpu" else torch.float32}
-        self.base = torch.tensor(lrs, **rate)  # (E,)
-        self.lr = torch.zeros(size, **rate)  # (E,) this step's rates
-        # (E,) each member's clipping factor, its gradients multiplied by it in their own dtype
-        self.coef = torch.ones(size, dtype=params[0].dtype, device=params[0].device)
-        self.frozen = torch.zeros(size, **like)  # (E,) 1.0: the kernel skips the member
-        self.count = torch.zeros((), **like)  # the step the kernels read, not advance
-        self.counts = [self.count] * len(params)  # one per parameter, as the kernel takes them
-        self.t = 0  # members step together until they stop, so one count serves all
-        self.members = [
-            tuple([t.detach()[e] for t in group] for group in self._state(grads=True))
-            + (self.lr[e], self.coef[e], self.frozen[e])
-            for e in range(size)
-        ]
-
-    def snapshot(self) -> list[list[Tensor] | int]:
-        """Copies of the parameters and the optimizer's state, for `restore`."""
-        return [[t.detach().clone() for t in group] for group in self._state()] + [self.t]
-
-    @torch.no_grad()
-    def restore(self, snap: list[list[Tensor] | int]) -> None:
-        """Parameters and state back in place as `snapshot` took them: views of them stay valid."""
-        for group, saved in zip(self._state(), snap[:-1], strict=True):
-            for t, value in zip(group, saved, strict=True):
-                t.copy_(value)
-        self.t = snap[-1]
-
-    def _state(self, grads: bool = False) -> list[list[Tensor]]:
-        params = [p.detach() for p in self.params]
-        gradients = [self.grads] if grads else []
-        return [params, *gradients, self.exp_avg, self.exp_avg_sq]
-
-    def zero_grad(self) -> None:
-        torch._foreach_zero_(self.grads)
-
-    @torch.no_grad()
-    def grad_norms(self) -> Tensor:
-        grads = [g.reshape(g.shape[0], -1) for g in self.grads]  # (E, n_i)
-        per_param = torch.stack([torch.linalg.vector_norm(g, dim=1) for g in grads])  # (k, E)
-        return torch.linalg.vector_norm(per_param, dim=0)  # (E,)
-
-    @torch.no_grad()
-    def step(self, factor: float, live: Tensor, norms: Tensor, clip: float) -> None:
-        """One AdamW step at each member's rate times `factor` (the schedule's), for the members
-        `live` (E,) marks; `norms` (E,) are the gradient norms before clipping."""
-        if any(p.grad is not g for p, g in zip(self.params, self.grads, strict=True)):
-            raise RuntimeError("a gradient was replaced, not accumulated: use zero_grad()")
-        self.t += 1
-        self.count.fill_(self.t)
-        torch.mul(self.base, factor, out=self.lr)
-        # nn.utils.clip_grad_norm_'s factor
-        torch.clamp(clip / (norms.to(self.coef.dtype) + 1e-6), max=1.0, out=self.coef)
-        self.frozen.copy_(~live)
-        for ps, grads, exp_avg, exp_avg_sq, lr, coef, frozen in self.members:
-            torch._foreach_mul_(grads, coef)
-            torch._fused_adamw_(
-                ps,
-                grads,
-                exp_avg,
-                exp_avg_sq,
-                [],
-                self.counts,
-                lr=lr,
-                beta1=self.betas[0],
-                beta2=self.betas[1],
-                weight_decay=self.weight_decay,
-                eps=self.eps,
-                amsgrad=False,
-                maximize=False,
-                found_inf=frozen,
-            )
-
-
 def stacked_batches(n: int, batch_size: int, seeds: list[int], device: torch.device):
     """`train.batches` for every seed at once: (E, b) indices on `device`, each epoch's orders
     drawn together and copied there once, not once a step."""
@@ -219,14 +131,28 @@ def stacked_batches(n: int, batch_size: int, seeds: list[int], device: torch.dev
 def stacked_online(datas: list[TaskData], batch_size: int, seeds: list[int], device: torch.device):
     """`train.online_batches` for every member at once: (E, b, ...) fresh batches on `device`,
     each member drawing from its own generator exactly as it would alone; each chunk of
-    ONLINE_CHUNK batches is copied there once."""
+    ONLINE_CHUNK batches is copied there once (`to_device`)."""
     gens = [torch.Generator().manual_seed(s) for s in seeds]
     while True:
         draws = [d.sample(ONLINE_CHUNK * batch_size, g) for d, g in zip(datas, gens, strict=True)]
-        xs = torch.stack([x for x, _ in draws]).to(device)  # (E, chunk * b, ...)
-        ys = torch.stack([y for _, y in draws]).to(device)
+        xs = to_device([x for x, _ in draws], device)  # (E, chunk * b, ...)
+        ys = to_device([y for _, y in draws], device)
         for i in range(0, xs.shape[1], batch_size):
             yield xs[:, i : i + batch_size], ys[:, i : i + batch_size]
+
+
+CHUNK_COPIES = 2  # the copies `stacked_online` makes per chunk: inputs and targets
+
+
+def to_device(parts: list[Tensor], device: torch.device) -> Tensor:
+    """The members' draws stacked (E, ...) on `device`. For a GPU they are stacked into pinned
+    memory and copied without blocking the host, so the copy overlaps the steps still queued
+    (torch holds the pinned block until its copy is done); pinned memory needs CUDA, and on the
+    CPU the stack is the batch."""
+    if device.type != "cuda":
+        return torch.stack(parts).to(device)
+    pinned = torch.empty((len(parts), *parts[0].shape), dtype=parts[0].dtype, pin_memory=True)
+    return torch.stack(parts, out=pinned).to(device, non_blocking=True)
 
 
 def _inputs(splits: list[Split], shared: bool) -> tuple[Tensor, Tensor]:

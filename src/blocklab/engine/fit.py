@@ -25,6 +25,7 @@ the same fit. `certify.converged` certifies a fit: a certificate, not a reading 
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 
@@ -104,6 +105,25 @@ class LevenbergMarquardt:
         """Put the fit's current parameters into the model (it holds them apart while fitting)."""
         self.flat.set(self.theta)
 
+    def state(self) -> dict:
+        """What continues this fit beside the model's parameters (`restore`): the loss, the
+        damping and its diagonal, the floor flag and the iterations run. The normal matrix and
+        gradient are not kept: the Jacobian at the same parameters recomputes them, bit for bit."""
+        return {
+            "cost": self.cost,
+            "scale": self.scale.clone(),
+            "mu": self.mu,
+            "nu": self.nu,
+            "floored": self.floored,
+            "iterations": self.iterations,
+        }
+
+    def restore(self, state: dict) -> None:
+        """Continue the fit `state` was taken from (`state`), on a model holding its parameters."""
+        self.cost, self.mu, self.nu = state["cost"], state["mu"], state["nu"]
+        self.scale = state["scale"].to(self.theta)
+        self.floored, self.iterations = state["floored"], state["iterations"]
+
     def stationarity(self) -> float:
         """|J^T r| / (|J|_F |r|), between 0 (a stationary point) and 1: the gradient relative to
         what the residuals and the Jacobian's scale could give it."""
@@ -171,6 +191,23 @@ class LBFGS:
 
     def sync(self) -> None:
         """The model is the fit's state already."""
+
+    def state(self) -> dict:
+        """What continues this fit beside the model's parameters: the curvature history (the
+        optimizer's state) and the stall count (`restore`)."""
+        return {
+            "optimizer": copy.deepcopy(self.opt.state_dict()),
+            "floored": self.floored,
+            "last": self.last,
+            "stalled": self.stalled,
+            "iterations": self.iterations,
+        }
+
+    def restore(self, state: dict) -> None:
+        """Continue the fit `state` was taken from, on a model holding its parameters."""
+        self.opt.load_state_dict(state["optimizer"])
+        self.floored, self.last = state["floored"], state["last"]
+        self.stalled, self.iterations = state["stalled"], state["iterations"]
 
     def stationarity(self) -> float:
         """|grad MSE| / sqrt(MSE): the gradient relative to the loss's own scale (standardized

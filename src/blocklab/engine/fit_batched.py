@@ -183,6 +183,18 @@ class BatchedLevenbergMarquardt:
         """Each member's floor flag, stationarity and iterations run (`certify.certify`)."""
         return self.floored.tolist(), self.stationarity(), self.iterations.tolist()
 
+    def member_state(self, member: int) -> dict:
+        """Member `member`'s state as `LevenbergMarquardt.state` gives a lone fit's, so a lone
+        fit continues it (`LevenbergMarquardt.restore`)."""
+        return {
+            "cost": float(self.cost[member]),
+            "scale": self.scale[member].clone(),
+            "mu": float(self.mu[member]),
+            "nu": float(self.nu[member]),
+            "floored": bool(self.floored[member]),
+            "iterations": int(self.iterations[member]),
+        }
+
     def sync(self, member: int | None = None) -> None:
         """Put each member's current parameters into its model, or member `member`'s alone (a
         validation checkpoint of that member reads no other)."""

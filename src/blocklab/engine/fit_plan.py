@@ -149,17 +149,24 @@ def _size(b: float) -> str:
     return f"{b / 2**30:.1f} GB" if b >= 2**30 else f"{b / 2**20:.0f} MB"
 
 
-def choose_for(specs: Sequence[Any], resources: Resources | None, say: bool) -> list[Any]:
+def choose_for(
+    specs: Sequence[Any],
+    resources: Resources | None,
+    say: bool,
+    left: dict | None = None,
+    costs: dict | None = None,
+) -> list[Any]:
     """`choose` for a sweep's resources (None: the defaults): on its device, for its workers,
     timed at the thread count each worker runs with (`executors.worker_threads`); the line to
-    stderr when `say`."""
+    stderr when `say`, costing what is `left` (`choose`), each trial's cost put in `costs`."""
     from blocklab.engine.devices import device_name
     from blocklab.engine.executors import Resources, worker_threads
 
     resources = resources or Resources()
     with worker_threads(resources.threads):
         device = device_name(resources.device)
-        return choose(specs, device, resources.workers, out=sys.stderr if say else None)
+        out = sys.stderr if say else None
+        return choose(specs, device, resources.workers, out=out, left=left, costs=costs)
 
 
 def choose(
@@ -173,6 +180,8 @@ def choose(
     step: Callable[[Any], float] | None = None,
     lm_step: Callable[[Any], float] | None = None,
     parallel: float | None = None,
+    left: dict[str, tuple[float, ...] | None] | None = None,
+    costs: dict[str, float] | None = None,
 ) -> list[Any]:
     """`specs` with each Levenberg-Marquardt fit whose iteration would pass `LM_ITERATION_LIMIT`
     or a worker's memory given to L-BFGS; a line to `out` says what was chosen and what it
@@ -181,7 +190,11 @@ def choose(
     (a network's seconds per AdamW step, for its warm starts) and `lm_step` (a network's seconds
     per Levenberg-Marquardt iteration) and `parallel` (how many workers run at once,
     `parallelism`) are measured when not given; the last three only for the line, after the
-    choice, on the fits that keep Levenberg-Marquardt."""
+    choice, on the fits that keep Levenberg-Marquardt. The line costs what is `left` to run
+    (`sweep.work_left`: by trial id, None for a whole trial, or each rung's share of its
+    iterations a continued trial still runs; a trial not in it is finished); None: everything.
+    With the line, `costs` (if given) gets each Levenberg-Marquardt trial's estimated seconds
+    on one of `workers` workers sharing the cores free now, by id: what a progress ETA reads."""
     fits = [s for s in specs if s.train.second_order]
     if not fits:
         return list(specs)
@@ -190,6 +203,8 @@ def choose(
     room = MEMORY_SHARE * memory
     cache: dict[str, Estimate] = {}
     chosen, moved = [], []
+    # what each trial has left, by its place (a trial given to L-BFGS changes its id)
+    shares = [(left or {}).get(s.id, ()) if left is not None else None for s in specs]
     for spec in specs:
         if not spec.train.second_order:
             chosen.append(spec)
@@ -217,23 +232,39 @@ def choose(
             s.train.second_order and s.train.optimizer == "lm" for s in chosen
         ):
             parallel = parallelism(device, workers)
-        said = _said(chosen, moved, rate, workers, parallel or max(1, workers), step, lm_step)
+        parallel = parallel or max(1, workers)
+        said = _said(chosen, moved, rate, workers, parallel, step, lm_step, shares, costs)
         out.write(said + "\n")
     return chosen
 
 
-def _said(chosen, moved, rate: float, workers: int, parallel: float, step, lm_step) -> str:
+def _left(rungs: list, share: tuple[float, ...] | None) -> float:
+    """A trial's seconds an iteration summed over its rungs, each weighted by the share of its
+    iterations left (`choose`'s `left`: None all of them, () none)."""
+    if share is None:
+        return sum(t for _, t in rungs)
+    return sum(t * w for (_, t), w in zip(rungs, share, strict=False))
+
+
+def _said(chosen, moved, rate: float, workers: int, parallel, step, lm_step, shares, costs=None):
     """One line: which optimizer the fits got, the largest one's cost, and why any moved."""
-    lm = [s for s in chosen if s.train.second_order and s.train.optimizer == "lm"]
+    pairs = [(s, w) for s, w in zip(chosen, shares, strict=True) if s.train.second_order]
+    lm = [s for s, _ in pairs if s.train.optimizer == "lm"]
     parts = []
     if lm:
         rungs = rung_seconds(lm, rate, lm_step)
         big, big_seconds = max((r for s in lm for r in rungs[_key(s)]), key=lambda r: r[0].params)
-        # every rung of a ladder at its own P and N, each chain at most `steps` iterations
-        total = sum(
-            s.train.steps * s.train.restarts * sum(t for _, t in rungs[_key(s)]) for s in lm
-        )
-        (warm, timed), said = warm_seconds(lm, step), ""
+        # every rung of a ladder at its own P and N, each chain at most `steps` iterations, as
+        # much of them as is left
+        left = [(s, w) for s, w in pairs if s.train.optimizer == "lm"]
+        each = {s.id: s.train.steps * s.train.restarts * _left(rungs[_key(s)], w) for s, w in left}
+        # a warm start begins a trial fitted whole; a continued one starts past it
+        fresh = [s for s, w in left if w is None]
+        (warm, timed), said = warm_seconds(fresh, step), ""
+        total = sum(each.values())
+        if costs is not None:  # as a worker of `workers` on the cores free now runs them
+            slow = max(1, workers) / parallel
+            costs.update({i: (t + warm.get(i, 0.0)) * slow for i, t in each.items() if t > 0})
         if warm:  # shared by the workers as the fits are
             steps = max(warm_steps(s.train) for s in lm)
             share = minutes(sum(warm.values()) / parallel)
@@ -247,8 +278,9 @@ def _said(chosen, moved, rate: float, workers: int, parallel: float, step, lm_st
             f"{_size(big.lm_bytes)}; about "
             f"{minutes((total + sum(warm.values())) / parallel)} on {workers} worker(s)"
             f"{shared} "
-            f"if every fit runs its {max(s.train.steps for s in lm):,} iterations{said}, less as "
-            "fits certify early"
+            f"if every fit left runs its {max(s.train.steps for s in lm):,} iterations"
+            f"{' (a continued one those it has left)' if any(w for _, w in left) else ''}"
+            f"{said}, less as fits certify early"
         )
     if moved:
         worst = max(moved, key=lambda e: e.params)

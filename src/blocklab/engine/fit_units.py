@@ -1,11 +1,11 @@
 """Depth ladders of one shape climbed together: the units of a sweep that differ only in their
 seeds (the initialization's and the teacher's) fitted, rung by rung, as one batched
 Levenberg-Marquardt computation (`fit_batched.BatchedLevenbergMarquardt`, each member on its own
-training set), beside `converge.fit_ladder`, which climbs one ladder and is their plain reference
+training set), beside `ladder.fit_ladder`, which climbs one ladder and is their plain reference
 (tests/test_fit_units.py compares the two step by step).
 
 At each rung every unit's chains are members of one fit: each chain is made, warmed, monitored and
-certified as it would be alone (`converge.Climb`, `converge.fit_batched`), each unit's training
+certified as it would be alone (`ladder.Climb`, `converge.fit_batched`), each unit's training
 set drawn as alone (`converge.training_set` of its own data and seed), and each unit keeps its own
 best chain and its own rungs. Which trials climb together is the sweep's choice (`specs.fit_key`,
 `specs.plan_units`), made where batching pays (`batch_units`: a GPU).
@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from blocklab.engine import converge
-from blocklab.engine.converge import Climb, Rung
+from blocklab.engine.ladder import Climb
 from blocklab.specs import TrainConfig
 from blocklab.tasks.base import TaskData
 
@@ -44,11 +44,12 @@ def fit_ladders(
     cfg: TrainConfig,
     seeds: list[int],
     thresholds: list[float],
-) -> list[list[Rung]]:
-    """`converge.fit_ladder` for U units at once, unit u climbing with `make_models[u]`,
+) -> list[Climb]:
+    """`ladder.fit_ladder` for U units at once, unit u climbing with `make_models[u]`,
     `data[u]`, `seeds[u]` and `thresholds[u]`: at each rung its `cfg.restarts` chains and every
-    other unit's are the members of one `fit_batched` computation. Returns each unit's rungs,
-    as `fit_ladder` returns them alone; a rung's seconds are the unit's share of the rung."""
+    other unit's are the members of one `fit_batched` computation. Returns each unit's climb:
+    its rungs as `fit_ladder` returns them alone (a rung's seconds the unit's share of the
+    rung) and its fits' states (`Climb.states`)."""
     if cfg.optimizer != "lm":
         raise ValueError(f"units fit together by Levenberg-Marquardt alone, not {cfg.optimizer}")
     units = list(zip(make_models, data, seeds, thresholds, strict=True))
@@ -67,4 +68,4 @@ def fit_ladders(
         )
         for u, (climb, f) in enumerate(zip(climbs, fits, strict=True)):
             climb.close(f, runs[u * k : (u + 1) * k], start, True, share=len(units))
-    return [climb.rungs for climb in climbs]
+    return climbs

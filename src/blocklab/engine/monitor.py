@@ -10,6 +10,7 @@ same rules and stores the same fields.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -126,6 +127,22 @@ class TrialMonitor:
         self._diverged_at: int | None = None
         # validation loss of the half-length run branched off the stable phase (wsd, `half_run`)
         self._half_val_loss: float | None = None
+
+    # what `snapshot` keeps: everything but the config and threshold, which a continued fit
+    # takes from its own run (the checkpoints it makes from then on follow its own budget)
+    KEPT = ("curves", "_window", "_start", "_reached", "_diverged_at", "_half_val_loss")
+
+    def snapshot(self) -> dict:
+        """The monitor's readings so far, plain values only, for `restored` to continue."""
+        return copy.deepcopy({name: getattr(self, name) for name in self.KEPT})
+
+    @classmethod
+    def restored(cls, cfg: TrainConfig, threshold: float, snapshot: dict) -> TrialMonitor:
+        """A monitor continuing the readings of `snapshot` under `cfg` (`snapshot`)."""
+        monitor = cls(cfg, threshold)
+        for name, value in copy.deepcopy(snapshot).items():
+            setattr(monitor, name, value)
+        return monitor
 
     @property
     def diverged(self) -> bool:

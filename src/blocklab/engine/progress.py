@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import time
 from collections.abc import Callable, Collection, Iterator
 from typing import Any
@@ -43,6 +44,15 @@ class Progress:
         self.fitted: set[str] = set()
         self.reused: set[str] = set()
         self.counts: list[Count] = []  # the analysis's counted stages, closed when it ends
+        # each trial's estimated seconds (`weigh`): the ETA reads the work left, not the count,
+        # so large fits run first do not make it start high and fall
+        self.costs: dict[str, float] = {}
+        self.parallel = 1.0
+        self.began: float | None = None  # when the weighed trials began
+        # when the last line was said, for the heartbeat (`_beat`), on a clock of its own
+        self.last = time.perf_counter()
+        self._stop = threading.Event()
+        self._beat_thread: threading.Thread | None = None
 
     def __bool__(self) -> bool:
         return self.enabled
@@ -51,10 +61,13 @@ class Progress:
     def total(self) -> int:
         return self.planned + self.expected
 
-    def phase(self, label: str, todo: int, stored: Collection[str] = ()) -> None:
+    def phase(
+        self, label: str, todo: int, stored: Collection[str] = (), announce: bool = True
+    ) -> None:
         """A sweep begins with `todo` trials to train and the ids of those the store holds
         finished (`stored`); where some were stored before the command began and some are left,
-        it says so."""
+        it says so. In a log it says it started, unless the caller says so itself (`announce`
+        False)."""
         earlier = set(stored) - self.fitted  # not those an earlier sweep of this command trained
         self.reused |= earlier
         if earlier and todo:
@@ -63,7 +76,25 @@ class Progress:
                 f"{todo} to fit"
             )
         self.label, self.planned = label, self.planned + todo
+        if todo and self.costs and self.began is None:
+            self.began = time.monotonic()
+        if todo and self.enabled and self.bar is None and not sys.stderr.isatty():
+            if announce:
+                eta = f", ETA {minutes(self._left(self.began))}" if self.began is not None else ""
+                self.say(f"[{self.label} {self.count}/{self.total}{eta}] started")
+            self._heartbeat()
         self._show()
+
+    def stage(self, text: str) -> None:
+        """A step before the trials (a design check, a count): one line as it begins, with the
+        time since the command began, so a long preamble is never silent."""
+        self.say(f"[{minutes(time.monotonic() - self.start)}] {text}")
+
+    def weigh(self, costs: dict[str, float], parallel: float) -> None:
+        """Each trial still to run's estimated seconds on one worker, and how many workers run
+        at once: the ETA reads them (`clock`)."""
+        self.costs.update(costs)
+        self.parallel = max(parallel, 1.0)
 
     def expect(self, n: int) -> None:
         """`n` trials a later phase will plan (negative: the phase is planned now, and
@@ -95,6 +126,7 @@ class Progress:
             self.bar.set_postfix_str(f"{spec.arm.label} {what}", refresh=False)
             self.bar.update(1)
         else:
+            self.last = time.perf_counter()
             print(
                 f"[{self.label} {self.count}/{self.total}, {self.clock()}] {spec.describe()}: "
                 f"{what} ({m.get('seconds', 0):.1f}s)",
@@ -104,12 +136,45 @@ class Progress:
 
     def clock(self) -> str:
         """'2m10s elapsed, ETA 3m05s': the time since the command began, and the rest of the
-        total at the mean pace so far (a log has no bar to read it from)."""
-        elapsed = time.monotonic() - self.start
-        left = elapsed / self.count * max(self.total - self.count, 0) if self.count else 0.0
-        return f"{minutes(elapsed)} elapsed, ETA {minutes(left)}"
+        total at the pace so far (a log has no bar to read it from): of the estimated work
+        where the trials are weighed (`weigh`), else of the count."""
+        now = time.monotonic()
+        elapsed = now - self.start
+        left = self._left(now)
+        eta = "" if left is None else f", ETA {minutes(left)}"
+        return f"{minutes(elapsed)} elapsed{eta}"
+
+    def _left(self, now: float) -> float | None:
+        weighed = [i for i in self.costs if i not in self.reused]
+        if self.began is not None and weighed:
+            finished = [i for i in weighed if i in self.fitted]
+            done = sum(self.costs[i] for i in finished)
+            todo = sum(self.costs[i] for i in weighed if i not in self.fitted)
+            # until every worker has finished one, the pace so far is read off trials that ran
+            # beside others still running: the estimate itself until then
+            if len(finished) < min(self.parallel, len(weighed)) or not done:
+                left = todo / self.parallel - (now - self.began)
+                return left if left > 0 else None  # past the estimate: no ETA to give
+            return (now - self.began) * todo / done
+        if not self.count:
+            return None
+        return (now - self.start) / self.count * max(self.total - self.count, 0)
+
+    def _heartbeat(self) -> None:
+        """In a log, a line every `BEAT` seconds that nothing else said anything."""
+        if self._beat_thread is None:
+            self._beat_thread = threading.Thread(target=self._beat, daemon=True)
+            self._beat_thread.start()
+
+    BEAT = 60.0
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.BEAT / 4):
+            if time.perf_counter() - self.last >= self.BEAT and self.count < self.total:
+                self.say(f"[{self.label} {self.count}/{self.total}, {self.clock()}] running")
 
     def close(self) -> None:
+        self._stop.set()
         if self.bar is not None:
             self.bar.close()
             self.bar = None
@@ -118,6 +183,7 @@ class Progress:
         """A line on stderr, above the bar where one is shown."""
         if not self.enabled:
             return
+        self.last = time.perf_counter()
         if self.bar is not None:
             self.bar.write(line, file=sys.stderr)
         else:

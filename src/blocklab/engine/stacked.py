@@ -44,12 +44,18 @@ class _StackedMatmul(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):  # (E, N, out)
         x, weight = ctx.saved_tensors
-        grad = grad.to(x.dtype)
+        grad = _cast(grad, x.dtype)
         x_dtype, w_dtype, b_dtype = ctx.dtypes
-        grad_x = torch.bmm(grad, weight).to(x_dtype) if ctx.needs_input_grad[0] else None
-        grad_w = torch.bmm(grad.mT, x).to(w_dtype)  # (E, out, in)
-        grad_b = grad.sum(1).to(b_dtype) if ctx.has_bias else None
+        grad_x = _cast(torch.bmm(grad, weight), x_dtype) if ctx.needs_input_grad[0] else None
+        grad_w = _cast(torch.bmm(grad.mT, x), w_dtype)  # (E, out, in)
+        grad_b = _cast(grad.sum(1), b_dtype) if ctx.has_bias else None
         return grad_x, grad_w, grad_b
+
+
+def _cast(t: Tensor, dtype: torch.dtype) -> Tensor:
+    # `t.to(dtype)` without its call where the dtype already is `dtype`: a no-op `to` is still one
+    # more operator dispatched, four per layer's backward, each a GPU step's overhead
+    return t if t.dtype == dtype else t.to(dtype)
 
 
 def _matmul(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:

@@ -11,12 +11,14 @@ work; sweeps sharing a store split its trials (`blocklab.engine.claims`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import sys
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from blocklab.engine import continuation
 from blocklab.engine.claims import POLL, Claims
 from blocklab.engine.devices import device_name
 from blocklab.engine.executors import Resources, WorkerLost, make_executor
@@ -63,13 +65,18 @@ def check_builds(specs: list[TrialSpec], told: set[str] | None = None) -> None:
             )
 
 
-def left_to_run(specs: Iterable[TrialSpec], store: Store) -> list[TrialSpec]:
-    """The specs `run` would train now: those whose finished trial the store does not let this
-    code reuse (`Store.reusable`, as `run` reads it)."""
+def work_left(specs: Iterable[TrialSpec], store: Store) -> dict[str, tuple[float, ...] | None]:
+    """What `run` has left to fit, by trial id (`fit_plan.choose`'s `left`): None for a trial it
+    fits whole, each rung's share of its iterations for one that continues a stored trial
+    (`continuation.share`); a trial it reuses is absent."""
     specs = list({s.id: s for s in specs}.values())
     codes = {s.id: code(code_modules(s))["fingerprint"] for s in specs}
     done, _ = store.reusable(codes)
-    return [s for s in specs if s.id not in done]
+    todo = [s for s in specs if s.id not in done]
+    parents = continuation.parents(todo, store, codes)
+    return {
+        s.id: continuation.share(parents[s.id], s.train) if s.id in parents else None for s in todo
+    }
 
 
 def run(
@@ -99,6 +106,13 @@ def run(
     device = device_name(res.device)
     done -= other_precision(specs, store, done, device)
     check_builds([s for s in specs if s.id not in done], store.told)
+    # stored trials of a smaller budget that these continue rather than refit
+    parents = continuation.parents(
+        [s for s in specs if s.id not in done],
+        store,
+        {i: c["fingerprint"] for i, c in codes.items()},
+    )
+    continuation.say(specs, parents)
     prov = provenance(device)
     workers = res.workers  # several share a GPU: a small model's step waits on launches, not math
     # planned from every spec, finished or not, and each unit stored whole: a resumed sweep trains
@@ -113,7 +127,7 @@ def run(
     try:
         with Claims(store) if units else contextlib.nullcontext() as claims:
             while units:
-                round_ = _Round(units, store, claims, done, since)
+                round_ = _Round(units, store, claims, done, since, parents)
                 results = runner.imap_unordered(run_group, round_, device)
                 try:
                     for _, records in results:
@@ -124,7 +138,8 @@ def run(
                                 provenance={**prov, "code": codes[record["id"]]},
                                 finished_at=now,
                             )
-                        claims.store(store.put, records)
+                        # each record with its fit states, if it keeps any (`continuation.put`)
+                        claims.store(functools.partial(continuation.put, store), records)
                         for record in records:
                             bar.update(by_id[record["id"]], record)
                             if on_record:
@@ -152,11 +167,14 @@ class _Round:
     claimed. Still to do: not in `done` (the trials the store had for reuse when the sweep
     began) and not stored by another sweep since `since`. A unit some of whose trials are done
     (an experiment listing a finished trial again) trains the rest. A trial another sweep tried
-    and failed meanwhile counts as stored: a rerun retries it."""
+    and failed meanwhile counts as stored: a rerun retries it. A unit carries the stored trial
+    each of its trials continues (`continuation.Unit`)."""
 
-    def __init__(self, units, store: Store, claims: Claims, done: set[str], since: float):
+    def __init__(
+        self, units, store: Store, claims: Claims, done: set[str], since: float, parents: dict
+    ):
         self.units, self.store, self.claims = units, store, claims
-        self.done, self.since = done, since
+        self.done, self.since, self.parents = done, since, parents
         self.waiting: list[list[TrialSpec]] = []
         self.taken = 0
 
@@ -175,4 +193,7 @@ class _Round:
             left -= stored
             if left:
                 self.taken += 1
-                yield [s for s in unit if s.id in left]
+                todo = [s for s in unit if s.id in left]
+                yield continuation.Unit(
+                    todo, {s.id: self.parents[s.id] for s in todo if s.id in self.parents}
+                )

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from blocklab.engine import converge
+from blocklab.engine import continuation, converge, ladder
 from blocklab.engine.ensemble import train_ensemble
 from blocklab.engine.fit_units import fit_ladders
 from blocklab.engine.monitor import as_record
@@ -141,13 +141,16 @@ def _failed(spec: TrialSpec) -> dict[str, Any]:
     }
 
 
-def run_trial(spec: TrialSpec, device: str = "cpu") -> dict[str, Any]:
-    """Build data and model from the spec and train; exceptions become a 'failed' record."""
+def run_trial(
+    spec: TrialSpec, device: str = "cpu", parent: continuation.Parent | None = None
+) -> dict[str, Any]:
+    """Build data and model from the spec and train; exceptions become a 'failed' record. A
+    ladder trial continues `parent`'s fits where one is given (`engine.continuation`)."""
     try:
         p = _prepare(spec, device)
         at_init = take_measures(spec, p.model, p.data)
         if spec.ladder:
-            return _ladder_record(spec, p, device)
+            return _ladder_record(spec, p, device, parent)
         if spec.train.second_order:
             p.model, result = converge.fit(
                 p.model,
@@ -170,13 +173,26 @@ def run_trial(spec: TrialSpec, device: str = "cpu") -> dict[str, Any]:
         return _failed(spec)
 
 
-def _ladder_record(spec: TrialSpec, p: _Prepared, device: str) -> dict[str, Any]:
-    """A depth ladder's trial (`converge.fit_ladder`): the top rung's record, as a trial fitted at
-    that depth alone records it, with every rung's record under `metrics["ladder"]`."""
-    rungs = converge.fit_ladder(
-        spec.ladder, _rung_model(spec, p, device), p.data, spec.train, spec.seed, p.threshold
-    )
-    return _rungs_record(spec, p, rungs, device)
+def _ladder_record(
+    spec: TrialSpec, p: _Prepared, device: str, parent: continuation.Parent | None = None
+) -> dict[str, Any]:
+    """A depth ladder's trial (`ladder.fit_ladder`): the top rung's record, as a trial fitted at
+    that depth alone records it, with every rung's record under `metrics["ladder"]`, and its
+    fits' states for a larger budget to continue (`record["fit_state"]`, which the sweep stores
+    beside the record). Continuing `parent`, it says so under `metrics["continued"]`."""
+    prior = continuation.unpack(parent.blob) if parent is not None else None
+    climb = ladder.Climb(_rung_model(spec, p, device), p.data, spec.train, spec.seed, prior)
+    rungs = ladder.run_climb(climb, spec.ladder, p.data, spec.train, p.threshold)
+    record = _rungs_record(spec, p, rungs, device)
+    record["fit_state"] = continuation.stored_state(spec, climb.states)
+    if parent is not None:
+        done = [a for row in climb.actions for a in row]
+        record["metrics"]["continued"] = {
+            "parent": parent.id,
+            "from_steps": parent.steps,
+            **{action: done.count(action) for action in continuation.ACTIONS},
+        }
+    return record
 
 
 def _rung_model(spec: TrialSpec, p: _Prepared, device: str):
@@ -217,6 +233,9 @@ def run_ladders(specs: list[TrialSpec], device: str = "cpu") -> list[dict[str, A
     """Depth ladders of one shape (`specs.fit_key`) climbed together, one batched fit per rung
     (`fit_units.fit_ladders`); each trial gets the record `run_trial` gives it alone, with
     `metrics["units"]`: how many trials, and fits, each rung's computation held."""
+    parents = getattr(specs, "parents", {})
+    if parents:  # continued ladders are fitted one at a time (`ladder.fit_ladder`)
+        return [run_trial(s, device, parents.get(s.id)) for s in specs]
     try:
         cache: dict = {}  # units reading the same data share one copy
         prepared = [_prepare(s, device, cache) for s in specs]
@@ -231,8 +250,9 @@ def run_ladders(specs: list[TrialSpec], device: str = "cpu") -> list[dict[str, A
     except Exception:  # the whole group failed; its trials are retried next run
         return [_failed(s) for s in specs]
     records = []
-    for spec, p, rungs in zip(specs, prepared, ladders, strict=True):
-        record = _rungs_record(spec, p, rungs, device)
+    for spec, p, climb in zip(specs, prepared, ladders, strict=True):
+        record = _rungs_record(spec, p, climb.rungs, device)
+        record["fit_state"] = continuation.stored_state(spec, climb.states)
         members = len(specs) * spec.train.restarts
         record["metrics"]["units"] = {"units": len(specs), "members": members}
         records.append(record)
@@ -244,7 +264,7 @@ def run_group(specs: list[TrialSpec], device: str = "cpu") -> list[dict[str, Any
     trained as one ensemble (`blocklab.engine.ensemble`), or depth ladders of one shape fitted
     together (`run_ladders`). Each gets its own record."""
     if len(specs) == 1:
-        return [run_trial(specs[0], device)]
+        return [run_trial(specs[0], device, getattr(specs, "parents", {}).get(specs[0].id))]
     if fit_key(specs[0]) is not None:
         return run_ladders(specs, device)
     try:

@@ -33,14 +33,12 @@ from blocklab.registry import Registry, import_submodules
 @dataclass(frozen=True)
 class Command:
     """How an experiment is called: its words ("collapse", "sanford qsa"), its line in the
-    command line's help, the run directory it writes by default, and the wall time of its quick
-    form (the defaults) on 2 CPU cores as the results log (`docs/results/`) records it, which
-    `--help` states ("": not measured; tests/test_cli_guidance.py holds it to the log)."""
+    command line's help, and the run directory it writes by default. What its defaults took to
+    run, which `--help` states, is the package's timings file (`blocklab.timings`), not here."""
 
     words: str
     help: str
     out: str
-    measured: str = ""
     form: str = ""  # the config's classmethod its defaults come from ("": the quick defaults)
 
 
@@ -57,13 +55,17 @@ class Experiment:
     commands: ClassVar[tuple[Command, ...]]
     # the trials train on an executor: the run takes --workers, --device, --ensemble, --executor
     pool: ClassVar[bool] = True
+    # without a pool, the run measures its points in --workers processes on the CPU (no device,
+    # ensemble or executor): `run` reads `resources.workers`
+    workers: ClassVar[bool] = False
     # the config has a `task_options` mapping, filled by repeated --task-option KEY=VALUE
     task_options: ClassVar[bool] = False
     no_flags: ClassVar[tuple[str, ...]] = ()  # config fields the command line does not offer
     # the forms the config offers beside its quick defaults, as classmethods of `Config` (larger
-    # ones, and other designs of the same experiment such as mad's width sweep), each with its
-    # wall time where one was measured or estimated (the text says which), else None; the
-    # command line offers each as a flag (`--medium`, `--sweep-width`)
+    # ones, and other designs of the same experiment such as mad's width sweep), each with an
+    # estimate of its wall time where one was made (the text says so), else None: a measured
+    # time is the timings file's (`blocklab.timings`); the command line offers each form as a
+    # flag (`--medium`, `--sweep-width`)
     forms: ClassVar[dict[str, str | None]] = {}
     # a config field `target_resolution` sizes the run from measured spreads: the report
     # module's size(cfg, out_dir, pinned) -> (cfg, analysis.pilot.Plan) and plan_lines(plan,

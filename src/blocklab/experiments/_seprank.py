@@ -22,8 +22,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import sys
 import time
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from blocklab import theory
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from blocklab.specs import Arm
 
 VERSION = 1  # part of every record id: bump when a measurement changes meaning
+RANK_CODE = ("blocklab.measures.exact_rank", "blocklab.measures.seprank")  # in every fingerprint
 
 
 # seed 001's analyzed stack (eq. 3): no norm, no residual, no feed-forward, no activation,
@@ -212,33 +214,136 @@ def _record_id(experiment: str, config: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def measured(
+@dataclass(frozen=True)
+class Point:
+    """One network to measure, as a worker process rebuilds it: `block` (a block or a degree as
+    `models.parse_arm` reads it) in `ANALYZED` at `depth` and `width`, on `positions` x `dim`
+    inputs, its weights and templates drawn from `seed`; `exact`: its rank over F_p too."""
+
+    block: str
+    depth: int
+    width: int
+    positions: int
+    dim: int
+    templates: int
+    seed: int
+    rtol: float
+    exact: bool = True
+
+
+def measure_point(point: Point, device: str = "cpu") -> dict[str, Any]:
+    """A worker's job (`engine.executors`): both ranks of `point`'s network, as stored metrics.
+    The exact rank is CPU arithmetic: `device` is not read."""
+    from blocklab.models import parse_arm
+
+    shape = replace(ANALYZED, depth=point.depth, width=point.width)
+    net = build_net(parse_arm(point.block), shape, point.positions, point.dim, point.seed)
+    return measure(
+        net, point.positions, point.dim, point.templates, point.seed, point.rtol, point.exact
+    )
+
+
+@dataclass(frozen=True)
+class _Shown:
+    """A measured point as the command's display (`engine.progress.Progress.update`) names it."""
+
+    id: str
+    label: str
+    text: str
+
+    @property
+    def arm(self) -> SimpleNamespace:
+        return SimpleNamespace(label=self.label)
+
+    def describe(self) -> str:
+        return self.text
+
+
+FLOAT_WHY = (
+    "a float64 rank below the exact rank is float64's dynamic range, not the function's rank: "
+    "float64 keeps about 16 significant digits, and the grid values of a deep network (products "
+    "of many factors) span more orders of magnitude, so all but its first singular values fall "
+    "below rtol x the largest; read the exact rank over F_p"
+)
+NO_EXACT = "{block} is not a polynomial: it has no exact rank over F_p, only the float64 one"
+
+
+def measure_points(
     store: Store,
     experiment: str,
-    config: dict[str, Any],
-    seed: int,
-    compute,
-    progress,
-    modules: list[str],
-):
-    """The stored record of (experiment, config, seed), computed and stored first if missing or
-    made by other code; `modules` (besides the rank code here) make the measured network."""
-    from blocklab.engine.points import stored_point
+    planned: list[tuple[dict[str, Any], Point, list[str]]],
+    *,
+    resources=None,
+    progress=True,
+) -> list[dict[str, Any]]:
+    """The stored record of each planned (config, point, modules), in order. Every point is
+    planned at once (a run directory's plan counts them all before the first is measured); a
+    record the store lets a rerun keep is read back (`Store.reusable`: made by the same code,
+    `modules` besides the rank code here), the rest are measured in `resources.workers`
+    processes (one by default) and stored as each finishes, by this process alone."""
+    from blocklab.engine.executors import make_executor
+    from blocklab.engine.progress import display
+    from blocklab.engine.provenance import provenance
+    from blocklab.fingerprint import code
 
-    config = {**config, "seed": seed}
-    record = {"id": _record_id(experiment, config), "experiment": experiment, "seed": seed}
-    modules = [*modules, __name__, "blocklab.measures.exact_rank", "blocklab.measures.seprank"]
-    rec, computed = stored_point(store, {**record, "config": config}, modules, compute)
-    if computed and progress:
-        metrics = rec["metrics"]
-        shown = {k: v for k, v in config.items() if k in ("block", "depth", "width", "seed")}
-        print(
-            f"[{experiment}] {shown}: exact {metrics.get('exact_rank')}, float64 "
-            f"{metrics.get('float_rank')} ({metrics['seconds']:.1f}s)",
-            file=sys.stderr,
-            flush=True,
+    records, codes = [], {}
+    for config, point, modules in planned:
+        config = {**config, "seed": point.seed}
+        rec = {"id": _record_id(experiment, config), "experiment": experiment, "seed": point.seed}
+        records.append({**rec, "config": config})
+        codes[rec["id"]] = code([*modules, __name__, *RANK_CODE])
+    store.plan(list(codes))
+    done, stale = store.reusable({i: c["fingerprint"] for i, c in codes.items()})
+    store.say_stale(stale)
+    todo = [i for i, r in enumerate(records) if r["id"] not in done]
+    workers = resources.workers if resources is not None else 1
+    bar, own = display(progress)
+    bar.phase(experiment, len(todo), stored=done, announce=False)  # the line below says more
+    if todo:  # a line from the start: the bar or the first point may take a while
+        bar.say(
+            f"[{experiment}] {len(todo)} of {len(records)} points to measure, "
+            f"{min(workers, len(todo))} process{'es' if min(workers, len(todo)) > 1 else ''}"
         )
-    return rec
+    told: set[str] = set()
+    try:
+        runner = make_executor("local", workers, {}, getattr(resources, "plugins", ()))
+        points = [planned[i][1] for i in todo]
+        for k, metrics in runner.imap_unordered(measure_point, points, "cpu"):
+            i = todo[k]
+            records[i] |= {
+                "status": "done",
+                "metrics": metrics,
+                "provenance": {**provenance("cpu"), "code": codes[records[i]["id"]]},
+                "finished_at": time.time(),
+            }
+            store.put(records[i])
+            _show(bar, records[i], planned[i][1], told)
+    finally:
+        if own:
+            bar.close()
+    kept = {r["id"]: r for r in store.records(ids=sorted(done))} if done else {}
+    return [kept.get(r["id"], r) for r in records]
+
+
+def _or_dash(x) -> str:
+    return "-" if x is None else str(x)
+
+
+def _show(bar, record: dict[str, Any], point: Point, told: set[str]) -> None:
+    """A measured point on the display, and once per run why a float64 rank falls below the
+    exact one and that a non-polynomial block has no exact rank."""
+    m, c = record["metrics"], record["config"]
+    exact, floated = m.get("exact_rank"), m.get("float_rank")
+    ranks = f"exact {_or_dash(exact)}, float64 {_or_dash(floated)}"
+    text = f"{c['block']} p={point.depth} w={point.width} seed={point.seed}: {ranks}"
+    bar.update(_Shown(record["id"], c["block"], text), record)
+    below = exact is not None and floated is not None and floated < exact
+    if below and not m.get("exact_saturated") and "float" not in told:
+        told.add("float")
+        bar.say(f"[{record['experiment']}] {FLOAT_WHY}")
+    if not point.exact and c["block"] not in told:
+        told.add(c["block"])
+        bar.say(f"[{record['experiment']}] " + NO_EXACT.format(block=c["block"]))
 
 
 def check_grid(positions: int, templates: int) -> None:

@@ -123,7 +123,7 @@ def run_planned(
 def rung_rows(
     spec: TrialSpec, rec: dict[str, Any], rungs: dict[int, int], **keys: Any
 ) -> list[dict[str, Any]]:
-    """A depth ladder's trial as one row per rung (`engine.converge.fit_ladder`), under the
+    """A depth ladder's trial as one row per rung (`engine.ladder.fit_ladder`), under the
     nominal budget `rungs[depth]` the rung was planned for; every row keeps the trial's id."""
     out = []
     for step in frames.rung_records(rec):  # the one split of a ladder into rungs
@@ -226,6 +226,9 @@ def row(spec: TrialSpec, rec: dict[str, Any], **keys: Any) -> dict[str, Any]:
         "converged": m.get("converged"),
         "examples": m.get("examples"),
         "restart_train_losses": [r["train_loss"] for r in m.get("restarts") or []],
+        # each chain's iterations and certificate: what a larger budget continues
+        "restart_iterations": [r.get("iterations") for r in m.get("restarts") or []],
+        "restart_converged": [r.get("converged") for r in m.get("restarts") or []],
         "restart_spread": m.get("restart_spread"),
         # {measure: {"init": summary, "trained": summary}} when the spec asked for measures
         "measures": m.get("measures", {}),

@@ -173,6 +173,5 @@ class Collapse(Experiment):
             "collapse",
             "seed 003: rank collapse through depth (Dong et al.)",
             "runs/collapse",
-            measured="31 s",
         ),
     )

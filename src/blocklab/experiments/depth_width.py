@@ -11,7 +11,7 @@ rows this run returns (`blocklab.reports.depth_width`, with `blocklab.analysis.d
 The seed's prediction: below a width the deeper network is no better for its size (or worse),
 above it the deeper network wins, and that transition width grows exponentially with depth
 (b > 0). The quick form is a miniature built to find one transition, L = 1 to L = 2, at p < 0.01
-on a 2-core machine (its measured time is the manifest's, in `--help`): 4 seeds at budgets 1e5
+on a 2-core machine (its measured time is the timings file's, in `--help`): 4 seeds at budgets 1e5
 and 4e5 after 2000 steps.
 At 1e5 the shallower net is clearly better; at 4e5 the deeper one is ahead by about 0.09 nats
 with a seed std of at most 0.017, which 4 seeds detect at level 0.01 with power 0.9993
@@ -168,6 +168,5 @@ class DepthWidth(Experiment):
             "depth-width",
             "seed 001: transformer LMs over depths and budgets, transitions and their fit",
             "runs/depth-width",
-            measured="25 min 35 s from a fresh clone (2,950 core-seconds)",
         ),
     )

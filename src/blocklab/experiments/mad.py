@@ -307,6 +307,5 @@ class Mad(Experiment):
             "mad",
             "every sequence block on the MAD and MQAR token tasks at one parameter budget",
             "runs/mad",
-            measured="12 min 5 s from a fresh clone",
         ),
     )

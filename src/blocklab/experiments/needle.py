@@ -205,6 +205,10 @@ def _random_id(cfg: NeedleConfig, seq_len: int, tau1: float) -> str:
 def run(cfg: NeedleConfig, store: Store, *, resources=None, progress=True) -> NeedleTrials:
     from blocklab.engine.points import stored_point
 
+    trained = plan_trained(cfg)
+    # every draw and trial planned before the first runs: a stopped run's index counts them all
+    draws = [_random_id(cfg, s, t)[0] for s in cfg.seq_lens for t in cfg.tau1s]
+    store.plan(draws + [spec.id for _, spec in trained])
     random_rows = []
     for seq_len in cfg.seq_lens:
         for tau1 in cfg.tau1s:
@@ -226,7 +230,7 @@ def run(cfg: NeedleConfig, store: Store, *, resources=None, progress=True) -> Ne
                     }
                 )
     trained = _trials.run_planned(
-        plan_trained(cfg), store, "needle-trained", resources=resources, progress=progress
+        trained, store, "needle-trained", resources=resources, progress=progress
     )
     return NeedleTrials(trained.rows, trained.failed, random_rows)
 
@@ -242,6 +246,5 @@ class Needle(Experiment):
             "needle",
             "seed 004: softmax vs linear attention on the needle task",
             "runs/needle",
-            measured="51 s",
         ),
     )

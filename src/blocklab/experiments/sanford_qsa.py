@@ -100,6 +100,5 @@ class SanfordQsa(Experiment):
             "sanford qsa",
             "one attention layer vs embedding dimension, several q",
             "runs/sanford-qsa",
-            measured="1 min 13 s",
         ),
     )

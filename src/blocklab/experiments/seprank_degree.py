@@ -14,10 +14,10 @@ real degree e (`fractional`) is not a polynomial: its grid rank is bounded by th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials
-from blocklab.experiments._seprank import ANALYZED, build_net, check_grid, measure, measured
+from blocklab.experiments._seprank import Point, check_grid, measure_points
 from blocklab.numerics import RTOL
 from blocklab.options import meta, validate
 from blocklab.specs import format_degree
@@ -76,36 +76,30 @@ def degree_depths(d: float, cfg: DegreeConfig) -> list[int]:
 
 
 def run(cfg: DegreeConfig, store: Store, *, resources=None, progress=True) -> Trials:
-    """Every point in this process, on the CPU: the exact rank is CPU arithmetic (`resources` is
-    not used)."""
+    """Every point planned at once and measured on the CPU in `resources.workers` processes
+    (`_seprank.measure_points`; one without `resources`): the exact rank is CPU arithmetic."""
     from blocklab.measures.exact_rank import PRIME
     from blocklab.models import block_params, code_modules, parse_arm
 
-    rows = []
+    planned, keys = [], []
     for text in cfg.degrees:
         arm, d = parse_arm(text), _degree(text)
         for p in degree_depths(d, cfg):
-            point = {"block": arm.label, "depth": p, "width": cfg.width, "positions": 2}
-            point |= {"templates": cfg.templates, "rtol": cfg.rtol, "prime": PRIME}
+            config = {"block": arm.label, "depth": p, "width": cfg.width, "positions": 2}
+            config |= {"templates": cfg.templates, "rtol": cfg.rtol, "prime": PRIME}
             for seed in range(cfg.seeds):
-
-                def compute(arm=arm, p=p, seed=seed, d=d):
-                    net = build_net(arm, replace(ANALYZED, depth=p, width=cfg.width), 2, 1, seed)
-                    poly = float(d).is_integer()
-                    return measure(net, 2, 1, cfg.templates, seed, cfg.rtol, exact=poly)
-
-                rec = measured(
-                    store,
-                    "seprank-degree",
-                    point,
-                    seed,
-                    compute,
-                    progress,
-                    [__name__, *code_modules(arm)],
-                )
+                # the real degree e is no polynomial: no exact rank
+                exact = float(d).is_integer()
+                point = Point(text, p, cfg.width, 2, 1, cfg.templates, seed, cfg.rtol, exact)
+                planned.append((config, point, [__name__, *code_modules(arm)]))
                 row = {"arm": format_degree(d), "degree": d, "depth": p, "seed": seed}
-                row["block_params"] = block_params(arm, p, cfg.width)
-                rows.append(row | rec["metrics"])
+                keys.append(row | {"block_params": block_params(arm, p, cfg.width)})
+    records = measure_points(
+        store, "seprank-degree", planned, resources=resources, progress=progress
+    )
+    rows = [
+        row | rec["metrics"] | {"id": rec["id"]} for row, rec in zip(keys, records, strict=True)
+    ]
     return Trials(rows, [])
 
 
@@ -120,7 +114,7 @@ class SeprankDegree(Experiment):
             "seprank degree",
             "seed 000: rank of degree-d networks vs depth",
             "runs/seprank-degree",
-            measured="27 s",
         ),
     )
-    pool = False  # the exact rank is CPU arithmetic: one process, no workers or devices
+    pool = False  # the exact rank is CPU arithmetic: no devices, ensembles or executors
+    workers = True  # the points measured in --workers processes

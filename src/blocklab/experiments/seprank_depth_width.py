@@ -13,11 +13,11 @@ fast that every depth but the first saturates at a feasible grid.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials
-from blocklab.experiments._seprank import ANALYZED, build_net, check_grid, measure, measured
+from blocklab.experiments._seprank import Point, check_grid, measure_points
 from blocklab.numerics import RTOL
 from blocklab.options import meta, validate
 from blocklab.store import Store
@@ -60,35 +60,28 @@ def attention_arm(heads: int) -> Arm:
 
 
 def run(cfg: DepthWidthConfig, store: Store, *, resources=None, progress=True) -> Trials:
-    """Every point in this process, on the CPU: the exact rank is CPU arithmetic (`resources` is
-    not used)."""
+    """Every point planned at once and measured on the CPU in `resources.workers` processes
+    (`_seprank.measure_points`; one without `resources`): the exact rank is CPU arithmetic."""
     from blocklab.measures.exact_rank import PRIME
     from blocklab.models import code_modules
 
     arm = attention_arm(cfg.heads)
-    rows = []
+    block = f"linearized_attention(heads={cfg.heads})"  # what `attention_arm` parses
+    planned, keys = [], []
     for dx in cfg.widths:
         for depth in cfg.depths:
-            point = {"block": arm.label, "depth": depth, "width": dx, "positions": cfg.positions}
-            point |= {"templates": cfg.templates, "rtol": cfg.rtol, "prime": PRIME}
+            config = {"block": arm.label, "depth": depth, "width": dx, "positions": cfg.positions}
+            config |= {"templates": cfg.templates, "rtol": cfg.rtol, "prime": PRIME}
             for seed in range(cfg.seeds):
-
-                def compute(depth=depth, dx=dx, seed=seed):
-                    net = build_net(
-                        arm, replace(ANALYZED, depth=depth, width=dx), cfg.positions, dx, seed
-                    )
-                    return measure(net, cfg.positions, dx, cfg.templates, seed, cfg.rtol)
-
-                rec = measured(
-                    store,
-                    "seprank-depth-width",
-                    point,
-                    seed,
-                    compute,
-                    progress,
-                    [__name__, *code_modules(arm)],
-                )
-                rows.append({"width": dx, "depth": depth, "seed": seed, **rec["metrics"]})
+                point = Point(block, depth, dx, cfg.positions, dx, cfg.templates, seed, cfg.rtol)
+                planned.append((config, point, [__name__, *code_modules(arm)]))
+                keys.append({"width": dx, "depth": depth, "seed": seed})
+    records = measure_points(
+        store, "seprank-depth-width", planned, resources=resources, progress=progress
+    )
+    rows = [
+        row | rec["metrics"] | {"id": rec["id"]} for row, rec in zip(keys, records, strict=True)
+    ]
     return Trials(rows, [])
 
 
@@ -103,7 +96,7 @@ class SeprankDepthWidth(Experiment):
             "seprank depth-width",
             "seed 001: rank vs depth and width",
             "runs/seprank-depth-width",
-            measured="56 s",
         ),
     )
-    pool = False  # the exact rank is CPU arithmetic: one process, no workers or devices
+    pool = False  # the exact rank is CPU arithmetic: no devices, ensembles or executors
+    workers = True  # the points measured in --workers processes

@@ -26,11 +26,26 @@ EXACT_NOTE = (
 )
 FLOAT_NOTE = (
     "float64 rank: the library's `separation_rank` on the float network (standard normal "
-    "templates), singular values above rtol = {rtol:g} times the largest. A deep polynomial's "
-    "spectrum decays smoothly past any tolerance, so this numerical rank is a lower bound of the "
-    "exact grid rank and can be far below it; the spectra figure shows where the exact rank "
-    "sits in the float spectrum."
+    "templates), singular values above rtol = {rtol:g} times the largest. It is a lower bound of "
+    "the exact grid rank and falls far below it with depth because of float64's dynamic range: "
+    "float64 keeps about 16 significant digits, while the grid values of a deep network, "
+    "products of many factors, span more orders of magnitude than that, so its singular values "
+    "fall by orders of magnitude each and all but the first few end below rtol times the "
+    "largest, or below float64's rounding floor. A falling float64 rank says nothing about the "
+    "function: the exact rank over F_p is the one to read."
 )
+FLOOR = 1e-14  # sigma_i / sigma_1 below this is float64 rounding (about 45 eps): not resolved
+WHY = (
+    "Why below: float64's dynamic range. It keeps about 16 significant digits; a deep network's "
+    "grid values, products of many factors, span more orders of magnitude, so all but its first "
+    "singular values fall below rtol x the largest{resolved}. Read the exact rank over F_p."
+)
+
+
+def resolved(spectrum: list[float] | None) -> int | None:
+    """How many singular values (sigma_i / sigma_1, as stored) stand above float64's rounding
+    floor (`FLOOR`); None where the network overflowed (no spectrum)."""
+    return sum(v > FLOOR for v in spectrum) if spectrum else None
 
 
 def log3(x: float | None) -> float | None:
@@ -47,6 +62,13 @@ def float_finding(summaries, rtol: float) -> dict[str, Any]:
     equal = [p for p in pairs if p[1] == p[2]]
     over = [p for p in pairs if p[1] > p[2]]
     lost = [p for p in pairs if p[1] < p[2] and not p[0]["exact_saturated"]]
+    deepest = lost[-1][0] if lost else None
+    shown = (
+        f" (at {point_label(deepest)} float64 resolves {values_text(deepest['resolved'])} of the "
+        f"{deepest['exact']['min']} above its rounding floor, {FLOOR:g} of the largest)"
+        if deepest is not None and "resolved" in deepest
+        else ""
+    )
     return {
         "part": "float64 rank",
         "setting": f"rtol = {rtol:g}",
@@ -58,8 +80,9 @@ def float_finding(summaries, rtol: float) -> dict[str, Any]:
             " (e.g. " + ", ".join(point_label(s) + f": {f} vs {e}" for s, f, e in lost[:3]) + ")"
             if lost
             else ""
-        ),
-        "verdict": "lower bound holds"
+        )
+        + (". " + WHY.format(resolved=shown) if lost else ""),
+        "verdict": ("lower bound holds" + ("; below it by float64's range" if lost else ""))
         if not over
         else "float rank ABOVE the exact rank at "
         + ", ".join(point_label(s) for s, _, _ in over)

@@ -23,7 +23,21 @@ def errorbar(ax, xs, group, **kw):
         [0 if not s["n"] > 1 else s["mean"] - s["lo"] for s in group],
         [0 if not s["n"] > 1 else s["hi"] - s["mean"] for s in group],
     ]
-    ax.errorbar(xs, means, yerr=err, capsize=3, marker="o", **kw)
+    return ax.errorbar(xs, means, yerr=err, capsize=3, marker="o", **kw)
+
+
+def neighbour_runs(xs: list, ran: list) -> list[list[int]]:
+    """The indices of `xs` (sorted) in runs of neighbours in `ran`, every x a panel ran: a line
+    may join two points only where no x between them is missing from the series (it would draw
+    a value nothing measured)."""
+    at = {v: i for i, v in enumerate(ran)}
+    runs: list[list[int]] = []
+    for i, v in enumerate(xs):
+        if runs and at[v] == at[xs[runs[-1][-1]]] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
 
 
 def lines_plot(
@@ -49,13 +63,19 @@ def lines_plot(
         for s in summaries:
             if (panels is None or s[panels] == pk) and s["n"]:
                 groups[tuple(s[k] for k in series)].append(s)
+        ran = sorted({s[x] for group in groups.values() for s in group})
         for key, group in sorted(groups.items(), key=lambda kv: str(kv[0])):
             group.sort(key=lambda s: s[x])
             label = ", ".join(
                 f"{k}={v}" if k not in ("model",) else str(v)
                 for k, v in zip(series, key, strict=True)
             )
-            errorbar(ax, [s[x] for s in group], group, label=label)
+            xs = [s[x] for s in group]
+            bars = errorbar(ax, xs, group, label=label, ls="none")
+            for run in neighbour_runs(xs, ran):  # no line through an x this series lacks
+                if len(run) > 1:
+                    ax.plot([xs[i] for i in run], [group[i]["mean"] for i in run],
+                            color=bars[0].get_color())  # fmt: skip
         if hline is not None:
             ax.axhline(hline, color="grey", lw=0.8, ls=":")
         if logx:

@@ -13,36 +13,43 @@ from __future__ import annotations
 import base64
 import datetime
 import json
-import math
 import xml.etree.ElementTree as etree
 from html import escape
 from pathlib import Path
 from typing import Any
 
 from blocklab.errors import UserError
-from blocklab.frames import curve_points, run_row, varying
+from blocklab.reports.page_trials import cell, html_table, trials_section
+from blocklab.reports.page_trials import sparkline as sparkline  # the trials' curves
 from blocklab.rundir import PAGE, RunDir
 from blocklab.store import DB_NAME, Store
 
 FIGURES = (".png", ".svg")
 MIME = {".png": "image/png", ".svg": "image/svg+xml"}
-# the learning curves a trial stores, in the order and colour the trials table draws them
-CURVE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em;
        color: #222; }
-table { border-collapse: collapse; margin: 0.8em 0; font-size: 13px; }
+/* a table wider than the window scrolls inside itself, never the page (phones) */
+table { border-collapse: collapse; margin: 0.8em 0; font-size: 13px; display: block;
+        max-width: 100%; overflow-x: auto; }
 th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: left; vertical-align: top; }
 th { background: #f2f2f2; }
 table.sortable th { cursor: pointer; }
+/* a number never breaks across lines: a narrow window scrolls the table instead */
+table.sortable td { white-space: nowrap; }
 img { max-width: 100%; border: 1px solid #eee; }
 pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; font-size: 12px; }
 code { font-size: 12px; }
 .wide { overflow-x: auto; }
 .facts td:first-child { font-weight: 600; white-space: nowrap; }
 .legend span { display: inline-block; margin-right: 1.2em; }
-.status { font-size: 16px; font-weight: 600; padding: 0.5em 0.8em; border-left: 6px solid; }
+.status { padding: 0.5em 0.8em; border-left: 6px solid; }
+/* the banner's parts, each on a line of its own; the clauses beside the result as a list */
+.status span { display: block; margin: 0.2em 0; }
+.status .head { font-size: 16px; font-weight: 600; }
+.status .beside { display: list-item; margin-left: 1.4em; }
+.status code { overflow-wrap: anywhere; }
 .status.verdict { border-color: #2a7; background: #eef8f1; }
 .status.no-verdict { border-color: #c33; background: #fbeeee; }
 .status.inconclusive { border-color: #d90; background: #fdf6e3; }
@@ -105,103 +112,6 @@ def _markdown(text: str, run_dir: Path, shown: set[str]) -> str:
     return md.convert(text)
 
 
-def _table(header: list[str] | None, rows: list[list[str]], cls: str = "sortable") -> str:
-    """A table of already-escaped cells; without a header, a table of facts."""
-    head = "".join(f"<th>{h}</th>" for h in header or [])
-    head = f"<thead><tr>{head}</tr></thead>" if header else ""
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
-    return f'<table class="{cls}">{head}<tbody>{body}</tbody></table>'
-
-
-def _cell(value: Any) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    if isinstance(value, float):
-        return escape(f"{value:.4g}")
-    if isinstance(value, dict | list):
-        return escape(json.dumps(value, sort_keys=True))
-    return escape(str(value))
-
-
-def curve_names(records: list[dict[str, Any]]) -> list[str]:
-    """The curves the records store, in first-seen order."""
-    names: dict[str, None] = {}
-    for r in records:
-        names.update(dict.fromkeys(curve_points(r)))
-    return list(names)
-
-
-def sparkline(
-    points: dict[str, list[tuple[Any, Any]]], names: list[str], width: int = 160, height: int = 40
-) -> str:
-    """A trial's curves (`frames.curve_points`) as one small inline SVG, each scaled to its own
-    range, on the log scale where it is positive (the tooltip gives first and last values); a
-    missing (non-finite) value breaks its line."""
-    steps = [s for curve in points.values() for s, _ in curve]
-    if len(set(steps)) < 2:
-        return "-"
-    x0, x1 = min(steps), max(steps)
-    lines, tips = [], []
-    for name, color in zip(names, CURVE_COLORS, strict=False):
-        curve = points.get(name, [])
-        finite = [v for _, v in curve if v is not None and math.isfinite(v)]
-        if not finite:
-            continue
-        # losses fall by orders of magnitude: a positive curve is drawn on the log scale
-        scale = math.log if min(finite) > 0 else float
-        lo, hi = scale(min(finite)), scale(max(finite))
-        span = (hi - lo) or 1.0
-        segments: list[list[str]] = [[]]
-        for s, v in curve:
-            if v is None or not math.isfinite(v):
-                segments.append([])
-                continue
-            x = (s - x0) / (x1 - x0) * (width - 4) + 2
-            y = height - 2 - (scale(v) - lo) / span * (height - 4)
-            segments[-1].append(f"{x:.1f},{y:.1f}")
-        lines += [
-            f'<polyline points="{" ".join(seg)}" fill="none" stroke="{color}" stroke-width="1.2"/>'
-            for seg in segments
-            if len(seg) > 1
-        ]
-        tips.append(f"{name}: {finite[0]:.4g} -> {finite[-1]:.4g}")
-    title = escape(f"steps {x0}-{x1}; " + "; ".join(tips))
-    return (
-        f'<svg class="curve" width="{width}" height="{height}" role="img">'
-        f"<title>{title}</title>{''.join(lines)}</svg>"
-    )
-
-
-def trials_section(records: list[dict[str, Any]]) -> str:
-    """Every stored trial: id, status, seed, the config fields that vary, its metrics and its
-    learning curves."""
-    if not records:
-        return "<p>The store holds no trials.</p>"
-    names = curve_names(records)
-    cols = varying(records)
-    metrics = [m for m in ("test_metric", "seconds") if any(m in r["metrics"] for r in records)]
-    header = ["id", "status", "seed", *metrics, *(["curves"] if names else [])]
-    header += [c.removeprefix("config.") for c in cols]
-    rows = []
-    for r in records:
-        flat = run_row(r)
-        row = [_cell(r["id"]), _cell(r["status"]), _cell(r["seed"])]
-        row += [_cell(r["metrics"].get(m)) for m in metrics]
-        row += [sparkline(curve_points(r), names)] if names else []
-        rows.append(row + [_cell(flat.get(c)) for c in cols])
-    legend = "".join(
-        f'<span style="color:{c}">&#9644; {escape(n)}</span>'
-        for n, c in zip(names, CURVE_COLORS, strict=False)
-    )
-    note = (
-        f'<p class="legend">Curves against the optimizer step, each scaled to its own range, '
-        f"log scale where positive (hover for first and last values): {legend}</p>"
-        if names
-        else ""
-    )
-    return note + '<div class="wide">' + _table(header, rows) + "</div>"
-
-
 def run_facts(run_dir: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
     """What the page and the index say of a run: its experiment, command, config, trial counts,
     the code that made it and when it last stored a trial."""
@@ -241,6 +151,7 @@ def _records(run_dir: Path) -> list[dict[str, Any]]:
 def _page(title: str, body: str) -> str:
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{escape(title)}</title><style>{STYLE}</style></head>"
         f"<body>{body}<script>{SCRIPT}</script></body></html>\n"
     )
@@ -266,16 +177,18 @@ def write(run_dir: str | Path, records: list[dict[str, Any]] | None = None) -> P
     ]
     parts = [f"<h1>{escape(run_dir.name)}: {escape(facts['experiment'])}</h1>"]
     if status := RunDir(run_dir).status():
-        kind = status_kind(status)
-        parts.append(f'<p class="status {kind}">{escape(status["line"])}</p>')
-    parts.append(_table(None, rows, cls="facts"))
+        parts.append(banner(status))
+    parts.append(html_table(None, rows, cls="facts"))
     if facts["config"] is not None:
         config = escape(json.dumps(facts["config"], indent=2))
         parts.append(f"<details><summary>config</summary><pre>{config}</pre></details>")
     shown: set[str] = set()
     report = RunDir(run_dir).report
     if report.is_file():
-        parts.append(_markdown(report.read_text(), run_dir, shown))
+        text = report.read_text()
+        if status.get("line"):  # report.md leads with the status line: the banner says it once
+            text = text.replace(f"\n**{status['line']}**\n", "\n", 1)
+        parts.append(_markdown(text, run_dir, shown))
     else:
         parts.append(
             "<p><em>No report.md: the run has not finished. Rerun its command to resume it and "
@@ -289,6 +202,25 @@ def write(run_dir: str | Path, records: list[dict[str, Any]] | None = None) -> P
     parts.append('<h2 id="trials">Trials</h2>')
     parts.append(trials_section(records))
     return _save(run_dir / PAGE, _page(f"{run_dir.name}: {facts['experiment']}", "".join(parts)))
+
+
+def banner(status: dict[str, Any]) -> str:
+    """The run's status as one banner: the status itself first, the next command (or what to
+    change) on a line of its own, then the clauses beside the result, one to a line (the parts
+    a report keeps apart under `banner`, `reports.degree_sweep.status`); a status without
+    parts is its line alone. One paragraph, its parts blocks by the style (`.status span`)."""
+    parts = status.get("banner") or {}
+    said = [f'<span class="head">{escape(parts.get("head") or status.get("line", ""))}</span>']
+    if parts.get("command"):
+        said.append(
+            f'<span class="next">next command: <code>{escape(parts["command"])}</code></span>'
+        )
+        if parts.get("cost"):
+            said.append(f'<span class="beside">its cost: {escape(parts["cost"])}</span>')
+    elif parts.get("change"):
+        said.append(f'<span class="next">to change: {escape(parts["change"])}</span>')
+    said += [f'<span class="beside">{escape(b)}</span>' for b in parts.get("beside") or ()]
+    return f'<p class="status {status_kind(status)}">{"".join(said)}</p>'
 
 
 def _fingerprints(found: list[str], shown: int = 3) -> str:
@@ -351,13 +283,13 @@ def write_index(parent: str | Path) -> list[Path]:
         title, verdict = _title(run_dir), RunDir(run_dir).state(records)
         link = f'<a href="{escape(run_dir.name)}/{PAGE}">{escape(run_dir.name)}</a>'
         rows.append(
-            [link, escape(facts["experiment"]), escape(title), _cell(facts["trials"])]
-            + [_cell(facts[k]) for k in ("done", "diverged", "failed")]
+            [link, escape(facts["experiment"]), escape(title), cell(facts["trials"])]
+            + [cell(facts[k]) for k in ("done", "diverged", "failed")]
             + [escape(facts["last_stored"]), escape(verdict)]
         )
     header = ["run", "experiment", "report", "trials", "done", "diverged", "failed"]
     header += ["last trial stored", "status"]
-    body = f"<h1>Runs in {escape(str(parent.resolve()))}</h1>" + _table(header, rows)
+    body = f"<h1>Runs in {escape(str(parent.resolve()))}</h1>" + html_table(header, rows)
     pages.append(_save(parent / PAGE, _page(f"runs in {parent.name}", body)))
     return pages
 

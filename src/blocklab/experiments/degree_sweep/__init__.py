@@ -66,16 +66,27 @@ def run(
 
     task = make_task(cfg.task, **cfg.task_options)
     cells = plan.shapes(cfg, task)
-    seen = plan.input_ranks(cfg, cells)  # before any fit: a direction lost inside is refused
-    plan.check_ladders(cfg, cells)  # and a block its ladder cannot continue
-    counts = exact.functional_counts(cfg, cells)  # each row's functional count, before any fit
-    measured = exact.exact_measures(cfg, cfg.arms())
     bar, own = display(progress)
     try:
+        # the design checks and counts before any fit, each said as it begins
+        bar.stage(f"checking that every input reaches the output in {len(cells)} cells")
+        seen = plan.input_ranks(cfg, cells)  # a direction lost inside is refused
+        if cfg.staged:
+            bar.stage("checking that each block's ladder can continue its fits")
+        plan.check_ladders(cfg, cells)  # and a block its ladder cannot continue
+        bar.stage(f"counting the functional dimension of {len(cells)} cells' networks")
+        counts = exact.functional_counts(cfg, cells)  # each row's functional count
+        bar.stage("exact measures of each degree (ranks over a prime field)")
+        measured = exact.exact_measures(cfg, cfg.arms())
+        if not cfg.train.second_order:
+            bar.stage("choosing each cell's learning rate")
         lr, lr_choice = plan.rates(
             cfg, cells, store, EXPERIMENT, resources, bar, task.higher_is_better
         )
-        planned = plan.optimizers(plan.trials(cfg, cells, lr), store, resources, progress)
+        bar.stage("planning the fits: timing an iteration of the largest networks")
+        planned = plan.optimizers(
+            plan.trials(cfg, cells, lr), store, resources, bar if progress else False
+        )
         label = "fits" if cfg.train.second_order else "seeds"
         trials = _trials.run_planned(
             planned, store, EXPERIMENT, resources=resources, progress=bar, label=label
@@ -123,13 +134,11 @@ class DegreeSweep(Experiment):
             "the main job: seed 000's degree experiment, in minutes",
             "runs/demo",
             form="demo",
-            measured="5 min 51 s from a fresh clone (an AVX-512 machine)",
         ),
         Command(
             "degree-sweep",
             "degree-d networks at equal parameter budgets",
             "runs/degree-sweep",
-            measured="10 min 5 s from a fresh clone (an AVX-512 machine)",
         ),
     )
     task_options = True

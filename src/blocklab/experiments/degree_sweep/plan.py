@@ -96,7 +96,7 @@ def rounded(cfg: DegreeSweepConfig, planned: Planned) -> Planned:
 
 def ladders(cfg: DegreeSweepConfig, cells: Cells) -> Planned:
     """One trial per (arm, teacher, seed): the arm's depths over the budgets, climbed in turn
-    (`converge.fit_ladder`), each depth's row under its nominal budget. Every rung keeps the
+    (`ladder.fit_ladder`), each depth's row under its nominal budget. Every rung keeps the
     width, which continuation needs."""
     by_arm: dict[str, list[tuple[int, Arm, Shape]]] = {}
     for (budget, label), (arm, shape) in cells.items():
@@ -289,21 +289,24 @@ def referees(cfg: DegreeSweepConfig, cells: Cells) -> list[TrialSpec]:
     return [replace(s, train=train) for s in firsts]
 
 
-def optimizers(planned: Planned, store: Store, resources: Resources | None, progress: bool):
+def optimizers(planned: Planned, store: Store, resources: Resources | None, progress):
     """The planned fits with each one's optimizer chosen from its estimated cost where the
     sweep's workers run (`engine.fit_plan.choose_for`), the largest first, said on stderr when
     `progress` and something is left to fit (a rerun that re-analyses fits none); Adam trials
-    as they are."""
+    as they are. `progress`, a flag or the command's display (`engine.progress.Progress`),
+    which then weighs each fit left by its estimated cost for its ETA."""
     from blocklab.engine.fit_plan import choose_for
-    from blocklab.engine.sweep import left_to_run
+    from blocklab.engine.sweep import work_left
 
     specs = [s for _, s in planned]
     if not any(s.train.second_order for s in specs):
         return planned
-    say = progress and bool(left_to_run(specs, store))
-    chosen = [
-        (keys, s) for (keys, _), s in zip(planned, choose_for(specs, resources, say), strict=True)
-    ]
+    left = work_left(specs, store) if progress else None  # costed for the line alone
+    costs: dict[str, float] = {}
+    picked = choose_for(specs, resources, bool(left), left, costs)
+    if costs and hasattr(progress, "weigh"):  # the command's display: its ETA reads them
+        progress.weigh(costs, (resources.workers if resources else None) or 1)
+    chosen = [(keys, s) for (keys, _), s in zip(planned, picked, strict=True)]
     # a referee refits a cell by the other optimizer: where the cell's own fit moved to
     # L-BFGS as well, it would compare L-BFGS with itself, and is dropped
     mains = {(s.arm.label, s.budget): s.train.optimizer for k, s in chosen if not k.get("referee")}

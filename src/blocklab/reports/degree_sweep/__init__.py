@@ -33,7 +33,7 @@ from blocklab.engine.progress import current
 from blocklab.engine.provenance import provenance
 from blocklab.experiments.degree_sweep import EXPERIMENT, DegreeSweep, sizing
 from blocklab.formatting import config_json, markdown_table, plain, short, with_spread
-from blocklab.reports import Report, Status
+from blocklab.reports import Report
 from blocklab.reports.degree_sweep import claims, exact, plots, referee, roundings
 from blocklab.reports.degree_sweep.capacity import (
     capacity_json,
@@ -43,18 +43,14 @@ from blocklab.reports.degree_sweep.capacity import (
 )
 from blocklab.reports.degree_sweep.claims import DECIDING
 from blocklab.reports.degree_sweep.curves import efficiency, fit_curves, scaling_curves
-from blocklab.reports.degree_sweep.multipliers import (
-    multiplier_lines,
-    next_keywords,
-    next_lines,
-    other_count_lines,
-    status_line,
-)
+from blocklab.reports.degree_sweep.multipliers import multiplier_lines, other_count_lines
 from blocklab.reports.degree_sweep.pilot import pilot_json, pilot_lines
 
 # the command line's --target-resolution and --plan (`Experiment.sized`)
 from blocklab.reports.degree_sweep.pilot import plan_lines as plan_lines
 from blocklab.reports.degree_sweep.pilot import size as size
+from blocklab.reports.degree_sweep.status import status as run_status
+from blocklab.reports.degree_sweep.status_line import next_lines
 from blocklab.reports.degree_sweep.theory import question, theory_section
 from blocklab.reports.markdown import failures, require_finished
 from blocklab.reports.verdicts import claim, verdict_json
@@ -95,10 +91,11 @@ def _steps_cell(s):
     return f"{short(s.steps_mean)}{spread} ({reached})"
 
 
-def _cells(s):
+def _cells(s, steps=True):
+    """A Results row; `steps`: with its steps to the loss threshold (Adam runs only)."""
     shape = (str(s.budget), s.arm, str(s.depth), str(s.width), str(s.block_params))
     counts = (str(s.other_params), _metric_cell(s), f"{s.n_diverged}/{s.n_seeds}")
-    return (s.task, *shape, *counts, _steps_cell(s))
+    return (s.task, *shape, *counts, *(_steps_cell(s),) * steps)
 
 
 def table(summaries) -> str:
@@ -197,7 +194,7 @@ def write_report(
         "the p-values shown are Holm-adjusted.",
         "",
     ]
-    lines += [f"- {claim(v)} ({v.n_seeds} pairs)" for v in verdicts]
+    lines += [f"- {claim(v)} ({v.n_seeds} pair{'s' * (v.n_seeds != 1)})" for v in verdicts]
     lines += [
         "",
         "## Results",
@@ -206,7 +203,11 @@ def write_report(
         "Student-t interval); diverged seeds are excluded and counted.",
         "",
     ]
-    lines += markdown_table(COLUMNS, [_cells(s) for s in summaries])
+    # steps to the loss threshold: an Adam run's measure; a second-order fit stops at its
+    # certificate, and every one of its rows would read "0 (reached n/n)"
+    steps = not all(plots.second_order(r) for r in rows)
+    columns = COLUMNS if steps else COLUMNS[:-1]
+    lines += markdown_table(columns, [_cells(s, steps) for s in summaries])
     lines += [""] + theory_section(summaries, rankings)
     lines += [
         "",
@@ -360,12 +361,8 @@ def write(out_dir, cfg, trials) -> Report:
     payload["pilot"] = pilot_json(spreads)
     if cfg.target_resolution is not None:
         payload["claims"] = claims.json(result.claims)
-    verdict, line = status_line(cap)
     if result.roundings:
-        across = roundings.Across(cap, result.roundings)
-        payload["roundings"] = across.json()
-        verdict, line = across.status(verdict, line)
-    line = exact.beside(line, cap, result.exact)
+        payload["roundings"] = roundings.Across(cap, result.roundings).json()
     lines = [table(result.tables.summaries)]
     if cap.model is not None:
         lines += ["", *multiplier_lines(cap), *other_count_lines(cap)]
@@ -386,5 +383,6 @@ def write(out_dir, cfg, trials) -> Report:
     if cap.decision.outcome is not Outcome.NO_VERDICT and cap.paired:
         lines.append("\npaired tests per budget (Holm-corrected):")
         lines += [f"- {claim(p)}" for p in cap.paired]
-    status = Status(verdict, line, next_keywords(cap))
+    # one line for the terminal and the index; its parts apart for the page's banner
+    status = run_status(cap, result.roundings, result.exact)
     return Report(path, payload, lines + failures(result), status)

@@ -12,16 +12,16 @@ from blocklab.analysis.cells import EDGE, FAILED, PASSED, Check
 from blocklab.formatting import markdown_table
 from blocklab.formatting import short as fmt
 from blocklab.reports.degree_sweep import referee
+from blocklab.reports.degree_sweep.intervals import after, cell, computed, spread
 from blocklab.reports.degree_sweep.loss_table import loss_table
 from blocklab.reports.degree_sweep.multipliers import (
     counts_json,
     inf_or,
     multiplier_json,
     multiplier_section,
-    next_lines,
     other_count_lines,
-    status_line,
 )
+from blocklab.reports.degree_sweep.status_line import next_lines, status_line
 from blocklab.reports.markdown import criterion
 
 
@@ -113,17 +113,17 @@ def _generalization(c: design.Generalization) -> str:
     limit = f"{_g(ratio, n)}x"
     if math.isnan(c.worst):
         return "no cell has both a test and a training loss to compare"
-    nearest = (
-        f"nearest the limit {_g(c.figure, n)}x, {c.method} [{_g(band[0], n)}x, "
-        f"{_g(band[1], n)}x]; worst {_g(c.worst, n)}x"
-    )
+    x = lambda v: f"{_g(v, n)}x"  # noqa: E731 (a ratio as the check says it)
+    method = c.method if spread(*band) else f"{c.method}: none from one unit"
+    nearest = f"nearest the limit {x(c.figure)}, {method}{after(*band, x, spread)}; worst "
+    nearest += x(c.worst)
     if c.passed:
         return (
             f"every cell's mean test loss within {limit} its training loss, the whole band "
             f"({nearest})"
         )
     listed = ", ".join(
-        f"{a} at {b} ({_g(r, n)}x [{_g(lo, n)}x, {_g(hi, n)}x])" for a, b, r, lo, hi in cells[:4]
+        f"{a} at {b} ({x(r)}{after(lo, hi, x, spread)})" for a, b, r, lo, hi in cells[:4]
     )
     what = "above" if c.failing else "at its edge against"
     return (
@@ -163,14 +163,19 @@ def _curve(c: fit_checks.Curve) -> str:
     bands = {a: (lo, hi) for a, lo, hi in c.bands}
     figures = [f for *_, f in c.falls] + [x for v in bands.values() for x in v]
     n = digits(figures, fit_checks.MIN_FALL, at_least=True, least=3)
-    said = {a: f" [{_g(lo, n)}x, {_g(hi, n)}x]" for a, (lo, hi) in bands.items()}
-    falls = ", ".join(
-        f"{a} {_g(f, n)}x{said.get(a, '')}" for a, _, _, _, _, f in c.falls
-    ) or "no arm has two"
+    said = {a: after(lo, hi, lambda v: f"{_g(v, n)}x", spread) for a, (lo, hi) in bands.items()}
+    falls = (
+        ", ".join(f"{a} {_g(f, n)}x{said.get(a, '')}" for a, _, _, _, _, f in c.falls)
+        or "no arm has two"
+    )
     text = f"loss falls from the smallest budget to the largest: {falls} (needs >= "
-    text += f"{_g(fit_checks.MIN_FALL, n)}x per arm with the whole band, {c.method})"
+    text += f"{_g(fit_checks.MIN_FALL, n)}x per arm with the whole band, {c.method}"
+    one = not all(spread(*b) for b in bands.values()) or not all(
+        computed(lo, hi) for _, al, lo, hi in c.exponents if math.isfinite(al)
+    )
+    text += "; none from one unit: the figure alone)" if one else ")"
     alphas = ", ".join(
-        f"{a} {al:.3g} [{lo:.3g}, {hi:.3g}]" for a, al, lo, hi in c.exponents if math.isfinite(al)
+        f"{a} {al:.3g}{after(lo, hi)}" for a, al, lo, hi in c.exponents if math.isfinite(al)
     )
     if alphas:
         text += f"; each arm's own exponent: {alphas}"
@@ -193,7 +198,7 @@ def _curve(c: fit_checks.Curve) -> str:
 
 
 def _search(c: fit_checks.Search) -> str:
-    bands = {a: (lo, hi) for a, lo, hi in c.bands if math.isfinite(lo) and math.isfinite(hi)}
+    bands = {a: (lo, hi) for a, lo, hi in c.bands if spread(lo, hi) and math.isfinite(hi)}
     values = [g for _, g, _ in c.gaps] + [x for v in bands.values() for x in v]
     n = digits([100 * g for g in values], 100 * c.tol, at_least=False)
     gaps = ", ".join(
@@ -217,14 +222,14 @@ def _search(c: fit_checks.Search) -> str:
 
 
 def _resolution_check(c: fit_checks.Resolution) -> str:
-    listed = ", ".join(
-        f"{n} {inf_or(v)} [{inf_or(lo)}, {inf_or(hi)}]" for n, v, lo, hi in c.intervals
-    )
+    listed = ", ".join(f"{n} {inf_or(v)}{after(lo, hi)}" for n, v, lo, hi in c.intervals)
+    none = [n for n, _, lo, hi in c.intervals if not computed(lo, hi)]  # too few units
     if c.passed:
         return f"every multiplier interval is bounded: {listed}"
+    word, names = ("no interval (too few units)", none) if none else ("unbounded", c.unbounded)
     return (
-        f"unbounded: {', '.join(c.unbounded)} ({listed or 'no shared fit'}): more seeds or "
-        "teachers, or budgets where the arms' curves overlap"
+        f"{word}: {', '.join(names)} ({listed or 'no shared fit'}): more seeds or teachers, or "
+        "budgets where the arms' curves overlap"
     )
 
 
@@ -339,11 +344,6 @@ def capacity_json(capacity) -> dict[str, Any]:
     }
 
 
-def _ci(pair):
-    lo, hi = pair
-    return f"[{fmt(lo)}, {fmt(hi)}]"
-
-
 def capacity_section(capacity):
     """Markdown: the status, the scaling plot and the multipliers first, then the design checks,
     per-budget losses and each arm's own curve."""
@@ -387,9 +387,12 @@ def _fit_table(fit) -> list[str]:
         "then seeds within them, the same draws for every arm (paired).",
         "",
     ]
+    if not fit.fits:  # an empty table would only repeat its header
+        return lines + ["No arm's own curve could be fitted (it needs 3 budgets or more).", ""]
     body = [
-        (arm, fmt(f.L_inf), _ci(f.ci["L_inf"]), fmt(f.a), fmt(f.alpha), _ci(f.ci["alpha"]))
+        (arm, fmt(f.L_inf), cell(*f.ci["L_inf"], fmt), fmt(f.a), fmt(f.alpha),
+         cell(*f.ci["alpha"], fmt))
         for arm, f in fit.fits.items()
-    ]
+    ]  # fmt: skip
     lines += markdown_table(("arm", "L_inf", "95% CI", "a", "alpha", "95% CI"), body)
     return lines + [""]

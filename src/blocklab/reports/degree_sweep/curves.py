@@ -10,6 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from blocklab.reports.degree_sweep.intervals import after, computed
 from blocklab.reports.degree_sweep.plots import colors, save
 from blocklab.theory import predicted_multiplier
 
@@ -74,8 +75,9 @@ def scaling_curves(capacity, path, unit="MSE or cross-entropy in nats"):
     if model is not None:
         a = model.alpha
         title = (
-            f"shared fit L_inf + A (P / m)^-alpha: alpha = {a.value:.3g} "
-            f"[{a.low:.3g}, {a.high:.3g}], m(d=3) = 1"
+            f"shared fit L_inf + A (P / m)^-alpha: alpha = {a.value:.3g}{after(a.low, a.high)}"
+            f"{'' if computed(a.low, a.high) else ' (no interval: too few units)'}, "
+            f"m({model.reference}) = 1"
         )
     else:
         title = "test loss against parameters (no shared fit)"
@@ -119,9 +121,20 @@ def efficiency(capacity, path):
         m = i.value if math.isfinite(i.value) and i.value > 0 else top
         lo = i.low if math.isfinite(i.low) and i.low > 0 else bottom
         hi = i.high if math.isfinite(i.high) else top
-        bars = [[max(m - lo, 0.0)], [max(hi - m, 0.0)]]
+        # an interval that could not be computed (NaN ends) is no bar, not one to the frame
+        bars = [[max(m - lo, 0.0)], [max(hi - m, 0.0)]] if computed(i.low, i.high) else None
         ax.errorbar([k], [m], yerr=bars, color="C0", marker="o", capsize=4, label="measured")
-        if not i.bounded and name != model.reference:
+        if bars is None and name != model.reference:
+            ax.annotate(
+                "no interval",
+                (k, m),
+                xytext=(-7, 0),
+                textcoords="offset points",
+                ha="right",
+                va="center",
+                fontsize=8,
+            )  # left: the units lie right
+        elif not i.bounded and name != model.reference:
             ax.annotate("unbounded", (k, top), ha="center", va="bottom", fontsize=8)
         pred = (
             1.0 if name == "m_2 / m_4" else predicted_multiplier(name, capacity.degrees.get(name))

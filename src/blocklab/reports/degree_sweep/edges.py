@@ -2,9 +2,10 @@
 design check whose figure's band straddles its threshold, and a shape test whose named arms one
 unit's absence changes (`analysis.multiplier.ShapeTest.stable`)."""
 
-import math
+from functools import partial
 
 from blocklab.analysis import capacity as cap
+from blocklab.reports.degree_sweep.intervals import after, p_value, spread
 
 
 def names(d: cap.Decision) -> list[str]:
@@ -21,10 +22,8 @@ def edge_words(c) -> str:
     """A check at its edge in a clause: its figure and band, which straddles the threshold."""
     side = ">=" if c.name in ("converged", "plateau", "curve") else "<="
     lo, hi = c.band if c.band is not None else (c.figure, c.figure)
-    return (
-        f"{c.name} {_figure(c, c.figure)} [{_figure(c, lo)}, {_figure(c, hi)}] straddles "
-        f"{side} {_figure(c, c.threshold)}"
-    )
+    band = after(lo, hi, partial(_figure, c), spread)  # none: a band of one unit
+    return f"{c.name} {_figure(c, c.figure)}{band} straddles {side} {_figure(c, c.threshold)}"
 
 
 def _unit(u) -> str:
@@ -38,9 +37,5 @@ def shape_edge_words(shape) -> str:
     without = ", ".join(_unit(u) for u in flips[:3]) + (" and more" if len(flips) > 3 else "")
     return (
         f"the shape test names {', '.join(shape.differs)} (an exponent of its own, F test p = "
-        f"{_p(shape.p)}) but not with {without} left out"
+        f"{p_value(shape.p)}) but not with {without} left out"
     )
-
-
-def _p(p: float) -> str:
-    return "-" if not math.isfinite(p) else f"{p:.2g}"

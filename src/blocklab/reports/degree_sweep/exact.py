@@ -1,6 +1,6 @@
 """The degree sweep's exact measures in words (`experiments.degree_sweep.exact`): a table of
 each arm's exact separation rank and functional dimension per parameter beside their closed
-forms, and the orderings the status line states beside the trained result."""
+forms, and the orderings the status states beside the trained result (`beside`)."""
 
 from __future__ import annotations
 
@@ -77,13 +77,14 @@ def json(exact: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {arm: dict(v) for arm, v in exact.items()}
 
 
-def beside(line: str, cap, measured: dict[str, dict[str, Any]]) -> str:
-    """The status line with, beside the trained result on the status's count, the other count's
-    outcome and the exact orderings, each with its own word."""
-    parts = [line]
-    for count, got in cap.counts.items():
-        if count != cap.count:
-            parts.append(f"on the {count} count: {got.decision.outcome.value}")
+def beside(cap, measured: dict[str, dict[str, Any]]) -> list[str]:
+    """What the status says beside the trained result on the status's count: the other count's
+    outcome and the exact orderings, each a clause with its own word."""
+    parts = [
+        f"on the {count} count: {got.decision.outcome.value}"
+        for count, got in cap.counts.items()
+        if count != cap.count
+    ]
     if clause := said(measured):
         parts.append(clause)
-    return "; ".join(parts)
+    return parts

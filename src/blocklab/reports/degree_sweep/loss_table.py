@@ -6,6 +6,7 @@ import math
 
 from blocklab.formatting import markdown_table
 from blocklab.formatting import short as fmt
+from blocklab.reports.degree_sweep.intervals import cell
 
 # how far the trials got: Adam runs by their plateau, second-order fits by their training loss,
 # certificates and restarts (the plateau is not their criterion)
@@ -26,6 +27,12 @@ def _trained(st, second_order: bool) -> tuple[str, ...]:
         _share(st["converged_fraction"]),
         _share(st["restart_spread"], 1),
     )
+
+
+def _none(stats) -> str:
+    """Why a cell shows "-" for its std and interval, said once where some cell does."""
+    one = any(not math.isfinite(st["std"]) for by_b in stats.values() for st in by_b.values())
+    return "; a cell of one (teacher, seed) unit has neither: -" if one else ""
 
 
 def loss_table(stats, second_order: bool) -> list[str]:
@@ -49,7 +56,7 @@ def loss_table(stats, second_order: bool) -> list[str]:
         "## Test loss per budget",
         "",
         "Mean over (teacher, seed) with std, and the geometric mean with the 95% Student-t "
-        f"interval of the log loss mapped back (never below zero); {trained} "
+        f"interval of the log loss mapped back (never below zero{_none(stats)}); {trained} "
         "With several teachers, the spread within a teacher (mean std over seeds) and between "
         "teachers (std of their means) are shown apart.",
         "",
@@ -61,7 +68,7 @@ def loss_table(stats, second_order: bool) -> list[str]:
             str(st["block_params"]),
             str(st.get("functional_params") or "-"),
             f"{fmt(st['mean'])} ± {fmt(st['std'])}",
-            f"{fmt(st['gmean'])} [{fmt(st['g_low'])}, {fmt(st['g_high'])}]",
+            f"{fmt(st['gmean'])} {cell(st['g_low'], st['g_high'], fmt)}",
             *_trained(st, second_order),
             fmt(st["within_teacher_std"]),
             fmt(st["between_teacher_std"]),

@@ -14,9 +14,18 @@ import numpy as np
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter
 
+from blocklab.reports.figures import neighbour_runs
 from blocklab.theory import h, layer_degrees, optimal_degree
 
 DPI = 120
+# fits whose stopping rule is a certificate, not a loss threshold (`engine.converge`): a loss
+# threshold and the steps to reach it mean nothing for them
+SECOND_ORDER = ("lm", "lbfgs")
+
+
+def second_order(row) -> bool:
+    """Whether a row's trial was a second-order fit (`_trials.row`'s `optimizer`)."""
+    return row.get("optimizer") in SECOND_ORDER
 
 
 def _is_mix(arm):
@@ -70,16 +79,8 @@ def save(fig, path):
 def _mark_e(ax, text=True):
     ax.axvline(optimal_degree(), color="0.4", linestyle=":", linewidth=1)
     if text:
-        ax.text(
-            optimal_degree(),
-            1.0,
-            " d = e",
-            transform=ax.get_xaxis_transform(),
-            va="top",
-            ha="left",
-            fontsize=8,
-            color="0.3",
-        )
+        ax.text(optimal_degree(), 1.0, " d = e", transform=ax.get_xaxis_transform(), va="top",
+                ha="left", fontsize=8, color="0.3")  # fmt: skip
 
 
 def _degree_xlim(ax, degrees):
@@ -130,23 +131,36 @@ def metric_vs_degree(summaries, bands, path):
     color = colors(sorted({s.budget for s in summaries}))
     for ax, task in zip(axes[0], tasks, strict=True):
         mine = [s for s in summaries if s.task == task]
+        # the uniform degrees that ran in this panel: a line joins only neighbours among them
+        ran = sorted({s.degree for s in _pure_and_mixed(mine)[0]})
         for budget in sorted({s.budget for s in mine}):
             at = [s for s in mine if s.budget == budget]
-            _budget_line(ax, at, budget, color[budget], bands)
+            _budget_line(ax, at, budget, color[budget], bands, ran)
         _degree_xlim(ax, [s.degree for s in mine if s.degree is not None])
         _mark_e(ax)
         _label_metric_panel(ax, task, mine)
     return save(fig, path)
 
 
-def _budget_line(ax, at, budget, c, bands):
-    """One budget's arms: the uniform ones as a line, mixed stacks as open squares, an arm
-    without a degree as a horizontal reference level with its interval as a band."""
+def neighbours(pure, ran) -> list[list]:
+    """`pure` (sorted by degree) cut into runs of neighbours in `ran`, the degrees that ran in
+    the panel: where a degree between two points did not run at this budget, no line may pass
+    through it (it would draw a value nothing measured)."""
+    return [[pure[i] for i in run] for run in neighbour_runs([s.degree for s in pure], ran)]
+
+
+def _budget_line(ax, at, budget, c, bands, ran):
+    """One budget's arms: the uniform ones as points, a line joining only neighbouring degrees
+    that both ran (`neighbours`), mixed stacks as open squares, an arm without a degree as a
+    horizontal reference level with its interval as a band."""
     pure, mixed = _pure_and_mixed(at)
     label = f"B = {budget:,}"
     if pure:
         x, y, yerr = [s.degree for s in pure], [s.mean for s in pure], _yerr(pure, bands)
-        ax.errorbar(x, y, yerr=yerr, color=c, marker="o", capsize=3, label=label)
+        ax.errorbar(x, y, yerr=yerr, color=c, marker="o", capsize=3, ls="none", label=label)
+        for run in neighbours(pure, ran):
+            if len(run) > 1:
+                ax.plot([s.degree for s in run], [s.mean for s in run], color=c)
     if mixed:
         x, y, yerr = [s.degree for s in mixed], [s.mean for s in mixed], _yerr(mixed, bands)
         ax.errorbar(x, y, yerr=yerr, color=c, capsize=3, label=None if pure else label, **MIXED)
@@ -178,16 +192,19 @@ def _label_metric_panel(ax, task, mine):
 
 
 def _mean_curve(trials):
-    """Mean, min and max val loss across seeds on the first seed's steps (nan where none)."""
-    steps = np.asarray(trials[0]["curve_step"], dtype=float)
+    """Mean, min and max val loss across seeds on the longest seed's steps (nan where none)."""
+    steps = np.asarray(max((r["curve_step"] for r in trials), key=len), dtype=float)
     curves = []
     for r in trials:
         x = np.asarray(r["curve_step"], dtype=float)
         y = np.array([np.nan if v is None else v for v in r["curve_val_loss"]], dtype=float)
         y[~np.isfinite(y)] = np.nan
         if len(x) != len(steps) or not np.array_equal(x, steps):
-            # nan outside a seed's own steps: a shorter run must not be extended flat
-            y = np.interp(steps, x, y, left=np.nan, right=np.nan) if len(x) else steps * np.nan
+            # nan outside a seed's own steps: a shorter run must not be extended flat; but a
+            # second-order fit that stopped early stopped at its certificate and keeps its
+            # parameters, so its loss holds to the end (else the mean jumps where it stops)
+            right = y[-1] if second_order(r) and len(y) else np.nan
+            y = np.interp(steps, x, y, left=np.nan, right=right) if len(x) else steps * np.nan
         curves.append(y)
     curves = np.vstack(curves)
     ok = np.isfinite(curves).any(axis=0)
@@ -227,12 +244,15 @@ def learning_curves(rows, path):
     for ax in axes.flat[len(keys) :]:
         ax.set_visible(False)
     shown = {}
+    # a second-order fit counts iterations (each a full-batch solve), Adam optimizer steps
+    fitted = bool(rows) and all(second_order(r) for r in rows)
+    xlabel = "iteration (iterations)" if fitted else "optimizer step (steps)"
     for ax, key in zip(axes.flat, keys, strict=False):
         shown |= _curve_panel(ax, groups[key], arms, color)
         lost = ", ".join(f"{a} ({n})" for (t, b, a), n in diverged.items() if (t, b) == key)
         lost = f"\ndiverged seeds (not drawn): {lost}" if lost else ""
         ax.set_title(f"{key[0]}, B = {key[1]:,}{lost}", fontsize=10)
-        ax.set(xlabel="optimizer step (steps)", ylabel=f"validation loss ({loss_unit([key[0]])})")
+        ax.set(xlabel=xlabel, ylabel=f"validation loss ({loss_unit([key[0]])})")
     if shown:  # arms keep one colour across panels, so one legend serves them all
         fig.legend(handles=list(shown.values()), loc="outside right upper", fontsize=8)
     fig.suptitle("mean of finished seeds; band: min to max", fontsize=10)
@@ -240,14 +260,16 @@ def learning_curves(rows, path):
 
 
 def _curve_panel(ax, by_arm, arms, color):
-    """One (task, budget): each arm's mean curve with its min-max band, and the loss threshold.
+    """One (task, budget): each arm's mean curve with its min-max band, and the loss threshold
+    where an Adam run has one (a second-order fit stops at its certificate: no threshold).
     Returns the lines drawn, by arm, for the figure's legend."""
     shown, positive, threshold = {}, True, None
     for arm in arms:
         trials = by_arm.get(arm)
         if not trials:
             continue
-        threshold = trials[0]["threshold"]
+        if not second_order(trials[0]):
+            threshold = trials[0]["threshold"]
         steps, mean, lo, hi = _mean_curve(trials)
         shown[arm] = ax.plot(steps, mean, color=color[arm], label=arm)[0]
         ax.fill_between(steps, lo, hi, color=color[arm], alpha=0.15, linewidth=0)
@@ -312,9 +334,13 @@ def _theory_panel(ax, summaries):
     handles = [
         Line2D([], [], color="0.2", label="h(d) = ln d / d"),
         Line2D([], [], color="0.4", linestyle=":", label="d = e, the maximum"),
-        Line2D([], [], color="C3", marker="o", linestyle="none", label="uniform arm"),
-        Line2D([], [], color="C3", label="mixed stack: sum ln d_i / sum d_i", **MIXED),
     ]
+    # the legend names only the kinds of arm that ran
+    if any(not _is_mix(a) for a in arms):
+        handles.append(Line2D([], [], color="C3", marker="o", ls="none", label="uniform arm"))
+    if any(_is_mix(a) for a in arms):
+        mixed = "mixed stack: sum ln d_i / sum d_i"
+        handles.append(Line2D([], [], color="C3", label=mixed, **MIXED))
     ax.legend(handles=handles, fontsize=8, loc="lower center")
 
 
@@ -324,18 +350,24 @@ def _relative_panel(ax, summaries):
     for s in summaries:
         if math.isfinite(s.mean):
             groups[(s.task, s.budget)].append(s)
+    # an arm alone at its budget is its own best, 1 by construction: nothing to compare
+    groups = {k: g for k, g in groups.items() if len(g) > 1}
     color = colors(sorted(groups))
+    ran = sorted({s.degree for s in _pure_and_mixed(summaries)[0]})
     for key, group in sorted(groups.items()):
         scores = _normalized(group)
         if scores is not None:
             by_arm = dict(zip((s.arm for s in group), scores, strict=True))
-            _relative_line(ax, group, by_arm, f"{key[0]}, B = {key[1]:,}", color[key])
+            _relative_line(ax, group, by_arm, f"{key[0]}, B = {key[1]:,}", color[key], ran)
+    if not groups:
+        ax.text(0.5, 0.5, "no budget ran two arms or more:\nnothing to compare",
+                transform=ax.transAxes, ha="center", va="center", fontsize=9)  # fmt: skip
     _degree_xlim(ax, [s.degree for s in summaries if s.degree is not None])
     _mark_e(ax)
     ax.set(
         title="measured, relative to the best arm (higher is better)",
         xlabel="degree d (polynomial degree; mixed stacks: average)"
-        + ("\ndashed line: mlp" if any(s.arm == "mlp" for s in summaries) else ""),
+        + ("\ndashed line: mlp" if any(s.arm == "mlp" for g in groups.values() for s in g) else ""),
         ylabel="score relative to the best arm (ratio):\nbest / mean if lower is better,\n"
         "mean / best if higher is better",
     )
@@ -343,10 +375,12 @@ def _relative_panel(ax, summaries):
         ax.legend(fontsize=8)
 
 
-def _relative_line(ax, group, by_arm, label, c):
+def _relative_line(ax, group, by_arm, label, c, ran):
     pure, mixed = _pure_and_mixed(group)
     x, y = [s.degree for s in pure], [by_arm[s.arm] for s in pure]
-    ax.plot(x, y, marker="o", color=c, label=label if pure else None)
+    ax.plot(x, y, marker="o", ls="none", color=c, label=label if pure else None)
+    for run in neighbours(pure, ran):  # no line through a degree this budget did not run
+        ax.plot([s.degree for s in run], [by_arm[s.arm] for s in run], color=c)
     x, y = [s.degree for s in mixed], [by_arm[s.arm] for s in mixed]
     ax.plot(x, y, color=c, label=None if pure else label, **MIXED)
     for s in group:

@@ -9,7 +9,8 @@ from typing import Any
 
 from blocklab.analysis.capacity import Outcome, Roundings
 from blocklab.formatting import markdown_table
-from blocklab.reports.degree_sweep.multipliers import status_line
+from blocklab.reports.degree_sweep.intervals import cell
+from blocklab.reports.degree_sweep.status_line import status_line
 
 SHOWN = ("d=2", "d=4", "m2/m4")  # the multipliers the status rests on, in the table
 
@@ -94,4 +95,4 @@ def _finite(v: float) -> float | None:
 def _interval(v) -> str:
     if not v:
         return "-"
-    return f"{v[0]:.3g} [{v[1]:.3g}, {v[2]:.3g}]"
+    return f"{v[0]:.3g} {cell(v[1], v[2])}"  # "-": no interval (too few units)

@@ -87,7 +87,9 @@ def theory_section(summaries, rankings):
         rho = (
             f"rho = {r.rho:.3g} over {len(r.arms)} arms"
             if math.isfinite(r.rho)
-            else f"rho undefined ({len(r.arms)} arms or a constant ranking)"
+            else "no rho: one arm ran at this budget"
+            if len(r.arms) == 1
+            else f"rho undefined ({len(r.arms)} arms: too few, or a constant ranking)"
         )
         lines.append(
             f"- {r.task}, budget {r.budget}: predicted "

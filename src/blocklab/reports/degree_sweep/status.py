@@ -1,0 +1,54 @@
+"""The degree sweep's status (`reports.Status`): the one line the terminal ends on, the runs
+index and `--json` show, and its parts for the run page's banner, each on a line of its own: the
+status itself, what to run next, and below them the other count's status and the exact
+orderings (`reports.html.banner`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from blocklab.reports import Status
+from blocklab.reports.degree_sweep import exact
+from blocklab.reports.degree_sweep.roundings import Across
+from blocklab.reports.degree_sweep.status_line import (
+    change,
+    next_cost,
+    next_keywords,
+    status_line,
+)
+
+
+@dataclass(frozen=True)
+class Banner(Status):
+    """A status with its parts kept apart for the page: `head` the status alone (no command in
+    it, in no set width), `command` the next command whole or `change` what to change in words
+    where there is no command, and `beside` the clauses that follow the trained result."""
+
+    head: str = ""
+    command: str | None = None
+    change: str | None = None
+    beside: tuple[str, ...] = ()
+    cost: str | None = None  # the next command's estimated cost, in words
+
+    def as_json(self) -> dict[str, Any]:
+        parts = {"head": self.head, "command": self.command, "change": self.change}
+        parts["cost"] = self.cost
+        return {**super().as_json(), "banner": {**parts, "beside": list(self.beside)}}
+
+
+def status(cap, roundings: tuple = (), measured: dict[str, dict[str, Any]] | None = None):
+    """The run's status from its capacity analysis (`analysis.capacity`), its other roundings'
+    and its exact measures: the line joins the parts the banner keeps apart."""
+    verdict, line = status_line(cap)
+    head = status_line(cap, action=False)[1]
+    if roundings:  # the status across roundings, said of the line and of the head alike
+        across = Across(cap, roundings)
+        head = across.status(verdict, head)[1]
+        verdict, line = across.status(verdict, line)
+    beside = exact.beside(cap, measured or {})
+    command, words = change(cap)
+    return Banner(
+        verdict, "; ".join([line, *beside]), next_keywords(cap), head=head, command=command,
+        change=words, beside=tuple(beside), cost=next_cost(cap),
+    )  # fmt: skip
