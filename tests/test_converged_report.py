@@ -80,7 +80,7 @@ def test_fits_json_names_the_optimizer_and_the_referee(fitted):
 
 def test_fits_print_one_converged_line_after_the_checks(fitted):
     _, _, _, lines = fitted
-    said = "converged fits: 48 of 48 trials (their last doubling of the iterations gained <= "
+    said = "converged fits: 48 of 48 (their last doubling of the iterations gained <= "
     at = next(i for i, line in enumerate(lines) if line.startswith(said))
     assert lines[at].endswith("; a fit stops at a gain < 0.03)")
     assert lines[at - 1].startswith("- ") and "resolution" in lines[at - 1]

@@ -62,7 +62,7 @@ def test_a_converged_check_prints_its_figure_with_its_band_and_fails_where_the_b
     cfg, result = reported(RUN, fit_rows(unconverged=10))
     c = check(result, "converged")
     assert c.outcome == "failed" and (c.count, c.trials) == (38, 48)
-    assert "38 of 48 (79.2%, 95% Wilson interval over the trials [65.7%, 88.3%])" in detail(c)
+    assert "38 of 48 (79.2%, 95% Wilson interval over the fits [65.7%, 88.3%]) fits" in detail(c)
     assert "needs >= 90% with the whole band" in detail(c)
     assert "90% of 48" not in detail(c)
     edge = check(reported(RUN, fit_rows(unconverged=5))[1], "converged")

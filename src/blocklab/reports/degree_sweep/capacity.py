@@ -56,15 +56,16 @@ def _budget_span(c: design.BudgetSpan) -> str:
     return text if c.passed else f"{text}; give more or wider --budgets (or --depths)"
 
 
-def _share_of_trials(c, what: str, need: float, rule: str, advice: str) -> str:
-    """A check on the share of trials that `what`: how many of how many and that share, to
-    as many digits as keep it on its side of the threshold, the rule, the cells lowest in it,
-    and when it failed what to change."""
+def _share_of_trials(c, what: str, need: float, rule: str, advice: str, unit="trials") -> str:
+    """A check on the share of trials (or of `unit`: a ladder's fits, one per rung) that
+    `what`: how many of how many and that share, to as many digits as keep it on its side of
+    the threshold, the rule, the cells lowest in it, and when it failed what to change."""
     lo, hi = c.band or (c.share, c.share)  # a check built without a band: its figure
     n = digits([100 * c.share, 100 * lo, 100 * hi], 100 * need, at_least=True, least=3)
+    method = c.method.replace("over the trials", f"over the {unit}")
     text = (
-        f"{c.count} of {c.trials} ({_g(100 * c.share, n)}%, {c.method} "
-        f"[{_g(100 * lo, n)}%, {_g(100 * hi, n)}%]) trials {what} "
+        f"{c.count} of {c.trials} ({_g(100 * c.share, n)}%, {method} "
+        f"[{_g(100 * lo, n)}%, {_g(100 * hi, n)}%]) {unit} {what} "
         f"(needs >= {_g(100 * need, n)}% with the whole band; {rule})"
     )
     if c.least:  # each below every trial: never shown as 100%
@@ -101,7 +102,7 @@ def _converged(c: fit_checks.Converged) -> str:
         f"{c.certificate_tol:g}"
     )
     advice = "fit longer (--steps)"
-    return _share_of_trials(c, "converged", fit_checks.CONVERGED_SHARE, rule, advice)
+    return _share_of_trials(c, "converged", fit_checks.CONVERGED_SHARE, rule, advice, "fits")
 
 
 def _generalization(c: design.Generalization) -> str:
@@ -321,7 +322,7 @@ def converged_line(capacity) -> str | None:
     if c is None:
         return None
     return (
-        f"converged fits: {c.count} of {c.trials} trials (their last doubling of the iterations "
+        f"converged fits: {c.count} of {c.trials} (their last doubling of the iterations "
         f"gained <= {c.tol:.3g}; a fit stops at a gain < {c.certificate_tol:g})"
     )
 
