@@ -2,7 +2,9 @@
 on one device, a line each (trials done / failed, seconds); every registered measure on a network
 there; the host reads of an ensemble's training (on CUDA: the syncs torch reports, which may grow
 with the steps by the reads and copies the design schedules, no more: `sync_line`); then seed
-001's quick and medium depth-width forms timed, with `--workers` processes sharing the device. It
+001's quick and medium depth-width forms and the token suite's width sweep (`mad --sweep-width`,
+its zoology claim's line printed) timed, with `--workers` processes sharing the device, each form
+with the device's busy share while it ran (`busy.Busy`: the driver's utilization samples). It
 runs from a plain checkout, with no installation, since a GPU machine may have no network:
 
     PYTHONPATH=src python benchmarks/gpu_check.py                  # --device cuda
@@ -18,6 +20,7 @@ import argparse
 import contextlib
 import dataclasses
 import io
+import json
 import sys
 import tempfile
 import time
@@ -28,10 +31,14 @@ import torch
 
 import blocklab
 from blocklab.cli import main
-from blocklab.engine.ensemble import CHUNK_COPIES
-from blocklab.engine.monitor import READ_EVERY, eval_steps
-from blocklab.engine.train import ONLINE_CHUNK
+from blocklab.fitting.ensemble import CHUNK_COPIES
+from blocklab.fitting.monitor import READ_EVERY, eval_steps
+from blocklab.fitting.train import ONLINE_CHUNK
+from blocklab.reports._suite import GATED_CLAIM
 from blocklab.specs import NetShape
+
+sys.path.insert(0, str(Path(__file__).parent))
+from busy import Busy  # noqa: E402
 
 STEPS = ["--steps", "4", "--batch-size", "16", "--eval-points", "2"]
 # each experiment at a few trials of a few steps: its code path on the device, in seconds
@@ -64,6 +71,30 @@ def _quiet_main(argv: list[str]) -> int:
             return main(argv)
         except SystemExit as e:  # argparse's exits
             return int(e.code or 0)
+
+
+def _json_main(argv: list[str]) -> tuple[int, dict]:
+    """`blocklab ... --json` in this process: its exit status and the JSON it printed ({} if
+    none)."""
+    sink, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(err):
+        try:
+            code = main([*argv, "--json"])
+        except SystemExit as e:
+            code = int(e.code or 0)
+    try:
+        return code, json.loads(sink.getvalue())
+    except ValueError:
+        return code, {}
+
+
+def zoology_line(payload: dict) -> str:
+    """The width sweep's line on zoology's claim (`reports.mad_width.claim`): its status and
+    evidence, or that the run printed none."""
+    for found in payload.get("findings") or []:
+        if found.get("claim") == GATED_CLAIM:
+            return f"zoology's claim: {found.get('status')} ({found.get('evidence')})"
+    return "zoology's claim: not in the run's JSON"
 
 
 def _trials(out: Path) -> tuple[int, int]:
@@ -174,13 +205,14 @@ def check(device: str, precision: str | None, forms: bool, workers: int) -> bool
         for name, argv in TINY.items():
             out = Path(tmp) / name.replace(" ", "-")
             start = time.perf_counter()
-            code = _quiet_main([*argv, *extra, "--out", str(out)])
+            with Busy() as busy:
+                code = _quiet_main([*argv, *extra, "--out", str(out)])
             done, failed = _trials(out)
             good = code == 0 and failed == 0 and done > 0
             ok &= good
             print(
                 f"{'ok  ' if good else 'FAIL'} {name}: {done} done / {failed} failed, "
-                f"{time.perf_counter() - start:.1f} s (exit {code})",
+                f"{time.perf_counter() - start:.1f} s (exit {code}), {busy.words()}",
                 flush=True,
             )
         start = time.perf_counter()
@@ -198,14 +230,27 @@ def check(device: str, precision: str | None, forms: bool, workers: int) -> bool
             for form in ([], ["--medium"]):
                 out = Path(tmp) / f"dw{len(form)}"
                 start = time.perf_counter()
-                code = _quiet_main(["depth-width", *form, *shared, "--out", str(out)])
+                with Busy() as busy:
+                    code = _quiet_main(["depth-width", *form, *shared, "--out", str(out)])
                 done, failed = _trials(out)
                 print(
                     f"depth-width {form[0] if form else 'quick'} form, {workers} worker(s): "
                     f"{done} done / {failed} failed in {time.perf_counter() - start:.1f} s "
-                    f"(exit {code})",
+                    f"(exit {code}), {busy.words()}",
                     flush=True,
                 )
+            # the token suite's width sweep at its form's size: zoology's claim decided or not
+            out = Path(tmp) / "mad-width"
+            start = time.perf_counter()
+            with Busy() as busy:
+                code, payload = _json_main(["mad", "--sweep-width", *shared, "--out", str(out)])
+            done, failed = _trials(out)
+            print(
+                f"mad --sweep-width, {workers} worker(s): {done} done / {failed} failed in "
+                f"{time.perf_counter() - start:.1f} s (exit {code}), {busy.words()}; "
+                f"{zoology_line(payload)}",
+                flush=True,
+            )
     return ok
 
 

@@ -21,7 +21,7 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
 from blocklab import bench
-from blocklab.engine.ensemble import Ensemble, StackedAdamW
+from blocklab.fitting.ensemble import Ensemble, StackedAdamW
 from blocklab.tasks.base import loss, unit_losses
 
 MATMULS = ("aten::bmm", "aten::mm", "aten::addmm", "aten::baddbmm")

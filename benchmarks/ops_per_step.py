@@ -23,12 +23,12 @@ import json
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from blocklab.engine import ensemble
-from blocklab.engine.ensemble import Ensemble, StackedAdamW
-from blocklab.engine.monitor import DeviceMonitors, TrialMonitor
-from blocklab.engine.train import autocast, backward, lr_factor
-from blocklab.engine.trial import init_model, task_data
 from blocklab.experiments.depth_width import shape as lm_shape
+from blocklab.fitting import ensemble
+from blocklab.fitting.ensemble import Ensemble, StackedAdamW
+from blocklab.fitting.monitor import DeviceMonitors, TrialMonitor
+from blocklab.fitting.network import init_model, task_data
+from blocklab.fitting.train import autocast, backward, lr_factor
 from blocklab.models import parse_arm
 from blocklab.specs import NetShape, TrainConfig, TrialSpec
 

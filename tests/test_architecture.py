@@ -5,6 +5,7 @@ experiment (this module adds one, with its report, and runs it through the comma
 from __future__ import annotations
 
 import ast
+import graphlib
 import json
 import re
 import subprocess
@@ -27,7 +28,9 @@ SRC = Path(blocklab.__file__).resolve().parent
 # bottom to top: a module may import its own layer and those below it (ARCHITECTURE.md).
 # analysis sits above the experiments: an experiment gathers and stores its trials, and every
 # statistic of them is computed above it. Reports write the words over analysis; trackers log
-# what the store holds and never need a report module (nor matplotlib's backend with it).
+# what the store holds and never need a report module (nor matplotlib's backend with it). The
+# engine runs trials through fitting (a trial's training and fits), which never imports it; the
+# bench times the fitting loops alone.
 LAYERS = [
     {
         "",
@@ -44,7 +47,8 @@ LAYERS = [
     | {"fingerprint", "plugins", "frames", "formatting"},
     {"blocks", "tasks", "measures", "jacobian"},
     {"models", "budget", "checks", "constructions"},
-    {"engine", "bench"},
+    {"fitting", "bench"},
+    {"engine"},
     {"experiments"},
     {"analysis", "trackers"},
     {"reports"},
@@ -89,6 +93,74 @@ def test_imports_flow_one_way():
             if LAYER[there] > LAYER[here]:
                 wrong.append(f"{path.relative_to(SRC)} imports {module}")
     assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
+
+
+def _module(path: Path) -> str:
+    """'engine/sweep.py' -> 'blocklab.engine.sweep'; a package's '__init__.py' -> the package."""
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(("blocklab", *(parts[:-1] if parts[-1] == "__init__" else parts)))
+
+
+def _import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    """Each module of `sources` (name -> source) to the modules of `sources` it imports: every
+    import, at the top, inside a function or type-only; `from PACKAGE import NAME` the module
+    PACKAGE.NAME where that is one, else PACKAGE. A module's import of a package it lies in is
+    left out: an entry reads its family's registry so (`from blocklab.measures import MEASURES`),
+    and the package defines the registry before it imports its entries."""
+    graph = {}
+    for name, source in sources.items():
+        found = set()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                subs = (f"{node.module}.{a.name}" for a in node.names)
+                found |= {sub if sub in sources else node.module for sub in subs}
+        graph[name] = {
+            m for m in found if m in sources and m != name and not name.startswith(f"{m}.")
+        }
+    return graph
+
+
+def _circle(graph: dict[str, set[str]]) -> list[str]:
+    """The modules around one import circle of `graph`, the first repeated last; [] if none."""
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as exc:
+        return list(exc.args[1])
+    return []
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    sources = {_module(p): p.read_text() for p in SRC.rglob("*.py")}
+    graph = _import_graph(sources)
+    assert graph["blocklab.engine.clusters"] == {
+        "blocklab.engine.executor_base",
+        "blocklab.engine.processes",
+        "blocklab.errors",
+    }
+    circle = _circle(graph)
+    assert not circle, "an import circle: " + " -> ".join(circle)
+
+
+def test_the_circle_check_fails_on_a_circle():
+    """The check above, on an executors module one of whose functions imports the cluster
+    executors, which import their base class from it: a circle through a function-local import.
+    An entry that reads its package's registry, imported by the package, is none."""
+    circle = {
+        "blocklab.engine": "",
+        "blocklab.engine.executors": "def make():\n    from blocklab.engine import clusters\n",
+        "blocklab.engine.clusters": "from blocklab.engine.executors import Executor, _call\n",
+    }
+    assert sorted(set(_circle(_import_graph(circle)))) == [
+        "blocklab.engine.clusters",
+        "blocklab.engine.executors",
+    ]
+    registry = {
+        "blocklab.measures": "from blocklab.measures.collapse import rank_collapse\n",
+        "blocklab.measures.collapse": "from blocklab.measures import MEASURES\n",
+    }
+    assert _circle(_import_graph(registry)) == []
 
 
 def test_type_only_imports_count():
@@ -233,13 +305,14 @@ def test_one_file_adds_an_experiment(toy, tmp_path, capsys):
     assert capsys.readouterr().err.startswith("blocklab: error:")
 
 
-MAPPED = ("", "engine", "analysis", "cli")  # the layers whose every module the map names
+# the layers whose every module the map names
+MAPPED = ("", "fitting", "bench", "engine", "analysis", "cli")
 
 
 def _unmapped(table: str) -> list[str]:
-    """Modules of the base, engine, analysis and cli layers that ARCHITECTURE.md's layer table
-    does not name (as `name` or `folder/name`); registered family entries are covered by their
-    folder's row, so they are not asked for."""
+    """Modules of the base, fitting, bench, engine, analysis and cli layers that ARCHITECTURE.md's
+    layer table does not name (as `name` or `folder/name`); registered family entries are covered
+    by their folder's row, so they are not asked for."""
     named = set(re.findall(r"`([A-Za-z_/.]+)", table))
     missing = []
     for path in sorted(SRC.rglob("*.py")):
@@ -262,9 +335,55 @@ def test_the_map_names_every_module_of_its_layers():
 
 
 def test_the_map_check_fails_on_a_module_left_out():
-    """The check above, on a table with `fit_bench` taken out of the engine's row."""
-    table = _layer_table((ROOT / "ARCHITECTURE.md").read_text()).replace("`fit_bench`", "fit bench")
-    assert _unmapped(table) == ["engine/fit_bench"]
+    """The check above, on a table with `timing` taken out of the fitting row."""
+    table = _layer_table((ROOT / "ARCHITECTURE.md").read_text()).replace("`timing`", "timing")
+    assert _unmapped(table) == ["fitting/timing"]
+
+
+def _unfound(table: str) -> list[str]:
+    """The backticked names of the layer table's module column that name nothing in the tree. A
+    name is a module or package at the top of src/blocklab/ or in a folder its row names before it
+    (`name/`, folders within folders too), or a file there (`timings.json`); `name()` is a
+    function one of those folders' modules defines; a flag (`--help`) names nothing to find."""
+    unfound = []
+    for line in table.splitlines():
+        cells = line.split("|")
+        if len(cells) < 4 or cells[1].strip() in ("layer", "---"):  # the header and its rule
+            continue
+        bases = [SRC]
+        for name in re.findall(r"`([^`]+)`", cells[2]):
+            if name.endswith("/"):
+                folders = [b / name for b in bases if (b / name).is_dir()]
+                bases += folders
+                found = bool(folders)
+            elif name.endswith("()"):
+                defined = re.compile(rf"^def {re.escape(name[:-2])}\(", re.M)
+                found = any(defined.search(f.read_text()) for b in bases for f in b.glob("*.py"))
+            elif name.startswith("--"):
+                continue
+            else:
+                found = any(
+                    (b / f"{name}.py").is_file()
+                    or (b / name / "__init__.py").is_file()
+                    or ("." in name and (b / name).is_file())
+                    for b in bases
+                )
+            if not found:
+                unfound.append(f"{cells[1].strip()}: {name}")
+    return unfound
+
+
+def test_every_name_in_the_map_is_in_the_tree():
+    assert _unfound(_layer_table((ROOT / "ARCHITECTURE.md").read_text())) == []
+
+
+def test_the_name_check_fails_on_a_name_not_in_the_tree():
+    """The check above, on a table that names a module gone from its folder, a function as a
+    module, and a function its folders do not define."""
+    table = _layer_table((ROOT / "ARCHITECTURE.md").read_text())
+    table = table.replace("`network`", "`fit_plan`").replace("`run()`", "`run`")
+    table = table.replace("`write()`", "`draw()`")
+    assert _unfound(table) == ["fitting: fit_plan", "experiments: run", "reports: draw()"]
 
 
 def _computing_writers(sources: dict[str, str]) -> set[str]:

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from blocklab.blocks import BLOCKS
-from blocklab.engine.ensemble import Ensemble
-from blocklab.engine.stacked import _StackedMatmul
+from blocklab.fitting.ensemble import Ensemble
+from blocklab.fitting.stacked import _StackedMatmul
 from blocklab.models import Net
 from blocklab.specs import NetShape
 from test_ensemble import _block_arms, mixes_tokens

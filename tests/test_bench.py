@@ -11,7 +11,7 @@ import torch
 
 from blocklab import bench
 from blocklab.cli import main
-from blocklab.engine.ensemble import Ensemble
+from blocklab.fitting.ensemble import Ensemble
 from blocklab.models import Net, parse_arm
 from blocklab.specs import NetShape
 

@@ -13,9 +13,10 @@ import torch
 from blocklab.analysis import collapse as stats
 from blocklab.analysis.collapse import LOG_FLOOR
 from blocklab.cli import main
-from blocklab.engine import executors, trial
+from blocklab.engine import executors
 from blocklab.experiments import collapse
 from blocklab.experiments.collapse import CollapseConfig
+from blocklab.fitting import network
 from blocklab.reports import collapse as report
 from blocklab.specs import TrainConfig
 from blocklab.store import Store
@@ -83,9 +84,9 @@ def test_variants_of_a_seed_share_their_init():
     nets = {}
     for keys, spec in collapse.plan(cfg):
         if spec.seed == 0:
-            data = trial.task_data(spec.task, spec.task_options, 0)
+            data = network.task_data(spec.task, spec.task_options, 0)
             torch.manual_seed(spec.seed)
-            nets[keys["variant"]] = trial.build_model(spec, data)
+            nets[keys["variant"]] = network.build_model(spec, data)
     a, b = nets["pure"], nets["skip+mlp+norm"]
     assert torch.equal(a.embed.weight, b.embed.weight)
     for la, lb in zip(a.layers, b.layers, strict=True):

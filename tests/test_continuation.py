@@ -1,4 +1,4 @@
-"""More iterations continue a stored ladder (`engine.continuation`): a continued fit equals a fresh
+"""More iterations continue a stored ladder (`fitting.continuation`): a continued fit equals a fresh
 fit of the larger budget bit for bit on one machine, a sweep at a larger budget continues the
 stored trials of a smaller one and says so, and what may not continue refits."""
 
@@ -9,8 +9,9 @@ import dataclasses
 import pytest
 import torch
 
-from blocklab.engine import continuation, ladder, sweep
-from blocklab.engine.certify import Certificate
+from blocklab.engine import sweep
+from blocklab.fitting import continuation, ladder
+from blocklab.fitting.certify import Certificate
 from blocklab.models import Net, parse_arm
 from blocklab.specs import NetShape, TrainConfig, TrialSpec
 from blocklab.store import Store

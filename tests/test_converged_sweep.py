@@ -8,10 +8,11 @@ from dataclasses import replace
 import pytest
 
 import blocklab
-from blocklab.engine import converge, trial
+from blocklab.engine import trial
 from blocklab.errors import UserError
 from blocklab.experiments import degree_sweep
 from blocklab.experiments.degree_sweep import SHAPE, DegreeSweepConfig
+from blocklab.fitting import converge, network
 from blocklab.models import parse_arm
 from blocklab.specs import NetShape, TrainConfig, TrialSpec, ensemble_key
 
@@ -95,7 +96,7 @@ def test_an_under_iterated_fit_is_not_certified():
 def test_a_fit_of_a_classification_task_is_one_line(tmp_path):
     with pytest.raises(UserError, match="fits regression"):
         DegreeSweepConfig(task="mnist1d", train=TrainConfig(optimizer="lm"))
-    data = trial.task_data("match2", {"n_train": 64}, 0)
+    data = network.task_data("match2", {"n_train": 64}, 0)
     with pytest.raises(UserError, match="use --optimizer adam"):
         converge.check_fits(data, "lm")
 

@@ -13,11 +13,11 @@ from torch import nn
 from blocklab.blocks import BLOCKS
 from blocklab.checks import label
 from blocklab.checks.blocks import cases
-from blocklab.engine import ensemble as ensemble_module
 from blocklab.engine import trial
-from blocklab.engine.ensemble import Ensemble, stackable, train_ensemble
-from blocklab.engine.train import train
 from blocklab.errors import UserError
+from blocklab.fitting import ensemble as ensemble_module
+from blocklab.fitting.ensemble import Ensemble, stackable, train_ensemble
+from blocklab.fitting.train import train
 from blocklab.models import Net, mixes_tokens, parse_arm
 from blocklab.specs import Arm, NetShape, TrainConfig, TrialSpec, ensemble_key, plan_units
 from blocklab.tasks.base import IGNORE, Split, TaskData, member_losses

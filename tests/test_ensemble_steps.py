@@ -10,9 +10,10 @@ import torch
 from torch import nn
 
 from _specs import small_trial
-from blocklab.engine import ensemble, monitor, trial
-from blocklab.engine.ensemble import StackedAdamW
-from blocklab.engine.monitor import eval_steps
+from blocklab.engine import trial
+from blocklab.fitting import ensemble, monitor
+from blocklab.fitting.ensemble import StackedAdamW
+from blocklab.fitting.monitor import eval_steps
 from blocklab.specs import TrainConfig
 
 

@@ -19,7 +19,8 @@ import _executor_fns as fns
 import blocklab
 from blocklab.cli import main
 from blocklab.engine.clusters import check_reachable
-from blocklab.engine.executors import WorkerLost, make_executor
+from blocklab.engine.executor_base import WorkerLost
+from blocklab.engine.executors import make_executor
 from blocklab.errors import UserError
 
 ITEMS = [3, 1, 4, 0]

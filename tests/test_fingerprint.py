@@ -17,8 +17,9 @@ from blocklab.blocks import BLOCKS
 from blocklab.cli import main
 from blocklab.engine import sweep, trial
 from blocklab.engine.executors import Resources
-from blocklab.engine.train import train
 from blocklab.errors import UserError
+from blocklab.fitting import network
+from blocklab.fitting.train import train
 from blocklab.models import parse_arm
 from blocklab.specs import NetShape, TrainConfig, TrialSpec
 from blocklab.store import Store
@@ -103,7 +104,7 @@ def test_a_trial_records_the_code_that_made_it(tmp_path, plugin):
     records = run(Store(tmp_path), specs(name))
     for rec in records.values():
         code = rec["provenance"]["code"]
-        assert {name, "blocklab.tasks.teacher", "blocklab.engine.train"} <= set(code["modules"])
+        assert {name, "blocklab.tasks.teacher", "blocklab.fitting.train"} <= set(code["modules"])
         assert code["fingerprint"] == fingerprint.fingerprint(code["modules"])
         assert fingerprint.is_current(code)
 
@@ -258,7 +259,7 @@ def test_parameters_without_gradient_train_frozen(tmp_path, plugin, capsys, path
 
     # the frozen weights keep their initial values, the others train
     torch.manual_seed(0)
-    initial = trial.build_model(todo[0], trial.task_data("teacher", {}, 0))
+    initial = network.build_model(todo[0], network.task_data("teacher", {}, 0))
     if ensemble > 1:
         model = trial.train_group(todo, "cpu")[0][0].model
     else:

@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from blocklab.engine import fit
-from blocklab.engine.certify import converged, first_check
-from blocklab.engine.fit import FITTERS, LBFGS, LevenbergMarquardt
-from blocklab.engine.fit_batched import BatchedLevenbergMarquardt, converged_batched
+from blocklab.fitting import fit
+from blocklab.fitting.batched import BatchedLevenbergMarquardt, converged_batched
+from blocklab.fitting.certify import converged, first_check
+from blocklab.fitting.fit import FITTERS, LBFGS, LevenbergMarquardt
 from blocklab.models import Net, parse_arm
 from blocklab.specs import NetShape
 
@@ -367,10 +367,10 @@ def _sweep_monomial(n: int = 1024):
     """The degree sweep's training set for one degree-2 monomial (`poly_target`, x1 * x2): its
     targets are rounded to float32, so a d=2 layer fits them to a loss of float32's rounding, a
     minimum far above the targets' float64 rounding (`fit.TARGET_FLOOR`)."""
-    from blocklab.engine import converge, trial
+    from blocklab.fitting import converge, network
 
     options = {"n_in": 2, "rank": 1, "max_exponent": 1, "n_train": 512, "n_val": 64}
-    split = converge.training_set(trial.task_data("poly_target", options, 0), n, 0)
+    split = converge.training_set(network.task_data("poly_target", options, 0), n, 0)
     return split.x, split.y  # (N, 2), (N, 1) float64
 
 

@@ -1,4 +1,4 @@
-"""A fit's cost known before it starts (`engine.fit_plan`): the estimate, the optimizer chosen from
+"""A fit's cost known before it starts (`fitting.plan`): the estimate, the optimizer chosen from
 it, the line that says so, and the refusal of a plan no optimizer can hold in memory."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from blocklab.cli.main import main
-from blocklab.engine import fit_plan, fit_timing
 from blocklab.errors import UserError
 from blocklab.experiments.degree_sweep import SHAPE, DegreeSweepConfig, plan
+from blocklab.fitting import plan as fit_plan
+from blocklab.fitting import timing
 
 
 def _specs(width: int | None = None, **kw) -> list:
@@ -153,7 +154,7 @@ def test_the_bound_counts_each_restarts_warm_start_at_the_first_rung():
 
 def test_a_warm_start_step_is_timed_on_the_network_it_trains():
     spec = fit_plan._bottom(_specs(degrees=("3",), baselines=())[0])
-    assert 0 < fit_timing.adam_step(spec, steps=2) < math.inf
+    assert 0 < timing.adam_step(spec, steps=2) < math.inf
 
 
 def test_the_bound_counts_each_rungs_iteration_timed_or_read_off_the_line_between():
@@ -195,7 +196,7 @@ def test_the_bound_counts_each_rungs_iteration_timed_or_read_off_the_line_betwee
 
 def test_a_levenberg_marquardt_iteration_is_timed_on_the_fits_network():
     spec = _specs(degrees=("2",), baselines=(), depths=(1,), seeds=1, ladder="off")[0]
-    assert 0 < fit_timing.lm_iteration(spec) < math.inf
+    assert 0 < timing.lm_iteration(spec) < math.inf
 
 
 def test_the_workers_run_at_once_as_far_as_the_cores_allow():

@@ -1,4 +1,4 @@
-"""Depth ladders of one shape fitted together (`engine.fit_units`: every unit's chains members of
+"""Depth ladders of one shape fitted together (`fitting.units`: every unit's chains members of
 one batched Levenberg-Marquardt fit per rung, each on its own training set) against each ladder
 fitted alone (`ladder.fit_ladder`, the plain reference): the same steps, certificates and best
 chains exactly where rounding cannot reach them, the losses to rounding; which trials a sweep
@@ -12,10 +12,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from blocklab.engine import converge, fit_units, ladder, sweep, trial
+from blocklab.engine import sweep, trial
 from blocklab.engine.executors import Resources
-from blocklab.engine.fit import LevenbergMarquardt
-from blocklab.engine.fit_batched import BatchedLevenbergMarquardt
+from blocklab.fitting import converge, ladder, network
+from blocklab.fitting import units as fit_units
+from blocklab.fitting.batched import BatchedLevenbergMarquardt
+from blocklab.fitting.fit import LevenbergMarquardt
 from blocklab.jacobian import FlatParams, NotByLayers
 from blocklab.models import Net, parse_arm
 from blocklab.specs import NetShape, TrainConfig, TrialSpec, plan_units
@@ -37,13 +39,13 @@ def _data(teacher: int):
 
 def _maker(arm: str, rounding: int = 0):
     """A ladder's `make_model`; with `rounding`, every parameter moved by one float64 ulp
-    (`trial.rounded` on the float64 network), the least change rounding makes to a fit."""
+    (`network.rounded` on the float64 network), the least change rounding makes to a fit."""
 
     def make(depth: int, seed: int) -> Net:
         torch.manual_seed(seed)
         net = Net(parse_arm(arm), replace(SHAPE, depth=depth), 2, 1)
         if rounding:
-            trial.rounded(net.double(), seed, rounding)
+            network.rounded(net.double(), seed, rounding)
         return net
 
     return make
@@ -222,7 +224,7 @@ def test_each_member_fits_its_own_training_set(path, one_by_one, monkeypatch):
 
 # Deep fits: four rungs of 16 iterations amplify rounding until neither way can promise its
 # losses' bits, so the yardstick is measured here: the spread one ulp gives, each lone ladder
-# refitted from its initialization moved by one float64 ulp (`trial.rounded`): its median a few
+# refitted from its initialization moved by one float64 ulp (`network.rounded`): its median a few
 # 1e-6 of the loss, its largest 1e-4 to 1e-1 (a chain led to another basin). Fitted together
 # (chains continuing the best fit below, as the degree sweep's do), the final losses differ from
 # alone by far less: a median near 1e-9, with one thread or two, on two teachers or three; with

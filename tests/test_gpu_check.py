@@ -33,8 +33,8 @@ def test_it_runs_every_training_experiments_tiny_form():
 def test_the_sync_check_passes_the_scheduled_growth_and_fails_a_sync_per_step():
     """The syncs may grow with the steps by the reads and copies the design schedules, computed
     from its constants (READ_EVERY, ONLINE_CHUNK), and no more: a sync per step fails."""
-    from blocklab.engine.monitor import READ_EVERY
-    from blocklab.engine.train import ONLINE_CHUNK
+    from blocklab.fitting.monitor import READ_EVERY
+    from blocklab.fitting.train import ONLINE_CHUNK
 
     check = _load()
     short, long = check.SYNC_STEPS
@@ -50,3 +50,13 @@ def test_the_sync_check_passes_the_scheduled_growth_and_fails_a_sync_per_step():
     assert check.sync_line({short: 35, long: 52})[0]  # the H200's count, before the copies pinned
     bad, line = check.sync_line({short: 35, long: 35 + (long - short)})  # one per step
     assert not bad and line.startswith("FAIL ensemble syncs")
+
+
+def test_the_width_sweeps_line_reads_zoologys_claim_or_says_it_found_none():
+    from blocklab.reports._suite import GATED_CLAIM
+
+    check = _load()
+    found = {"findings": [{"claim": "other"}, {"claim": GATED_CLAIM, "status": "agrees",
+                                               "evidence": "width 16 for 4 pairs"}]}  # fmt: skip
+    assert check.zoology_line(found) == "zoology's claim: agrees (width 16 for 4 pairs)"
+    assert check.zoology_line({}) == "zoology's claim: not in the run's JSON"

@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from blocklab.blocks import BLOCKS, make_block
-from blocklab.engine.ensemble import Ensemble
 from blocklab.errors import UserError
+from blocklab.fitting.ensemble import Ensemble
 from blocklab.models import Net, parse_arm
 from blocklab.specs import NetShape
 from blocklab.tasks import make_task

@@ -11,9 +11,9 @@ from _specs import small_trial
 from blocklab.blocks import BLOCKS, make_block
 from blocklab.blocks.hyena import Hyena, decay_rates, short_conv
 from blocklab.engine import trial
-from blocklab.engine.ensemble import Ensemble
 from blocklab.errors import UserError
 from blocklab.experiments import mad
+from blocklab.fitting.ensemble import Ensemble
 from blocklab.models import Net, parse_arm
 from blocklab.specs import NetShape, TrainConfig
 from blocklab.tasks import make_task

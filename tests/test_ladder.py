@@ -17,8 +17,8 @@ from torch import nn
 
 from blocklab.blocks import Block
 from blocklab.cli import main
-from blocklab.engine import converge, ladder
 from blocklab.errors import UserError
+from blocklab.fitting import converge, ladder
 from blocklab.models import Net, continue_from, parse_arm
 from blocklab.specs import NetShape, TrainConfig
 from blocklab.tasks import make_task

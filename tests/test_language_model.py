@@ -11,9 +11,10 @@ import torch
 
 from blocklab.analysis import depth_width as dw
 from blocklab.cli import main
-from blocklab.engine import train, trial
+from blocklab.engine import trial
 from blocklab.errors import UserError
 from blocklab.experiments import depth_width
+from blocklab.fitting import network, train
 from blocklab.models import Net, parse_arm
 from blocklab.reports import depth_width as report
 from blocklab.specs import NetShape
@@ -79,11 +80,11 @@ def test_evaluation_batches_bound_memory_and_keep_results(monkeypatch):
 
 
 def test_measures_refuse_token_inputs():
-    data = trial.task_data("text", SMALL_TEXT, 0)
+    data = network.task_data("text", SMALL_TEXT, 0)
     spec = depth_width.plan(CONFIG)[0][1]
     spec = dataclasses.replace(spec, measures=("collapse",))
     with pytest.raises(UserError, match="token"):
-        trial.take_measures(spec, trial.build_model(spec, data), data)
+        trial.take_measures(spec, network.build_model(spec, data), data)
 
 
 def test_widths_follow_the_budget():

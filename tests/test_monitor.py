@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from blocklab.engine.monitor import TrialMonitor, diverges, eval_steps
+from blocklab.fitting.monitor import TrialMonitor, diverges, eval_steps
 from blocklab.specs import TrainConfig
 
 CFG = TrainConfig(steps=100, eval_points=4, blowup=10.0)
@@ -121,7 +121,7 @@ def test_the_device_rule_agrees_with_the_host_rule_value_for_value():
     the blow-up boundary too: float32 losses just under and just over 10 times the start."""
     import torch
 
-    from blocklab.engine.monitor import diverging
+    from blocklab.fitting.monitor import diverging
 
     start = torch.tensor(0.3, dtype=torch.float32)
     bar = float(start) * 10.0

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from blocklab.engine.stacked_adamw import StackedAdamW
+from blocklab.fitting.stacked_adamw import StackedAdamW
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "ops_per_step.py"
 

@@ -11,7 +11,7 @@ import torch
 
 import blocklab
 from blocklab.cli import main
-from blocklab.engine.train import autocast, precision
+from blocklab.fitting.train import autocast, precision
 
 DW = ["depth-width", "--depths", "1", "2", "--budgets", "800", "3000", "--seeds", "2"]
 DW += ["--vocab", "300", "--seq-len", "8", "--n-train", "256", "--max-chars", "100000"]

@@ -12,7 +12,7 @@ import torch
 
 from blocklab.analysis import capacity
 from blocklab.cli import main
-from blocklab.engine.trial import rounded
+from blocklab.fitting.network import rounded
 from blocklab.reports.degree_sweep.roundings import Across
 from test_capacity_fits import analyze, fit_rows
 from test_ladder import TINY

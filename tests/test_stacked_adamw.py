@@ -1,4 +1,4 @@
-"""The ensemble's optimizer (`engine.stacked_adamw`): its step is, bit for bit, torch's fused AdamW
+"""The ensemble's optimizer (`fitting.stacked_adamw`): its step is, bit for bit, torch's fused AdamW
 kernel called for each member alone with a frozen member skipped, and its flat buffers hold the
 parameters in place."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from blocklab.engine.stacked_adamw import StackedAdamW, packed
+from blocklab.fitting.stacked_adamw import StackedAdamW, packed
 
 SHAPES = [(4, 5, 7), (4, 7), (4, 3, 3, 2), (4, 16)]  # (E, ...): lengths with and without a tail
 LRS = [1e-2, 3e-3, 1e-2, 1e-1]  # two members at one rate

@@ -68,8 +68,9 @@ def test_executors_store_what_the_local_executor_stores(
     for trial_id, (status, metric, curve) in _results(records).items():
         ref = reference[trial_id]
         assert status == ref[0]
-        # every executor runs a trial on one thread (`executors._call`) by the same kernels:
-        # bit for bit in principle, and rel=1e-6 far below what another seed or rate changes
+        # every executor runs a trial on one thread (`executor_base.call_in_worker`) by the same
+        # kernels: bit for bit in principle, and rel=1e-6 far below what another seed or rate
+        # changes
         assert metric == pytest.approx(ref[1], rel=1e-6)
         assert curve == pytest.approx(ref[2], rel=1e-6, nan_ok=True)
     assert len(store.records()) == len(reference)

@@ -8,10 +8,10 @@ import pytest
 import torch
 from torch import nn
 
-import blocklab.engine.train
+import blocklab.fitting.train
 from _specs import small_trial
-from blocklab.engine.monitor import plateau_improvement
-from blocklab.engine.train import evaluate, half_run, lr_factor, train, wsd_half_run
+from blocklab.fitting.monitor import plateau_improvement
+from blocklab.fitting.train import evaluate, half_run, lr_factor, train, wsd_half_run
 from blocklab.models import Net, parse_arm
 from blocklab.specs import NetShape, TrainConfig
 from blocklab.tasks.base import Split, TaskData
@@ -197,7 +197,7 @@ def test_the_half_run_leaves_the_full_run_as_it_was(monkeypatch):
     the bit with and without it."""
     cfg = TrainConfig(**{**WSD.__dict__, "warmup": 0.05})
     with_branch = run(cfg)
-    monkeypatch.setattr(blocklab.engine.train, "half_run", lambda cfg: None)
+    monkeypatch.setattr(blocklab.fitting.train, "half_run", lambda cfg: None)
     without = run(cfg)
     assert with_branch.half_val_loss is not None and without.half_val_loss is None
     for key in ("step", "train_loss", "val_loss"):  # the first train loss is NaN in both

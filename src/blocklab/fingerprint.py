@@ -17,21 +17,23 @@ from pathlib import Path
 # the modules every trial runs through: the network, the training loops, the task interface
 ENGINE = (
     "blocklab.blocks.base",
-    "blocklab.engine.ensemble",
-    "blocklab.engine.fit",  # second-order fits: the fitters and the float64 floor
+    "blocklab.fitting.ensemble",
+    "blocklab.fitting.fit",  # second-order fits: the fitters and the float64 floor
     "blocklab.jacobian",  # the residuals' Jacobian and J^T J the fitters read
-    "blocklab.engine.converge",  # restarts of second-order fits
-    "blocklab.engine.ladder",  # depth ladders of them
-    "blocklab.engine.continuation",  # a fit continued to a larger budget
-    "blocklab.engine.fit_batched",  # a rung's chains, or units, fitted as one computation
-    "blocklab.engine.fit_units",  # ladders of one shape climbed together
-    "blocklab.engine.certify",  # when a fit has converged
-    "blocklab.engine.trial",  # a trial's data, network, run and record
+    "blocklab.fitting.converge",  # restarts of second-order fits
+    "blocklab.fitting.ladder",  # depth ladders of them
+    "blocklab.fitting.continuation",  # a fit continued to a larger budget
+    "blocklab.fitting.batched",  # a rung's chains, or units, fitted as one computation
+    "blocklab.fitting.units",  # ladders of one shape climbed together
+    "blocklab.fitting.certify",  # when a fit has converged
+    "blocklab.fitting.network",  # a trial's data and network, initialized
+    "blocklab.engine.trial",  # a trial's run and record
     "blocklab.models",
-    "blocklab.engine.monitor",
-    "blocklab.engine.stacked",
+    "blocklab.fitting.monitor",
+    "blocklab.fitting.stacked",
+    "blocklab.fitting.stacked_adamw",  # the ensemble's optimizer
     "blocklab.tasks.base",
-    "blocklab.engine.train",
+    "blocklab.fitting.train",
 )
 
 

@@ -1,6 +1,7 @@
 """Plain text for people and JSON for programs: Markdown tables, numbers at a stated precision,
-a summary's spread, JSON without NaN. Reports, trackers and the command line share these; nothing
-here imports numpy, torch or matplotlib.
+a summary's spread, a duration in minutes and seconds, JSON without NaN. Reports, trackers, the
+engine's progress and the command line share these; nothing here imports numpy, torch or
+matplotlib.
 """
 
 from __future__ import annotations
@@ -100,3 +101,8 @@ def wrapped(text: str, width: int = TERMINAL_COLUMNS) -> str:
             )
         )
     return "\n".join(out)
+
+
+def minutes(seconds: float) -> str:
+    m, s = divmod(round(seconds), 60)
+    return f"{m}m{s:02d}s" if m else f"{s}s"

@@ -129,7 +129,7 @@ def curve_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
 
 def rung_records(record: dict[str, Any]) -> list[dict[str, Any]]:
     """A stored trial as one record per depth it was fitted at. A depth ladder's trial
-    (`engine.ladder.fit_ladder`) stores each rung's record under `metrics["ladder"]`, in the
+    (`fitting.ladder.fit_ladder`) stores each rung's record under `metrics["ladder"]`, in the
     order the chains climbed, the top one also as the trial's own: each rung becomes the trial's
     record (its id, experiment, seed, provenance) with the rung's status, metrics and curves, its
     config at the rung's depth, and `rung` (0 at the bottom), `depth` and `exact_start` (whether

@@ -2,7 +2,7 @@
 per-example Jacobian: by layers (each nn.Linear's per-example outer products from one batched
 forward and one backward per output, written into one J^T buffer), with reverse mode under vmap
 as its reference and its fallback; J^T J by BLAS syrk. The second-order fitters
-(`engine.fit`) and the functional dimension (`measures.functional`) read the same Jacobian."""
+(`fitting.fit`) and the functional dimension (`measures.functional`) read the same Jacobian."""
 
 from __future__ import annotations
 

@@ -275,7 +275,7 @@ class Net(nn.Module):
 
     def forward(self, x: torch.Tensor, lead: int = 1) -> torch.Tensor:
         """`lead` counts the batch dimensions in front: 1 for (B, ...), 2 for an ensemble's
-        (E, B, ...) run on stacked weights (`blocklab.engine.ensemble`), where the embedding table
+        (E, B, ...) run on stacked weights (`blocklab.fitting.ensemble`), where the embedding table
         is (E, V, D) and the positions (E, T, D)."""
         h = self.embed(x if self.seq_len else x.flatten(lead))  # (B, D) or (B, T, D)
         if self.pos is not None:

@@ -22,8 +22,8 @@ ACTIVATIONS = ("none", "relu", "gelu", "tanh")  # after each block (models.ACTIV
 FEED_FORWARD = {"none": 0, "relu4x": 4}  # name -> hidden expansion of the position-wise MLP
 # how far from its budget an arm's parameter count may land, as a share of it (budget.solve)
 BUDGET_TOLERANCE = 0.02
-# how a trial fits its network: AdamW on minibatches (`engine.train`), or a full-batch float64
-# second-order fit of a regression task to convergence (`engine.converge`, `engine.fit`)
+# how a trial fits its network: AdamW on minibatches (`fitting.train`), or a full-batch float64
+# second-order fit of a regression task to convergence (`fitting.converge`, `fitting.fit`)
 OPTIMIZERS = ("adam", "lbfgs", "lm")
 # an Adam step's precision: "auto" bf16 autocast on a CUDA device that supports it, else float32;
 # "fp32"; "tf32" (CUDA matmuls in TF32; float32 elsewhere); "bf16" autocast on any device
@@ -311,7 +311,7 @@ class TrialSpec:
     # one fit at `depth` from a fresh initialization
     ladder: tuple[int, ...] = ()
     # 0: the trial itself; r >= 1: the same trial under another rounding, every parameter of
-    # its initialization moved by its last bit (`engine.trial.init_model`), as another
+    # its initialization moved by its last bit (`fitting.network.init_model`), as another
     # machine's kernels move a computation's bits: the run repeated there
     rounding: int = 0
 
@@ -364,7 +364,7 @@ def ensemble_key(spec: TrialSpec) -> str | None:
 
 def fit_key(spec: TrialSpec) -> str | None:
     """Trials with equal keys can fit as one batched Levenberg-Marquardt computation per rung
-    (`engine.fit_units`): depth-ladder trials that differ only in their seeds, the
+    (`fitting.units`): depth-ladder trials that differ only in their seeds, the
     initialization's and the teacher's (`data_seed`). None for every other trial."""
     if spec.measures or spec.train.optimizer != "lm" or not spec.ladder:
         return None
@@ -377,7 +377,7 @@ def plan_units(
     specs: list[TrialSpec], ensemble: int, workers: int, fits: bool = False
 ) -> list[list[TrialSpec]]:
     """Units of work: trials sharing an architecture in ensembles of at most `ensemble` members,
-    and with `fits` (where the sweep's device batches them: `engine.fit_units.batch_units`)
+    and with `fits` (where the sweep's device batches them: `fitting.units.batch_units`)
     ladders of one shape (`fit_key`) in groups of at most `ensemble`, made smaller when that
     leaves some of the `workers` idle. Which trials share a unit depends on the set of specs and
     `fits` alone, not on their order, so a sweep that plans from all its trials, finished or not,

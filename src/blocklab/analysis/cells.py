@@ -137,7 +137,7 @@ def plateaued(r: dict[str, Any], tol: float) -> bool:
 
 
 def second_order(rows) -> bool:
-    """The rows are second-order fits (`engine.converge`), which carry convergence certificates
+    """The rows are second-order fits (`fitting.converge`), which carry convergence certificates
     and search no learning rate."""
     return bool(rows) and all(r.get("optimizer") in SECOND_ORDER for r in rows)
 

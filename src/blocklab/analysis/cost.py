@@ -3,7 +3,7 @@
 The next command changes a few settings (`cells.Change`). Two of them have a cost the stored fits
 measure:
 
-- more iterations (`train.steps`): the stored ladders continue (`engine.continuation`). A fit
+- more iterations (`train.steps`): the stored ladders continue (`fitting.continuation`). A fit
   certified, floored or stopped stands; a fit the budget cut runs at most the new budget's extra
   iterations; the rungs above it on its chain fit again, at most the new budget each. Each at its
   rung's measured seconds an iteration (the rung's seconds over its chains' iterations).
@@ -65,7 +65,7 @@ def next_cost(rows: list[dict[str, Any]], changes) -> Cost | None:
 
 
 def _more_iterations(rows: list[dict[str, Any]], old: int, new: int) -> Cost:
-    """Continuing each ladder from `old` to `new` iterations (`engine.continuation.actions`,
+    """Continuing each ladder from `old` to `new` iterations (`fitting.continuation.actions`,
     read off the rows: a chain's fit that ran without certifying and did not diverge was cut)."""
     trials: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:

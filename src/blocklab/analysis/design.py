@@ -1,7 +1,7 @@
 """The design checks that gate the degree sweep's capacity verdict (`capacity`), and the
 per-budget statistics they read.
 
-A verdict is only stated when the run can support one. Second-order fits (`engine.converge`) are
+A verdict is only stated when the run can support one. Second-order fits (`fitting.converge`) are
 judged by their certificates, Adam runs by their plateau and their learning-rate search. The
 checks, in order:
 - `input_rank`: every arm's input Jacobian, stacked over a sample of inputs at initialization, has

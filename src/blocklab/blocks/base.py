@@ -26,12 +26,12 @@ class Block(nn.Module):
     # blocks whose weights depend on the sequence length take it as the keyword `seq_len`
     needs_seq_len: ClassVar[bool] = False
     # blocks an ensemble may run on stacked weights, all members in one computation
-    # (`blocklab.engine.ensemble`): the forward takes any leading dimensions, (E, B, T, D) as (B, T,
-    # D), by reading only the input's trailing ones (x.shape[-2], `...` einsums, softmax(dim=-1),
-    # masks on the last two dimensions); its nn.Linear weights become one batched matmul each; and a
-    # raw nn.Parameter it holds itself (such as a position-mixing (T, T) matrix) arrives stacked as
-    # (E, *shape), which the block reads through `per_member`. Any other block is run under
-    # torch.func.vmap.
+    # (`blocklab.fitting.ensemble`): the forward takes any leading dimensions, (E, B, T, D) as
+    # (B, T, D), by reading only the input's trailing ones (x.shape[-2], `...` einsums,
+    # softmax(dim=-1), masks on the last two dimensions); its nn.Linear weights become one batched
+    # matmul each; and a raw nn.Parameter it holds itself (such as a position-mixing (T, T) matrix)
+    # arrives stacked as (E, *shape), which the block reads through `per_member`. Any other block is
+    # run under torch.func.vmap.
     stackable: ClassVar[bool] = False
     # blocks defined for d_in == d_out only (a wrapped module of one width): networks use them
     # width to width, and the contract checks build them so

@@ -1,7 +1,7 @@
 """The executors that run a sweep's units elsewhere: Ray core tasks (`RayExecutor`) on a cluster
 or a local Ray instance, and Slurm job arrays through submitit (`SlurmExecutor`). Each runs
-`executors._call` on every item, as a pool worker does, and yields results as they finish;
-`executors.make_executor` builds them from the command line's options. Their extras (`ray`,
+`executor_base.call_in_worker` on every item, as a pool worker does, and yields results as they
+finish; `executors.make_executor` builds them from the command line's options. Their extras (`ray`,
 `submitit`) are imported when they run, with a one-line error naming the extra to install."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import logging
 import socket
 import time
 
-from blocklab.engine.executors import Executor, WorkerLost, _call
+from blocklab.engine.executor_base import Executor, WorkerLost, call_in_worker
 from blocklab.engine.processes import interruptible_children
 from blocklab.errors import UserError
 
@@ -53,7 +53,7 @@ class RayExecutor(Executor):
             ray.exceptions.LocalRayletDiedError,
         )
         cpus = self.options.get("num_cpus", 1)
-        task = ray.remote(_call).options(
+        task = ray.remote(call_in_worker).options(
             num_cpus=cpus,
             # Ray hides every GPU from a task that asks for none
             num_gpus=self.options.get("num_gpus", 1 if device.startswith("cuda") else 0),
@@ -128,7 +128,9 @@ class SlurmExecutor(Executor):
             slurm_array_parallelism=parallel,
             **{f"slurm_{k}": options.get(k) for k in ("partition", "account", "qos", "constraint")},
         )
-        run = functools.partial(_call, fn, device=device, threads=cpus, plugins=self.plugins)
+        run = functools.partial(
+            call_in_worker, fn, device=device, threads=cpus, plugins=self.plugins
+        )
         # Slurm throttles an array itself; submitit's local executor would start every job at once
         limit = len(items) if cluster == "slurm" else parallel
         todo, running = list(range(len(items))), []

@@ -38,13 +38,11 @@ import itertools
 import multiprocessing
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import Any
 
-from blocklab import plugins as plugin_loader
+from blocklab.engine.executor_base import Executor, WorkerLost
 from blocklab.engine.processes import (
     check_main_importable,
     hangup_held,
@@ -69,28 +67,6 @@ OPTIONS: dict[str, dict[str, type]] = {
 }
 
 
-class WorkerLost(RuntimeError):
-    """A worker process or job died (killed, out of memory, preempted) before returning."""
-
-
-class Executor:
-    name = ""
-
-    def __init__(self, workers: int, options: dict[str, Any], plugins: tuple[str, ...] = ()):
-        self.workers = max(1, workers)
-        self.options = options
-        self.plugins = tuple(plugins)  # canonical specs each worker imports first
-
-    def imap_unordered(
-        self, fn: Callable, items: Iterable, device: str
-    ) -> Iterator[tuple[int, Any]]:
-        """Yield (index, fn(item, device)) as each finishes, index counting the items as read.
-
-        Consume it in a for loop (or close it): leaving the loop early stops the running work.
-        """
-        raise NotImplementedError
-
-
 @contextlib.contextmanager
 def worker_threads(threads: int):
     """This process at a worker's torch thread count while inside, the count before restored
@@ -104,14 +80,6 @@ def worker_threads(threads: int):
         yield
     finally:
         torch.set_num_threads(before)
-
-
-def _call(fn: Callable, item: Any, device: str, threads: int, plugins: tuple[str, ...] = ()) -> Any:
-    import torch
-
-    plugin_loader.load(plugins)
-    torch.set_num_threads(threads)
-    return fn(item, device)
 
 
 class LocalExecutor(Executor):

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
+from blocklab.formatting import minutes
 from blocklab.specs import TrialSpec
 
 _current: Progress | None = None  # the display of the command now analysing its trials
@@ -267,8 +268,3 @@ def display(progress: bool | Progress) -> tuple[Progress, bool]:
     if isinstance(progress, Progress):
         return progress, False
     return Progress(enabled=progress), True
-
-
-def minutes(seconds: float) -> str:
-    m, s = divmod(round(seconds), 60)
-    return f"{m}m{s:02d}s" if m else f"{s}s"

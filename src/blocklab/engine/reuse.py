@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from blocklab.engine.train import precision
+from blocklab.fitting.train import precision
 from blocklab.store import Store
 
 

@@ -1,7 +1,7 @@
 """Running trials: a trial is a frozen spec (`blocklab.specs`); a sweep runs the unfinished ones.
 
-Trials that share an architecture train together as one ensemble (`blocklab.engine.ensemble`),
-depth ladders of one shape fit together on a GPU (`blocklab.engine.fit_units`), and the units of
+Trials that share an architecture train together as one ensemble (`blocklab.fitting.ensemble`),
+depth ladders of one shape fit together on a GPU (`blocklab.fitting.units`), and the units of
 work run on an executor (`blocklab.engine.executors`: a local process pool by default, Ray or
 Slurm). Workers use one torch thread each: for small models two single-threaded processes beat one
 process with two threads. Only the parent writes to the store, one commit per finished unit of
@@ -15,20 +15,23 @@ import functools
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from blocklab.engine import continuation
 from blocklab.engine.claims import POLL, Claims
 from blocklab.engine.devices import device_name
-from blocklab.engine.executors import Resources, WorkerLost, make_executor
-from blocklab.engine.fit_units import batch_units
+from blocklab.engine.executor_base import WorkerLost
+from blocklab.engine.executors import Resources, make_executor, worker_threads
 from blocklab.engine.progress import Progress, display
 from blocklab.engine.provenance import provenance
 from blocklab.engine.reuse import other_precision, stored_since
-from blocklab.engine.trial import build_model, code_modules, run_group, task_data
+from blocklab.engine.trial import code_modules, run_group
 from blocklab.errors import Interrupted, WorkerDied
 from blocklab.fingerprint import code
+from blocklab.fitting import continuation
+from blocklab.fitting.network import build_model, task_data
+from blocklab.fitting.plan import choose
+from blocklab.fitting.units import batch_units
 from blocklab.specs import TrialSpec, ensemble_key, plan_units
 from blocklab.store import Store
 
@@ -66,8 +69,8 @@ def check_builds(specs: list[TrialSpec], told: set[str] | None = None) -> None:
 
 
 def work_left(specs: Iterable[TrialSpec], store: Store) -> dict[str, tuple[float, ...] | None]:
-    """What `run` has left to fit, by trial id (`fit_plan.choose`'s `left`): None for a trial it
-    fits whole, each rung's share of its iterations for one that continues a stored trial
+    """What `run` has left to fit, by trial id (`fitting.plan.choose`'s `left`): None for a trial
+    it fits whole, each rung's share of its iterations for one that continues a stored trial
     (`continuation.share`); a trial it reuses is absent."""
     specs = list({s.id: s for s in specs}.values())
     codes = {s.id: code(code_modules(s))["fingerprint"] for s in specs}
@@ -77,6 +80,24 @@ def work_left(specs: Iterable[TrialSpec], store: Store) -> dict[str, tuple[float
     return {
         s.id: continuation.share(parents[s.id], s.train) if s.id in parents else None for s in todo
     }
+
+
+def choose_for(
+    specs: Sequence[Any],
+    resources: Resources | None,
+    say: bool,
+    left: dict | None = None,
+    costs: dict | None = None,
+) -> list[Any]:
+    """`fitting.plan.choose` for a sweep's resources (None: the defaults): on its device, for its
+    workers, timed at the thread count each worker runs with (`executors.worker_threads`); the
+    line to stderr when `say`, costing what is `left` (`choose`), each trial's cost put in
+    `costs`."""
+    resources = resources or Resources()
+    with worker_threads(resources.threads):
+        device = device_name(resources.device)
+        out = sys.stderr if say else None
+        return choose(specs, device, resources.workers, out=out, left=left, costs=costs)
 
 
 def run(

@@ -1,6 +1,6 @@
 """One trial, an ensemble of trials sharing an architecture, or depth ladders of one shape: its
-data made (and cached), its network built from the spec, trained (`train`, `ensemble`) or fitted
-(`converge`, `fit_units`), measured, and turned into the record the store keeps.
+data made and its network built from the spec (`fitting.network`), trained (`train`, `ensemble`)
+or fitted (`converge`, `units`), measured, and turned into the record the store keeps.
 `blocklab.engine.sweep` schedules these units; nothing here knows of stores, claims or executors.
 """
 
@@ -8,60 +8,27 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
-import math
 import sys
 import traceback
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-import torch
-from torch import nn
-
-from blocklab.engine import continuation, converge, ladder
-from blocklab.engine.ensemble import train_ensemble
-from blocklab.engine.fit_units import fit_ladders
-from blocklab.engine.monitor import as_record
 from blocklab.engine.reuse import trial_precision
-from blocklab.engine.train import train
 from blocklab.errors import UserError
+from blocklab.fitting import continuation, converge, ladder
+from blocklab.fitting.ensemble import train_ensemble
+from blocklab.fitting.monitor import as_record
+from blocklab.fitting.network import init_model, task_data
+from blocklab.fitting.train import train
+from blocklab.fitting.units import fit_ladders
 from blocklab.models import Net
 from blocklab.models import code_modules as arm_modules
 from blocklab.specs import TrialSpec, fit_key
 from blocklab.tasks import TaskData, make_task
 
 
-def task_data(task: str, options: dict[str, Any], seed: int) -> TaskData:
-    """A task's data made from its options and seed, cached: trials and shape checks that share
-    a task make it once."""
-    return _cached_data(task, json.dumps(options, sort_keys=True), seed)
-
-
-@functools.lru_cache(maxsize=4)
-def _cached_data(task: str, key: str, seed: int) -> TaskData:
-    # the options as canonical JSON: the one cache key, hashable, equal for equal options
-    return make_task(task, **json.loads(key)).make(seed)
-
-
 def _to(split, device):
     return dataclasses.replace(split, x=split.x.to(device), y=split.y.to(device))
-
-
-def build_model(spec: TrialSpec, data: TaskData) -> Net:
-    """The network a spec describes, shaped for the task's data."""
-    # sequences embed each position's features; vectors are flattened
-    n_in = data.input_shape[-1] if data.sequence else math.prod(data.input_shape)
-    return Net(
-        spec.arm,
-        spec.shape,
-        n_in,
-        data.n_out,
-        seq_len=data.seq_len,
-        pooled=data.sequence and not data.per_position,
-        bottleneck=data.bottleneck,
-        vocab=data.vocab,
-    )
 
 
 @dataclass
@@ -88,31 +55,6 @@ def _prepare(spec: TrialSpec, device: str, cache: dict | None = None) -> _Prepar
     model = init_model(spec, data, device, spec.seed)  # the initialization follows the trial seed
     threshold = spec.train.threshold if spec.train.threshold is not None else task.threshold
     return _Prepared(task, data, model, threshold)
-
-
-def init_model(spec: TrialSpec, data: TaskData, device: str, seed: int) -> Net:
-    """The spec's network, initialized by `seed`, its unused parameters frozen; under another
-    rounding (`spec.rounding`), every parameter moved by its last bit (`rounded`)."""
-    torch.manual_seed(seed)
-    model = build_model(spec, data).to(device)
-    model.freeze_unused(data.train.x[:2])
-    if spec.rounding:
-        rounded(model, seed, spec.rounding)
-    return model
-
-
-def rounded(model: nn.Module, seed: int, rounding: int) -> None:
-    """Move every parameter of `model` by one unit in its last place, up or down by a sign
-    drawn from (`seed`, `rounding`): the least change a float can make, which another
-    machine's kernels make to a computation's bits. A fit amplifies it as it amplifies theirs
-    (the spread it gives, against real roundings', is in the results log)."""
-    state = np.random.SeedSequence([seed, rounding, 0x726F756E64]).generate_state(1)[0]
-    g = torch.Generator().manual_seed(int(state))
-    with torch.no_grad():
-        for p in model.parameters():
-            up = torch.rand(p.shape, generator=g) < 0.5  # drawn on the CPU: one draw anywhere
-            toward = torch.where(up, math.inf, -math.inf).to(p.device, p.dtype)
-            p.copy_(torch.nextafter(p, toward))
 
 
 def _record(spec: TrialSpec, p: _Prepared, result, device: str) -> dict[str, Any]:
@@ -145,7 +87,7 @@ def run_trial(
     spec: TrialSpec, device: str = "cpu", parent: continuation.Parent | None = None
 ) -> dict[str, Any]:
     """Build data and model from the spec and train; exceptions become a 'failed' record. A
-    ladder trial continues `parent`'s fits where one is given (`engine.continuation`)."""
+    ladder trial continues `parent`'s fits where one is given (`fitting.continuation`)."""
     try:
         p = _prepare(spec, device)
         at_init = take_measures(spec, p.model, p.data)
@@ -231,7 +173,7 @@ def train_group(specs: list[TrialSpec], device: str = "cpu", path: str = "auto")
 
 def run_ladders(specs: list[TrialSpec], device: str = "cpu") -> list[dict[str, Any]]:
     """Depth ladders of one shape (`specs.fit_key`) climbed together, one batched fit per rung
-    (`fit_units.fit_ladders`); each trial gets the record `run_trial` gives it alone, with
+    (`units.fit_ladders`); each trial gets the record `run_trial` gives it alone, with
     `metrics["units"]`: how many trials, and fits, each rung's computation held."""
     parents = getattr(specs, "parents", {})
     if parents:  # continued ladders are fitted one at a time (`ladder.fit_ladder`)
@@ -261,7 +203,7 @@ def run_ladders(specs: list[TrialSpec], device: str = "cpu") -> list[dict[str, A
 
 def run_group(specs: list[TrialSpec], device: str = "cpu") -> list[dict[str, Any]]:
     """One unit of work: a lone trial, trained by `train.train`, trials sharing an architecture
-    trained as one ensemble (`blocklab.engine.ensemble`), or depth ladders of one shape fitted
+    trained as one ensemble (`blocklab.fitting.ensemble`), or depth ladders of one shape fitted
     together (`run_ladders`). Each gets its own record."""
     if len(specs) == 1:
         return [run_trial(specs[0], device, getattr(specs, "parents", {}).get(specs[0].id))]

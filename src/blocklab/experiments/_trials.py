@@ -57,11 +57,11 @@ def spec(
 
 def total_params(task: str, task_options: dict[str, Any], arm: Arm, shape: NetShape) -> int:
     """Every parameter of the network, embedding and readout included."""
-    from blocklab.engine import trial
+    from blocklab.fitting import network
 
     one = spec(task, task_options, arm, shape, TrainConfig(), seed=0)
-    data = trial.task_data(task, task_options, 0)
-    return trial.build_model(one, data).param_counts()["total"]
+    data = network.task_data(task, task_options, 0)
+    return network.build_model(one, data).param_counts()["total"]
 
 
 def width_for_params(
@@ -123,7 +123,7 @@ def run_planned(
 def rung_rows(
     spec: TrialSpec, rec: dict[str, Any], rungs: dict[int, int], **keys: Any
 ) -> list[dict[str, Any]]:
-    """A depth ladder's trial as one row per rung (`engine.ladder.fit_ladder`), under the
+    """A depth ladder's trial as one row per rung (`fitting.ladder.fit_ladder`), under the
     nominal budget `rungs[depth]` the rung was planned for; every row keeps the trial's id."""
     out = []
     for step in frames.rung_records(rec):  # the one split of a ladder into rungs
@@ -219,7 +219,7 @@ def row(spec: TrialSpec, rec: dict[str, Any], **keys: Any) -> dict[str, Any]:
         # what more training would have gained, for a plateau criterion
         # (`monitor.TrialMonitor.plateau`)
         "plateau_improvement": m.get("plateau_improvement"),
-        # how the trial was fitted, and a second-order fit's fields (`engine.converge`), None
+        # how the trial was fitted, and a second-order fit's fields (`fitting.converge`), None
         # for an Adam trial
         "optimizer": m.get("optimizer", "adam"),
         "train_loss": m.get("train_loss"),

@@ -146,11 +146,11 @@ class DepthWidthTrials(Trials):
 
 
 def run(cfg: DepthWidthConfig, store: Store, *, resources=None, progress=True) -> DepthWidthTrials:
-    from blocklab.engine import trial
+    from blocklab.fitting import network
 
     opts = cfg.task_options()
     # the tokenizer is trained (and cached) here once, not by every worker at the same time
-    corpus = trial.task_data("text", opts, 0).info
+    corpus = network.task_data("text", opts, 0).info
     trials = _trials.run_planned(
         plan(cfg), store, "depth-width", resources=resources, progress=progress
     )

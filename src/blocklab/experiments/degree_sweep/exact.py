@@ -40,7 +40,7 @@ def functional_counts(
     """Per (budget, arm): the functional dimension of the cell's network at initialization
     (seed 0, teacher 0) over its budgeted parameters, on the task's first test inputs (at least
     four rows per parameter and output)."""
-    from blocklab.engine.trial import init_model, task_data
+    from blocklab.fitting.network import init_model, task_data
     from blocklab.measures.functional import enough_inputs, functional_dimension
 
     data = task_data(cfg.task, cfg.task_options, 0)

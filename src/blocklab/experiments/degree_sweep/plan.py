@@ -153,7 +153,7 @@ def input_ranks(cfg: DegreeSweepConfig, cells: Cells) -> dict[str, dict[str, Any
     such as LayerNorm over the inputs' width or fewer), naming the fix; a bound the design chose
     is stated in the report, not refused."""
 
-    from blocklab.engine.trial import init_model, task_data
+    from blocklab.fitting.network import init_model, task_data
     from blocklab.measures._jacobian import input_rank
 
     data = task_data(cfg.task, cfg.task_options, 0)
@@ -218,7 +218,7 @@ def check_ladders(cfg: DegreeSweepConfig, cells: Cells) -> None:
     if not cfg.staged:
         return
     from blocklab.checks.blocks import check_ladder
-    from blocklab.engine.trial import init_model, task_data
+    from blocklab.fitting.network import init_model, task_data
 
     data = task_data(cfg.task, cfg.task_options, 0)
     sample = data.test.x[:256]
@@ -291,12 +291,11 @@ def referees(cfg: DegreeSweepConfig, cells: Cells) -> list[TrialSpec]:
 
 def optimizers(planned: Planned, store: Store, resources: Resources | None, progress):
     """The planned fits with each one's optimizer chosen from its estimated cost where the
-    sweep's workers run (`engine.fit_plan.choose_for`), the largest first, said on stderr when
+    sweep's workers run (`engine.sweep.choose_for`), the largest first, said on stderr when
     `progress` and something is left to fit (a rerun that re-analyses fits none); Adam trials
     as they are. `progress`, a flag or the command's display (`engine.progress.Progress`),
     which then weighs each fit left by its estimated cost for its ETA."""
-    from blocklab.engine.fit_plan import choose_for
-    from blocklab.engine.sweep import work_left
+    from blocklab.engine.sweep import choose_for, work_left
 
     specs = [s for _, s in planned]
     if not any(s.train.second_order for s in specs):

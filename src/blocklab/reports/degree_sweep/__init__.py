@@ -349,7 +349,7 @@ def write(out_dir, cfg, trials) -> Report:
         lr_choice=result.lr_choice,
         failed=result.failed,
         # what the fits ran: the config's optimizer, or L-BFGS where a fit's cost moved it there
-        # (`engine.fit_plan`); both, joined, when the cells differ
+        # (`fitting.plan`); both, joined, when the cells differ
         optimizer="+".join(
             sorted({r.get("optimizer") or cfg.train.optimizer for r in result.rows})
         ),

@@ -12,10 +12,9 @@ from typing import Any
 
 from blocklab.analysis.pilot import GPU_OVER_CORE, Pilot, Plan, Spreads
 from blocklab.analysis.pilot import size as plan_for
-from blocklab.engine.progress import minutes
 from blocklab.errors import UserError
 from blocklab.experiments.degree_sweep import sizing
-from blocklab.formatting import plain
+from blocklab.formatting import minutes, plain
 
 CORES = (2, 64)  # the reference machine, and a Ray or Slurm allocation of that many cores
 

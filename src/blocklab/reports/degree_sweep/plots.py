@@ -18,7 +18,7 @@ from blocklab.reports.figures import neighbour_runs
 from blocklab.theory import h, layer_degrees, optimal_degree
 
 DPI = 120
-# fits whose stopping rule is a certificate, not a loss threshold (`engine.converge`): a loss
+# fits whose stopping rule is a certificate, not a loss threshold (`fitting.converge`): a loss
 # threshold and the steps to reach it mean nothing for them
 SECOND_ORDER = ("lm", "lbfgs")
 

@@ -58,7 +58,7 @@ def cost_words(cost) -> str | None:
     """The next run's estimated cost (`analysis.cost.Cost`) in words; None where not estimated."""
     if cost is None:
         return None
-    from blocklab.engine.progress import minutes
+    from blocklab.formatting import minutes
 
     said = f"at most {minutes(cost.core_seconds)} of one core's fits, estimated from this run's"
     if cost.continued or cost.refit or cost.kept:

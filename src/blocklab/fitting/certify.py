@@ -3,7 +3,7 @@ whether that still lowered the loss by more than a tolerance; given a limit, kee
 that has not converged, so an easy fit stops early and a hard one gets the limit. A fit at
 float64's floor (`floored`: Levenberg-Marquardt's step below `fit.FLOOR`, L-BFGS's loss unchanged
 at its rounding for `fit.STALLED_ITERATIONS`) ends there certified.
-`fit_batched.converged_batched` certifies the members of a batched fit by the same rules.
+`batched.converged_batched` certifies the members of a batched fit by the same rules.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from blocklab.engine.fit import LBFGS, LevenbergMarquardt, OnStep
+from blocklab.fitting.fit import LBFGS, LevenbergMarquardt, OnStep
 
 STATIONARY = 1e-6  # a fit's relative gradient (`stationarity`) below which it sits at a minimum
 
@@ -38,7 +38,7 @@ class Certificate:
     second: float  # the loss after it, where the fit ended
     iterations: int  # the iterations run in all
     # where the schedule stood when it was decided, so a larger budget can continue it
-    # (`engine.continuation`): the iterations scheduled so far (`iterations` counts those run,
+    # (`fitting.continuation`): the iterations scheduled so far (`iterations` counts those run,
     # fewer where the fit floored), whether the fit was at its floor, stopped by `on_step`, and
     # whether its last stretch moved it or sat at a stationary point
     done: int = 0

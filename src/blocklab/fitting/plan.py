@@ -8,9 +8,9 @@ use), keeps Levenberg-Marquardt where its iteration takes at most `LM_ITERATION_
 memory fits, gives the rest to L-BFGS (DESIGN.md: "Levenberg-Marquardt where its O(N P^2) cost
 fits, L-BFGS beyond"), says which it chose and why, and refuses a plan no optimizer can hold in
 memory. Its estimate of the fits' time, every fit at its `steps` iterations, times an iteration
-of each network as well as counting its FLOPs (`rung_seconds`, `fit_timing.lm_iteration`), and
+of each network as well as counting its FLOPs (`rung_seconds`, `timing.lm_iteration`), and
 counts the AdamW warm starts (`converge._warm`): a restart's warm start at the first rung, its
-steps (`warm_steps`) times one step of that network, timed here (`fit_timing.adam_step`). A
+steps (`warm_steps`) times one step of that network, timed here (`timing.adam_step`). A
 small network's iteration or step costs mostly the calls it makes, which no FLOP count sees.
 """
 
@@ -23,16 +23,13 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 import torch
 
-from blocklab.engine.fit_timing import adam_step, lm_iteration, sync
-from blocklab.engine.progress import minutes
 from blocklab.errors import UserError
-
-if TYPE_CHECKING:
-    from blocklab.engine.executors import Resources
+from blocklab.fitting.timing import adam_step, lm_iteration, sync
+from blocklab.formatting import minutes
 
 # seconds past which a Levenberg-Marquardt iteration leaves its fit to L-BFGS: 1,024 iterations
 # at the limit are over half an hour per restart, where L-BFGS's iteration is about P times
@@ -118,8 +115,8 @@ def estimate(spec, rate: float) -> Estimate:
     """The cost of `spec`'s fit (its top rung on a ladder) at `rate` float64 GFLOP/s: an LM
     iteration as J^T J's N P (P + 1) FLOPs plus a Jacobian of at most as many (`blocklab bench`
     measures both), an L-BFGS iteration as two forward and backward passes (12 N P)."""
-    from blocklab.engine import converge
-    from blocklab.engine.trial import init_model, task_data
+    from blocklab.fitting import converge
+    from blocklab.fitting.network import init_model, task_data
 
     data = task_data(spec.task, spec.task_options, spec.data_seed)
     model = init_model(spec, data, "cpu", spec.seed)
@@ -147,26 +144,6 @@ def _secs(x: float) -> str:
 
 def _size(b: float) -> str:
     return f"{b / 2**30:.1f} GB" if b >= 2**30 else f"{b / 2**20:.0f} MB"
-
-
-def choose_for(
-    specs: Sequence[Any],
-    resources: Resources | None,
-    say: bool,
-    left: dict | None = None,
-    costs: dict | None = None,
-) -> list[Any]:
-    """`choose` for a sweep's resources (None: the defaults): on its device, for its workers,
-    timed at the thread count each worker runs with (`executors.worker_threads`); the line to
-    stderr when `say`, costing what is `left` (`choose`), each trial's cost put in `costs`."""
-    from blocklab.engine.devices import device_name
-    from blocklab.engine.executors import Resources, worker_threads
-
-    resources = resources or Resources()
-    with worker_threads(resources.threads):
-        device = device_name(resources.device)
-        out = sys.stderr if say else None
-        return choose(specs, device, resources.workers, out=out, left=left, costs=costs)
 
 
 def choose(
@@ -335,7 +312,7 @@ def _between(ends: list[tuple[float, float]], flops: float) -> float:
 def warm_steps(cfg) -> int:
     """The AdamW steps of one warm start of `cfg`: its `warm_start` steps, and under wsd the
     decay of the run of half the steps that branches off them (`train.half_run`)."""
-    from blocklab.engine.train import half_run
+    from blocklab.fitting.train import half_run
 
     if not cfg.warm_start:
         return 0

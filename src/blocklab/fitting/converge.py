@@ -1,4 +1,4 @@
-"""A trial fitted to convergence: a second-order full-batch float64 fit (`engine.fit`) from
+"""A trial fitted to convergence: a second-order full-batch float64 fit (`fitting.fit`) from
 several initializations, each with its convergence certificate.
 
 Where `train.train` asks how far AdamW gets in a number of steps, this asks what the network can
@@ -31,12 +31,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from blocklab.engine.certify import converged, first_check
-from blocklab.engine.fit import FITTERS
-from blocklab.engine.fit_batched import BatchedLevenbergMarquardt, converged_batched
-from blocklab.engine.monitor import TrainResult, TrialMonitor
-from blocklab.engine.train import evaluate, train
 from blocklab.errors import UserError
+from blocklab.fitting.batched import BatchedLevenbergMarquardt, converged_batched
+from blocklab.fitting.certify import converged, first_check
+from blocklab.fitting.fit import FITTERS
+from blocklab.fitting.monitor import TrainResult, TrialMonitor
+from blocklab.fitting.train import evaluate, train
 from blocklab.specs import TrainConfig
 from blocklab.tasks.base import Split, TaskData
 
@@ -155,9 +155,9 @@ def fit_batched(
     thresholds: list[float],
 ) -> list[Restart]:
     """`fit_once` on networks of one architecture as one batched Levenberg-Marquardt computation
-    (`fit_batched`), each member warmed, monitored and certified as it would be alone
+    (`batched`), each member warmed, monitored and certified as it would be alone
     (`certify.certify`), on its own task data, sets and threshold (one entry per member): a
-    rung's chains share one training set, the units of `fit_units` each fit their own."""
+    rung's chains share one training set, the units of `units` each fit their own."""
     start = time.perf_counter()
     members = list(zip(models, data, sets, cfgs, seeds, thresholds, strict=True))
     monitors = [_warm(m, d, c, s, t) for m, d, _, c, s, t in members]

@@ -1,5 +1,5 @@
 """The ensemble's "stacked" forward path: E networks of one architecture as one network whose
-weights carry a leading member axis, run on (E, B, ...) inputs (`blocklab.engine.ensemble`).
+weights carry a leading member axis, run on (E, B, ...) inputs (`blocklab.fitting.ensemble`).
 
 `stack_weights` rewrites a copy of one member in place: each nn.Linear becomes a `StackedLinear`
 (one batched matmul, (E, out, in) weights), each nn.Embedding a `StackedEmbedding` (a lookup in

@@ -1,7 +1,7 @@
 """A depth ladder: a trial's fits at each depth in turn, each rung started from the fitted rung
 below plus silenced layers (`fit_ladder`, `Climb`), and a ladder continued from a stored one of a
-smaller budget (`engine.continuation`): its fits kept, continued or fitted again rung by rung.
-`fit_units.fit_ladders` climbs several ladders of one shape as one batched fit per rung.
+smaller budget (`fitting.continuation`): its fits kept, continued or fitted again rung by rung.
+`units.fit_ladders` climbs several ladders of one shape as one batched fit per rung.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dataclasses import replace
 
 from torch import nn
 
-from blocklab.engine import continuation
-from blocklab.engine.converge import (
+from blocklab.fitting import continuation
+from blocklab.fitting.converge import (
     FitData,
     Restart,
     _best,
@@ -27,7 +27,7 @@ from blocklab.engine.converge import (
     restart_seed,
     training_set,
 )
-from blocklab.engine.monitor import TrainResult
+from blocklab.fitting.monitor import TrainResult
 from blocklab.specs import TrainConfig
 from blocklab.tasks.base import TaskData
 
@@ -62,7 +62,7 @@ def fit_ladder(
     parameters, drawn by `seed` (the online draws of smaller N are prefixes of larger ones), is
     certified like any fit (`fit_once`), and keeps its best chain by training loss. With
     `cfg.chains` "best", every chain instead continues the best fit of the rung below, and the
-    chains differ in their added layers (each its own initialization). `fit_units.fit_ladders`
+    chains differ in their added layers (each its own initialization). `units.fit_ladders`
     climbs several ladders of one shape as one batched fit per rung. `prior`, a stored ladder's
     fit states of a smaller budget (`continuation`), is continued: each fit kept, continued or
     fitted again as `continuation.actions` says, one at a time."""

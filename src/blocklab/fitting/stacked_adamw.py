@@ -1,5 +1,5 @@
 """AdamW over an ensemble's stacked parameters [E, ...], each member at its own learning rate, in
-a number of operators that does not grow with the members (`blocklab.engine.ensemble`).
+a number of operators that does not grow with the members (`blocklab.fitting.ensemble`).
 
 The parameters, their gradients and the two moments lie end to end in flat buffers (`packed`),
 so what acts on every member at once is one operator on a buffer: zeroing the gradients, scaling

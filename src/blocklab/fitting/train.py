@@ -11,7 +11,7 @@ anneals, and is scored on validation, then the run goes on as if it had not (`ha
 doubling the steps gained is the gap between the two annealed losses.
 
 A step's gradients (`backward`) and the wsd branch (`wsd_half_run`) are written once, here: this
-loop and the ensemble's (`blocklab.engine.ensemble`) both call them.
+loop and the ensemble's (`blocklab.fitting.ensemble`) both call them.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from blocklab.engine.monitor import TrainResult, TrialMonitor
+from blocklab.fitting.monitor import TrainResult, TrialMonitor
 from blocklab.specs import TrainConfig
 from blocklab.tasks.base import Split, TaskData, loss, member_losses, score_sums
 
@@ -159,7 +159,7 @@ def backward(
     live: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """A training step's gradients, for one network (`train`) or an ensemble's members
-    (`blocklab.engine.ensemble`, `live` given): the forward pass under the step's precision
+    (`blocklab.fitting.ensemble`, `live` given): the forward pass under the step's precision
     context `cast` (`autocast`), the loss in float32, the gradients zeroed (`zero_grad`) and
     backpropagated. Returns the loss before the update and `norms()`, the gradient norms read
     once the gradients are in (`train` clips there).
@@ -219,7 +219,7 @@ def train(
 ) -> TrainResult:
     """Train in place. Batches come from a generator seeded by `seed`, so trials are repeatable:
     shuffled examples of the train split, or fresh ones from a generative task's sampler.
-    The plain reference for one network; `blocklab.engine.ensemble` trains many at once and is
+    The plain reference for one network; `blocklab.fitting.ensemble` trains many at once and is
     tested against it."""
     start = time.perf_counter()
     kind, tol = data.kind, data.tolerance

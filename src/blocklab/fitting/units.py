@@ -1,6 +1,6 @@
 """Depth ladders of one shape climbed together: the units of a sweep that differ only in their
 seeds (the initialization's and the teacher's) fitted, rung by rung, as one batched
-Levenberg-Marquardt computation (`fit_batched.BatchedLevenbergMarquardt`, each member on its own
+Levenberg-Marquardt computation (`batched.BatchedLevenbergMarquardt`, each member on its own
 training set), beside `ladder.fit_ladder`, which climbs one ladder and is their plain reference
 (tests/test_fit_units.py compares the two step by step).
 
@@ -19,8 +19,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from blocklab.engine import converge
-from blocklab.engine.ladder import Climb
+from blocklab.fitting import converge
+from blocklab.fitting.ladder import Climb
 from blocklab.specs import TrainConfig
 from blocklab.tasks.base import TaskData
 

@@ -36,7 +36,7 @@ class TrainResult:
     # (`TrialMonitor.plateau`); near 0 when training had stopped improving
     plateau_improvement: float | None = None
     half_val_loss: float | None = None  # wsd: the annealed loss of the run of half the steps
-    # a second-order fit's (`engine.converge`): the optimizer, the fixed training set's size, the
+    # a second-order fit's (`fitting.converge`): the optimizer, the fixed training set's size, the
     # final training MSE, its certificate and the iterations it took, every restart's losses and
     # how far they spread
     optimizer: str | None = None

@@ -12,10 +12,12 @@
 (d) the same two loops for small transformer language models (token ids, learned positions,
     causal softmax attention, a ReLU 4x feed-forward, layer norm), per width: the networks of
     the depth-width experiment, which run on the ensemble's stacked path like the polynomial ones;
-(e) certified Levenberg-Marquardt fits per minute (`engine.fit`, each fit `converged` over its
-    iterations, as `engine.converge` fits a trial's restarts): the restarts of a small degree-3
+(e) certified Levenberg-Marquardt fits per minute (`fitting.fit`, each fit `converged` over its
+    iterations, as `fitting.converge` fits a trial's restarts): the restarts of a small degree-3
     network on the teacher task, fitted one after another vs as one batched computation
-    (`fit_batched.BatchedLevenbergMarquardt`), per depth.
+    (`fitting.batched.BatchedLevenbergMarquardt`), per depth;
+(f) where one Levenberg-Marquardt iteration's time goes: residuals, Jacobian, J^T J and solve,
+    per depth. (e) and (f) are timed in `bench.fits`.
 
 The networks regress random targets from random inputs, or predict random next tokens, through
 the real trainers (AdamW, clipping, schedule); validation and test splits are tiny so the steps
@@ -32,10 +34,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from blocklab.engine.ensemble import train_ensemble
-from blocklab.engine.fit_bench import FIT_TASK, fit_rows, split_rows
-from blocklab.engine.fit_plan import matmul_rate, sync
-from blocklab.engine.train import precision, train
+from blocklab.bench.fits import FIT_TASK, fit_rows, split_rows
+from blocklab.fitting.ensemble import train_ensemble
+from blocklab.fitting.plan import matmul_rate, sync
+from blocklab.fitting.train import precision, train
 from blocklab.models import Net, parse_arm
 from blocklab.specs import NetShape, TrainConfig
 from blocklab.tasks.base import Split, TaskData

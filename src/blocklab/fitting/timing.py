@@ -2,7 +2,7 @@
 (`adam_step`) and a Levenberg-Marquardt iteration (`lm_iteration`), each as the run takes it, on
 the spot, so the machine's load counts as it will in the run. A small network's step costs
 mostly the calls it makes (the Jacobian by layers, J^T J, the solve, the residuals), which no
-FLOP count sees; `fit_plan` bounds the fits' time with these.
+FLOP count sees; `plan` bounds the fits' time with these.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ def adam_step(spec, device: str = "cpu", steps: int = 16) -> float:
     start takes it (`train.train`: forward, loss, backward, clipping, update, the loss read
     back, and its share of drawing a generative task's fresh examples): the mean of `steps`
     in a row after two that warm up."""
-    from blocklab.engine.converge import training_set
-    from blocklab.engine.train import ONLINE_CHUNK, autocast
-    from blocklab.engine.trial import init_model, task_data
+    from blocklab.fitting.converge import training_set
+    from blocklab.fitting.network import init_model, task_data
+    from blocklab.fitting.train import ONLINE_CHUNK, autocast
     from blocklab.tasks.base import loss
 
     cfg = spec.train
@@ -69,9 +69,9 @@ def lm_iteration(spec, device: str = "cpu", iterations: int = 2) -> float:
     and for an accepted step the next Jacobian and J^T J. The mean of `iterations` after one
     that warms up, each step accepted (`TIMED_DAMPING`): an accepted step is an iteration's
     dearest, a rejected one evaluates the residuals alone."""
-    from blocklab.engine import converge
-    from blocklab.engine.fit import LevenbergMarquardt
-    from blocklab.engine.trial import init_model, task_data
+    from blocklab.fitting import converge
+    from blocklab.fitting.fit import LevenbergMarquardt
+    from blocklab.fitting.network import init_model, task_data
 
     data = task_data(spec.task, spec.task_options, spec.data_seed)
     model = init_model(spec, data, "cpu", spec.seed).to(device).double()

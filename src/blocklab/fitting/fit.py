@@ -8,7 +8,7 @@ few thousand parameters can reach, rather than how far Adam gets in a fixed numb
   problems", algorithm 3.16). Each iteration costs a Jacobian and a P x P solve, O(N P^2).
 - `LBFGS`: torch's L-BFGS with a strong-Wolfe line search and its own stopping tolerances off,
   so it runs the iterations it is given.
-- `fit_batched.BatchedLevenbergMarquardt`: the restarts of one network as one computation, each
+- `batched.BatchedLevenbergMarquardt`: the restarts of one network as one computation, each
   member taking the steps `LevenbergMarquardt` takes on it alone.
 
 Each ends where float64 resolves no more (`floored`): Levenberg-Marquardt when its damped step

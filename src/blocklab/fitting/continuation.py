@@ -36,9 +36,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from blocklab.engine.certify import Certificate, first_check
-from blocklab.engine.converge import Restart
-from blocklab.engine.monitor import TrainResult
+from blocklab.fitting.certify import Certificate, first_check
+from blocklab.fitting.converge import Restart
+from blocklab.fitting.monitor import TrainResult
 from blocklab.specs import TrainConfig, TrialSpec
 from blocklab.store import FINISHED, Store
 

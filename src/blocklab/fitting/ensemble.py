@@ -13,7 +13,7 @@ training it alone to float tolerance (tests/test_ensemble.py). A member that div
 where it would alone and is left out of every later update, so its NaN reaches no other member.
 
 Two forward paths; results record which one ran:
-- "stacked": a `Net` of `stackable` blocks, fed features or token ids (`blocklab.engine.stacked`).
+- "stacked": a `Net` of `stackable` blocks, fed features or token ids (`blocklab.fitting.stacked`).
   Each nn.Linear becomes a batched matmul over stacked weights (E, out, in), each nn.Embedding a
   lookup in stacked tables (E, V, D), and every other parameter (a block's raw one such as the
   mixer's (T, T) token weights, the network's learned positions) is stacked as (E, *shape) and read
@@ -39,10 +39,10 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
-from blocklab.engine.monitor import DeviceMonitors, TrainResult, TrialMonitor
-from blocklab.engine.stacked import parent_of, stack_weights, stackable
-from blocklab.engine.stacked_adamw import StackedAdamW, packed
-from blocklab.engine.train import (
+from blocklab.fitting.monitor import DeviceMonitors, TrainResult, TrialMonitor
+from blocklab.fitting.stacked import parent_of, stack_weights, stackable
+from blocklab.fitting.stacked_adamw import StackedAdamW, packed
+from blocklab.fitting.train import (
     EVAL_OUTPUTS,
     ONLINE_CHUNK,
     autocast,
