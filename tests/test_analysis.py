@@ -15,7 +15,7 @@ from blocklab.analysis.stats import (
     interval,
     layer_degrees,
     ranking_vs_theory,
-    summarize,
+    summarize_arms,
 )
 from blocklab.analysis.summary import drawn_interval, positive_interval
 from blocklab.reports import verdicts
@@ -177,7 +177,7 @@ def test_diverged_seeds_are_excluded_and_counted():
     rows = arms({"A": [1.0, 1.1, 0.9, 1.05], "B": [1.5, 1.6, 1.4, 1.55]})
     rows[5] = row("B", 1, None, status="diverged")
     rows += [row("C", s, None, status="diverged") for s in range(4)]
-    by = {s.arm: s for s in summarize(rows)}
+    by = {s.arm: s for s in summarize_arms(rows)}
     assert (by["B"].n, by["B"].n_diverged, by["B"].n_seeds) == (3, 1, 4)
     assert by["B"].mean == pytest.approx(np.mean([1.5, 1.4, 1.55]))
     assert by["C"].n == 0 and by["C"].n_diverged == 4 and math.isnan(by["C"].mean)
@@ -203,7 +203,7 @@ def test_untestable_arm_is_named():
 def test_summaries_sorted_by_degree_with_mlp_last_and_steps_counted(tmp_path):
     rows = arms({"mlp": [1.0, 1.1], "d=4": [1.0, 1.2], "d=2": [1.3, 1.1]})
     rows[0]["steps_to_threshold"] = None
-    s = summarize(rows)
+    s = summarize_arms(rows)
     assert [x.arm for x in s] == ["d=2", "d=4", "mlp"]
     assert (s[2].n_reached, s[2].steps_mean) == (1, 100)
     path = write_report(tmp_path, tabulate(rows, 0.05), title="t", config={}, provenance={})
@@ -215,10 +215,10 @@ def test_ranking_follows_h_and_spearman():
     rows = arms(
         {"d=3": [0.1, 0.11], "mix[3,2,3]": [0.2, 0.21], "d=2": [0.3, 0.31], "d=e": [0.05, 0.06]}
     )
-    [r] = ranking_vs_theory(summarize(rows))
+    [r] = ranking_vs_theory(summarize_arms(rows))
     assert r.predicted == ("d=e", "d=3", "mix[3,2,3]", "d=2")
     assert r.measured == r.predicted and r.rho == pytest.approx(1.0)
-    [r2] = ranking_vs_theory(summarize(arms({"d=2": [1, 1.1], "d=3": [1, 1.2]})))
+    [r2] = ranking_vs_theory(summarize_arms(arms({"d=2": [1, 1.1], "d=3": [1, 1.2]})))
     assert math.isnan(r2.rho)
     assert layer_degrees("mix[3,2,3]", 8 / 3) == (3.0, 2.0, 3.0)
     assert layer_degrees("mix[3,2,3]", 2.0) == (2.0,)  # label disagrees with degree: trust degree
@@ -337,7 +337,7 @@ def test_mean_curve_interpolates_and_does_not_extend_short_runs():
 
 def test_the_terminal_table_fits_100_columns_and_the_report_keeps_every_column(tmp_path):
     rows = arms({"d=2": [0.5, 0.4, 0.45], "mix[3,2,3]": [0.6, 0.5, 0.55], "mlp": [1.5, 0.1, 3]})
-    text = table(summarize(rows))
+    text = table(summarize_arms(rows))
     assert max(map(len, text.splitlines())) <= 100
     assert text.splitlines()[0].startswith("teacher: test mse")  # named once, above the table
     assert "embed+readout" not in text
@@ -366,12 +366,12 @@ def test_the_degree_plot_names_only_the_arms_that_ran(values, expected, monkeypa
 def test_a_positive_metric_keeps_its_plotted_interval_positive(monkeypatch, tmp_path):
     """Two seeds of an MSE: the t-interval (t = 12.7) reaches below zero, the plotted bootstrap
     interval stays within the seeds' range."""
-    [s] = summarize(arms({"d=3": [0.2, 0.6]}))
+    [s] = summarize_arms(arms({"d=3": [0.2, 0.6]}))
     assert s.lo < 0 and s.values == (0.2, 0.6)
     lo, hi = positive_interval(s.values)
     assert 0.2 <= lo <= s.mean <= hi <= 0.6
     [err_lo], [err_hi] = plots._yerr([s], tabulate(arms({"d=3": [0.2, 0.6]})).bands)
     assert s.mean - err_lo >= 0.2 and s.mean + err_hi <= 0.6
     # accuracy keeps its t-interval
-    [a] = summarize(arms({"d=3": [0.2, 0.6]}, metric="accuracy"))
+    [a] = summarize_arms(arms({"d=3": [0.2, 0.6]}, metric="accuracy"))
     assert drawn_interval(a) == (a.lo, a.hi)

@@ -278,7 +278,7 @@ def test_a_stalled_fit_is_not_converged_however_small_its_gain():
 def test_the_figures_name_only_what_ran_and_no_interval_they_cannot_have(tmp_path, monkeypatch):
     """The scaling legend gives the reference no interval ([1, 1]) and no arm a NaN one; the
     relative plot names an mlp line only where an mlp ran."""
-    from blocklab.analysis.stats import summarize
+    from blocklab.analysis.stats import summarize_arms
     from blocklab.reports.degree_sweep import curves, plots
 
     figures = []
@@ -291,6 +291,6 @@ def test_the_figures_name_only_what_ran_and_no_interval_they_cannot_have(tmp_pat
     assert not any("nan" in label or "[1, 1]" in label for label in labels), labels
     for with_mlp in (True, False):
         ran = [r for r in rows if with_mlp or r["arm"] != "mlp"]
-        plots.ranking_vs_theory(summarize(ran), tmp_path / "r.png")
+        plots.ranking_vs_theory(summarize_arms(ran), tmp_path / "r.png")
         xlabels = " ".join(ax.get_xlabel() for ax in figures[-1].axes)
         assert ("dashed line: mlp" in xlabels) == with_mlp and "degree d" in xlabels

@@ -11,6 +11,8 @@ import pytest
 import torch
 from scipy import stats
 
+from blocklab.analysis import needle as needle_analysis
+from blocklab.analysis import qsa
 from blocklab.analysis.power import seeds_for, t_test_power
 from blocklab.cli import main
 from blocklab.experiments import _trials, needle, sanford_match, sanford_qsa
@@ -89,12 +91,15 @@ def test_needle_verdicts_follow_the_tests():
     def row(model, k):
         return {"model": model, "seq_len": 8, "tau1": 3.0, "successes": k, "fraction": k / 100}
 
+    def tests(rows):
+        return needle_analysis.tests(cfg, rows, [])
+
     rows = [row("softmax", 90), row("linear", 10), row("linearized", 88)]
-    found = {f["model"]: f for f in needle_report.findings(cfg, rows, [])}
+    found = {f["model"]: f for f in needle_report.findings(cfg, tests(rows))}
     assert found["linear"]["verdict"] == "softmax better" and found["linear"]["p_holm"] < 1e-10
     assert found["linearized"]["verdict"] == "no significant difference"
     rows = [row("softmax", 10), row("linear", 90), row("linearized", 10)]
-    found = {f["model"]: f for f in needle_report.findings(cfg, rows, [])}
+    found = {f["model"]: f for f in needle_report.findings(cfg, tests(rows))}
     assert found["linear"]["verdict"] == "linear better"
 
 
@@ -123,7 +128,7 @@ def test_qsa_findings_read_the_threshold_crossing():
 
     summaries = [s(1, 2, 0.95), s(1, 4, 0.97), s(1, 8, 0.99)]
     summaries += [s(4, 2, 0.2), s(4, 4, 0.5), s(4, 8, 0.93)]
-    found = qsa_report.findings(cfg, summaries)
+    found = qsa_report.findings(cfg, qsa.thresholds(cfg, summaries))
     assert [f["first_m"] for f in found[:2]] == [2, 8]
     assert "non-decreasing" in found[-1]["measured"] and "NOT" not in found[-1]["measured"]
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from blocklab.analysis import depth_width as dw
+from blocklab.analysis import depth_width_claims as claims
 from blocklab.cli import main
 from blocklab.engine import trial
 from blocklab.errors import UserError
@@ -139,12 +140,12 @@ def test_fit_needs_two_depths():
         return dw.TransitionSearch(depth, depth + 1, t, dw.FOUND, (worse,))
 
     none = dw.TransitionSearch(3, 4, None, dw.NEVER_WORSE, ())
-    fit, why = report.fit_found([search(1, 20.0), none])
+    fit, why = claims.fit_found([search(1, 20.0), none])
     assert fit is None and "1 transition" in why
-    fit, why = report.fit_found([search(1, 20.0), search(2, 30.0), none])
+    fit, why = claims.fit_found([search(1, 20.0), search(2, 30.0), none])
     assert why is None and fit.n_points == 2 and fit.b == pytest.approx(math.log(1.5))
     paper_width, paper_error = dw.transition_width(1)
-    assert report.transitions_json([search(1, 20.0), none]) == [
+    assert claims.transitions_json([search(1, 20.0), none]) == [
         {
             "depth_shallow": 1,
             "depth_deep": 2,
@@ -166,12 +167,12 @@ def test_the_quick_form_is_powered_for_its_planned_comparison():
     not, and a run's power is reported at its own pooled seed std too."""
     cfg = depth_width.DepthWidthConfig()
     summaries = [{"n": 4, "std": 0.03}, {"n": 4, "std": 0.02}, {"n": 1, "std": float("nan")}]
-    power = report.power_json(cfg, summaries)
+    power = claims.power_json(cfg, summaries)
     assert {"effect", "sd", "n", "power"} <= set(power)
     assert (power["effect"], power["sd"], power["n"]) == (0.09, 0.017, 4) and power["power"] > 0.99
     assert power["measured_sd"] == pytest.approx((0.0013 / 2) ** 0.5)
     assert power["power_at_measured_sd"] < power["power"]  # its pooled std is above the planned
-    two = report.power_json(dataclasses.replace(cfg, seeds=2), summaries)
+    two = claims.power_json(dataclasses.replace(cfg, seeds=2), summaries)
     assert two["power"] < 0.6
 
 
@@ -273,7 +274,7 @@ def test_best_depth_per_budget_matches_budgets_by_what_was_asked():
     rows += [summary(2, 30000, 3.4), summary(3, 30000, 3.45), summary(3, 90000, 3.0)]
     for r in rows:
         r["n"] = 3
-    best = report.best_depths(rows)
+    best = claims.best_depths(rows)
     # 90000 has one depth only: nothing to compare
     assert best == [
         {"budget": 3000, "depth": 1, "loss": 4.0},
@@ -295,9 +296,9 @@ def test_report_draws_a_found_fit(tmp_path, monkeypatch):
         t = dw.Transition(depth, depth + 1, width, 2.0, 12 * depth * width**2)
         worse = dw.Comparison(t.n_params, width, 4.1, 0.01, 4.0, 0.01, 0.002, True)
         searches.append(dw.TransitionSearch(depth, depth + 1, t, dw.FOUND, (worse,)))
-    fit, error = report.fit_found(searches)
+    fit, error = claims.fit_found(searches)
     cfg = depth_width.DepthWidthConfig(depths=(1, 2, 3), budgets=(3000, 30000))
-    best = report.best_depths(summaries)
+    best = claims.best_depths(summaries)
     trials = depth_width.DepthWidthTrials([{"status": "done"}], [], {"source": "test"})
     result = report.Result(
         trials.rows,  # a report needs one finished trial
@@ -306,11 +307,11 @@ def test_report_draws_a_found_fit(tmp_path, monkeypatch):
         fit,
         error,
         best,
-        report.findings(cfg, searches, fit, best),
+        report.findings(claims.claims(searches, fit, best, report.design_sizes(cfg)), fit, best),
         [],
         {"source": "test"},
-        report.power_json(cfg, summaries),
-        report.transitions_json(searches),
+        claims.power_json(cfg, summaries),
+        claims.transitions_json(searches),
     )
     # the analysis of these hand-made summaries, as the report receives it
     monkeypatch.setattr(report, "analyze", lambda cfg, trials: result)

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from blocklab import theory
+from blocklab.analysis import seprank
 from blocklab.cli import main
 from blocklab.experiments import _seprank as sr
 from blocklab.experiments import seprank_degree as dg
@@ -281,12 +282,10 @@ def test_degree_verdicts_catch_a_wrong_rank():
 
 
 def test_order_reads_ties():
-    assert (
-        dg_report._order({"2": 1.0, "3": 2.0, "4": 1.0}, dict.fromkeys("234", 0.0)) == "3 > 2 = 4"
-    )
+    assert seprank.order({"2": 1.0, "3": 2.0, "4": 1.0}, dict.fromkeys("234", 0.0)) == "3 > 2 = 4"
     h = {str(d): theory.h(d) for d in (4, 2, 3)}
-    assert dg_report._order(h, dict.fromkeys(h, 0.0)) == "3 > 2 = 4"  # h(2) == h(4) exactly
-    assert dg_report._order({"2": 1.0, "3": 1.5}, {"2": 0.3, "3": 0.3}) == "2 = 3"
+    assert seprank.order(h, dict.fromkeys(h, 0.0)) == "3 > 2 = 4"  # h(2) == h(4) exactly
+    assert seprank.order({"2": 1.0, "3": 1.5}, {"2": 0.3, "3": 0.3}) == "2 = 3"
 
 
 def test_configs_refuse_bad_grids():

@@ -127,7 +127,7 @@ class Summary:
     values: tuple[float, ...] = ()  # the test metric of each done seed, in seed order
 
 
-def summarize(rows, level=0.95):
+def summarize_arms(rows, level=0.95):
     """One Summary per (task, budget, arm), sorted by task, budget, degree (None last), arm."""
     _validate(rows)
     out = []

@@ -3,9 +3,9 @@ the float64 rank follows the exact one, and the notes on the exact and the float
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from blocklab.analysis.seprank import FLOOR
 from blocklab.measures.exact_rank import PRIME
 
 
@@ -34,7 +34,6 @@ FLOAT_NOTE = (
     "largest, or below float64's rounding floor. A falling float64 rank says nothing about the "
     "function: the exact rank over F_p is the one to read."
 )
-FLOOR = 1e-14  # sigma_i / sigma_1 below this is float64 rounding (about 45 eps): not resolved
 WHY = (
     "Why below: float64's dynamic range. It keeps about 16 significant digits; a deep network's "
     "grid values, products of many factors, span more orders of magnitude, so all but its first "
@@ -42,26 +41,10 @@ WHY = (
 )
 
 
-def resolved(spectrum: list[float] | None) -> int | None:
-    """How many singular values (sigma_i / sigma_1, as stored) stand above float64's rounding
-    floor (`FLOOR`); None where the network overflowed (no spectrum)."""
-    return sum(v > FLOOR for v in spectrum) if spectrum else None
-
-
-def log3(x: float | None) -> float | None:
-    return math.log(x, 3) if x else None
-
-
-def float_finding(summaries, rtol: float) -> dict[str, Any]:
-    """How far the float64 numerical rank follows the exact rank."""
-    pairs = [
-        (s, s["float"]["min"], s["exact"]["min"])
-        for s in summaries
-        if s["exact"]["min"] is not None and s["float"]["min"] is not None
-    ]
-    equal = [p for p in pairs if p[1] == p[2]]
-    over = [p for p in pairs if p[1] > p[2]]
-    lost = [p for p in pairs if p[1] < p[2] and not p[0]["exact_saturated"]]
+def float_finding(test: dict[str, list], rtol: float) -> dict[str, Any]:
+    """How far the float64 numerical rank follows the exact rank (`test`:
+    `analysis.seprank.float_test`), worded."""
+    pairs, equal, over, lost = test["pairs"], test["equal"], test["over"], test["lost"]
     deepest = lost[-1][0] if lost else None
     shown = (
         f" (at {point_label(deepest)} float64 resolves {values_text(deepest['resolved'])} of the "

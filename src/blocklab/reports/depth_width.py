@@ -4,15 +4,12 @@ drawn in the manner of seed 001's figures 2, 3 and 4 from the run's own trials."
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from blocklab.analysis import depth_width as dw
-from blocklab.analysis.power import design_power
-from blocklab.analysis.summary import summarize
-from blocklab.errors import UserError
+from blocklab.analysis import depth_width_claims as claims
 from blocklab.experiments.depth_width import FIT_FILE, width_for
 from blocklab.formatting import number
 from blocklab.reports import Report, markdown
@@ -46,16 +43,11 @@ class Result:
 def analyze(cfg, trials) -> Result:
     """The test loss over seeds per depth and width, the transitions between adjacent depths,
     their fit, the best depth per budget and the findings."""
-    summaries = summarize(trials.rows, ("depth", "width", "nominal"), value="test_loss")
-    summaries = with_sizes(summaries, trials.rows)
-    points = {
-        depth: [dw.Point(s["budget"], s["width"], s["mean"], s["std"], s["n"]) for s in group]
-        for depth, group in _by_depth(summaries).items()
-    }
-    searches = dw.transitions(points, alpha=cfg.alpha)
-    fit, fit_error = fit_found(searches)
-    best = best_depths(summaries)
-    found = findings(cfg, searches, fit, best)
+    summaries = claims.summaries(trials.rows)
+    searches = claims.searches(summaries, cfg.alpha)
+    fit, fit_error = claims.fit_found(searches)
+    best = claims.best_depths(summaries)
+    found = findings(claims.claims(searches, fit, best, design_sizes(cfg)), fit, best)
     return Result(
         trials.rows,
         summaries,
@@ -66,49 +58,14 @@ def analyze(cfg, trials) -> Result:
         found,
         trials.failed,
         trials.corpus,
-        power_json(cfg, summaries),
-        transitions_json(searches),
+        claims.power_json(cfg, summaries),
+        claims.transitions_json(searches),
     )
 
 
-def power_json(cfg, summaries: list[dict[str, Any]]) -> dict[str, Any]:
-    """`--json`'s `power`: the chance that the design's weakest planned comparison, two adjacent
-    depths at the largest budget, finds the planned effect at `alpha` with `seeds` per point; and
-    the same at the seed std this run measured (pooled over its points: the root of their mean
-    variance)."""
-    stds = [s["std"] for s in summaries if s["n"] >= 2]
-    power = design_power(
-        cfg.planned_effect, cfg.planned_sd, cfg.seeds, cfg.alpha, measured_sds=stds
-    )
-    return power | {"comparison": f"adjacent depths at N = {max(cfg.budgets):.3g}"}
-
-
-def first_significant(search) -> Any:
-    """The comparison a found transition rests on: the first where the shallower net is worse."""
-    return next((c for c in search.comparisons if c.significant), None)
-
-
-def transitions_json(searches) -> list[dict]:
-    """`--json`'s `transitions`: one entry per adjacent pair whose transition was found, with the
-    p-value it rests on and the paper's width for it (eq. 11 at the shallower depth)."""
-    out = []
-    for s in searches:
-        if (t := s.transition) is None:
-            continue
-        width, error = dw.transition_width(t.depth_shallow)
-        out.append(
-            {
-                "depth_shallow": t.depth_shallow,
-                "depth_deep": t.depth_deep,
-                "width": t.width,
-                "width_error": t.error,
-                "params": t.n_params,
-                "p": first_significant(s).p_value,
-                "paper_width": width,
-                "paper_width_error": error,
-            }
-        )
-    return out
+def design_sizes(cfg) -> list[int]:
+    """The sizes 12 L dx^2 the design asks for: each depth at each budget."""
+    return [12 * d * width_for(n, d, cfg.heads) ** 2 for d in cfg.depths for n in cfg.budgets]
 
 
 def write(out_dir, cfg, trials) -> Report:
@@ -159,55 +116,6 @@ def write(out_dir, cfg, trials) -> Report:
     )
 
 
-def with_sizes(summaries: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The test-loss summaries per (depth, width), with the size 12 L dx^2 and mean accuracy."""
-    out = [dict(s) for s in summaries]
-    for s in out:
-        s["budget"] = 12 * s["depth"] * s["width"] ** 2
-        shape = (s["depth"], s["width"])
-        done = [r for r in rows if r["status"] == "done" and (r["depth"], r["width"]) == shape]
-        s["accuracy"] = sum(r["test_metric"] for r in done) / len(done) if done else math.nan
-    return sorted(out, key=lambda s: (s["depth"], s["width"]))
-
-
-def _by_depth(summaries: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
-    out: dict[int, list[dict[str, Any]]] = {}
-    for s in summaries:
-        if s["n"] >= 1:
-            out.setdefault(s["depth"], []).append(s)
-    return {d: sorted(g, key=lambda s: s["budget"]) for d, g in sorted(out.items())}
-
-
-def fit_found(searches: list[Any]) -> tuple[dw.Fit | None, str | None]:
-    """The weighted fit over the transitions found; it needs two depths (three for chi2_red)."""
-    found = [s.transition for s in searches if s.transition is not None]
-    if len({t.depth_shallow for t in found}) < 2:
-        return None, f"{len(found)} transition(s) found; a fit needs two depths or more"
-    try:
-        fit = dw.fit_transitions(
-            [t.depth_shallow for t in found], [t.width for t in found], [t.error for t in found]
-        )
-    except UserError as exc:
-        return None, str(exc)
-    return fit, None
-
-
-def best_depths(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per budget asked for: the depth of least mean test loss, as figure 3(c) colours each
-    range of sizes by its best depth (the realized sizes 12 L dx^2 differ a little by depth)."""
-    by_budget: dict[int, list[dict[str, Any]]] = {}
-    for s in summaries:
-        if s["n"] >= 1:
-            by_budget.setdefault(s["nominal"], []).append(s)
-    out = []
-    for budget, group in sorted(by_budget.items()):
-        if len({s["depth"] for s in group}) < 2:
-            continue
-        best = min(group, key=lambda s: s["mean"])
-        out.append({"budget": budget, "depth": best["depth"], "loss": best["mean"]})
-    return out
-
-
 NO_TRANSITION = {
     dw.Reason.TOO_FEW: "fewer than 2 comparable points",
     dw.Reason.ALREADY_BETTER: "deeper already better at the smallest size",
@@ -215,40 +123,35 @@ NO_TRANSITION = {
 }
 
 
-def findings(cfg, searches, fit, best) -> list[dict[str, Any]]:
+def findings(tested: dict[str, Any], fit, best) -> list[dict[str, Any]]:
     """Each adjacent pair's transition beside where the paper's fit puts it, the fit's slope b,
-    and the best depth per budget."""
-    sizes = [12 * d * width_for(n, d, cfg.heads) ** 2 for d in cfg.depths for n in cfg.budgets]
-    lo, hi = min(sizes), max(sizes)
+    and the best depth per budget: the tests of `analysis.depth_width_claims.claims`, worded."""
+    lo, hi = tested["lo"], tested["hi"]
     out = []
-    for s in searches:
+    for c in tested["transitions"]:
+        s, first = c["search"], c["first"]
         t = s.transition
         measured = (
             f"transition at dx = {t.width:g} +- {t.error:g} (N ~ {t.n_params:.3g}; "
-            f"p = {first_significant(s).p_value:.2g} at N = {first_significant(s).n_params:.3g})"
+            f"p = {first.p_value:.2g} at N = {first.n_params:.3g})"
             if t is not None
             else f"no transition: {NO_TRANSITION[s.reason]}"
         )
-        # the paper's fit, extrapolated when L is outside its depths 6-30
-        n, dn = dw.n_transition(s.depth_shallow)
-        width, error = dw.transition_width(s.depth_shallow)
-        inside = lo <= n + dn and n - dn <= hi
         out.append(
             {
                 "part": "transition",
                 "setting": f"L = {s.depth_shallow} vs {s.depth_deep}",
                 "predicted": f"deeper no better below a size, better above; eq. 10-11 put it at "
-                f"dx = {width:.0f} +- {error:.0f}, N = {n:.2g} +- {dn:.1g}, "
-                + ("inside" if inside else "outside")
+                f"dx = {c['width']:.0f} +- {c['error']:.0f}, N = {c['n']:.2g} +- {c['dn']:.1g}, "
+                + ("inside" if c["inside"] else "outside")
                 + f" the measured sizes {lo:.2g}-{hi:.2g}",
                 "measured": measured,
                 "verdict": "as the paper's fit places it"
-                if (t is not None) == inside
+                if c["agrees"]
                 else "unlike the paper's fit",
             }
         )
     if fit is not None:
-        z = fit.b / fit.sigma_b if fit.sigma_b > 0 else float("inf")
         out.append(
             {
                 "part": "fit",
@@ -257,20 +160,18 @@ def findings(cfg, searches, fit, best) -> list[dict[str, Any]]:
                 "measured": f"a = {fit.a:.3f} +- {fit.sigma_a:.3f}, b = {fit.b:.4f} +- "
                 f"{fit.sigma_b:.4f}, chi2_red = {fit.chi2_red:.3g}, R^2 = {fit.r2:.3f}",
                 "verdict": "b > 0 (one-sided z test, 5%)"
-                if z > 1.6449
+                if tested["b_positive"]
                 else "b not significantly above 0",
             }
         )
     if best:
-        order = [b["depth"] for b in best]
-        grows = all(x <= y for x, y in zip(order, order[1:], strict=False))
         out.append(
             {
                 "part": "best depth",
                 "setting": "per budget",
                 "predicted": "the best depth grows with the budget (figure 3(c))",
                 "measured": ", ".join(f"N~{b['budget']:.2g}: L={b['depth']}" for b in best),
-                "verdict": "non-decreasing" if grows else "not monotone",
+                "verdict": "non-decreasing" if tested["best_grows"] else "not monotone",
             }
         )
     return out

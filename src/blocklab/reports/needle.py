@@ -3,15 +3,13 @@ trained, with each difference tested."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
 
-from blocklab.analysis.stats import holm, paired_p
-from blocklab.analysis.summary import binomial_interval, summarize
+from blocklab.analysis import needle
 from blocklab.formatting import number
 from blocklab.reports import Report, markdown
 from blocklab.reports.figures import errorbar, group_by, save_figure
@@ -40,9 +38,9 @@ class Result:
 def analyze(cfg, trials) -> Result:
     """The share of separating draws with its 95% Clopper-Pearson interval, the trained
     accuracy over seeds, and softmax tested against each other kernel."""
-    random = [r | binomial_interval(r["successes"], r["draws"]) for r in trials.random]
-    summaries = summarize(trials.rows, ("seq_len", "tau1", "model"))
-    found = findings(cfg, random, summaries)
+    random = needle.random_shares(trials.random)
+    summaries = needle.summaries(trials.rows)
+    found = findings(cfg, needle.tests(cfg, random, summaries))
     return Result(random, trials.rows, summaries, found, trials.failed)
 
 
@@ -123,71 +121,33 @@ PREDICTED = {
 }
 
 
-def findings(cfg, random_rows, summaries) -> list[dict[str, Any]]:
-    """Softmax against each other kernel: Fisher's exact test on the random-weight success counts
-    per setting, a paired t-test across seeds on trained accuracy; Holm over all of them."""
-    by = {(r["model"], r["seq_len"], r["tau1"]): r for r in random_rows}
-    trained = {(s["seq_len"], s["model"]): s for s in summaries}
-    tested = []
-    for other in PREDICTED:
-        tested += _random_findings(cfg, by, other) + _trained_findings(cfg, trained, other)
-    out, pvals = [f for f, _ in tested], [p for _, p in tested]
-    finite = [i for i, p in enumerate(pvals) if not math.isnan(p)]
-    adjusted = dict(zip(finite, holm([pvals[i] for i in finite]), strict=True)) if finite else {}
-    for i, f in enumerate(out):
-        f["p"], f["p_holm"] = pvals[i], float(adjusted.get(i, float("nan")))
-        significant = f["p_holm"] < cfg.alpha
-        f["verdict"] = (
-            "no significant difference"
-            if not significant
-            else "softmax better"
-            if f["difference"] > 0
-            else f"{f['model']} better"
-        )
-    return out
-
-
-def _random_findings(cfg, by, other: str) -> list[tuple[dict[str, Any], float]]:
-    """Per T and tau1, softmax's separating draws against `other`'s, with Fisher's exact p."""
-    from scipy.stats import fisher_exact
-
+def findings(cfg, tested: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tests of softmax against each other kernel (`analysis.needle.tests`), worded: what
+    seed 004 predicts, what was measured, and the verdict after Holm."""
     out = []
-    for seq_len in cfg.seq_lens:
-        for tau1 in cfg.tau1s:
-            sm, ot = by[("softmax", seq_len, tau1)], by[(other, seq_len, tau1)]
-            table = [
-                [sm["successes"], cfg.draws - sm["successes"]],
-                [ot["successes"], cfg.draws - ot["successes"]],
-            ]
-            found = {
-                "part": "random weights",
-                "setting": f"T={seq_len}, tau1={tau1:g}",
+    for t in tested:
+        other = t["model"]
+        setting = f"T={t['seq_len']}, tau1={t['tau1']:g}"
+        if t["part"] == "random weights":
+            measured = (
+                f"separating draws: softmax {t['softmax']}/{cfg.draws}, "
+                f"{other} {t['other']}/{cfg.draws}"
+            )
+        else:
+            measured = f"test accuracy: softmax {t['softmax']:.3f}, {other} {t['other']:.3f}"
+        out.append(
+            {
+                "part": t["part"],
+                "setting": setting,
                 "model": other,
                 "predicted": PREDICTED[other],
-                "measured": f"separating draws: softmax {sm['successes']}/{cfg.draws}, "
-                f"{other} {ot['successes']}/{cfg.draws}",
-                "difference": sm["fraction"] - ot["fraction"],
+                "measured": measured,
+                "difference": t["difference"],
+                "p": t["p"],
+                "p_holm": t["p_holm"],
+                "verdict": "no significant difference"
+                if t["better"] is None
+                else f"{t['better']} better",
             }
-            out.append((found, float(fisher_exact(table).pvalue)))
-    return out
-
-
-def _trained_findings(cfg, trained, other: str) -> list[tuple[dict[str, Any], float]]:
-    """Per trained T, softmax's test accuracy against `other`'s, with the paired p over seeds."""
-    out = []
-    for seq_len in cfg.trained_seq_lens:
-        sm, ot = trained.get((seq_len, "softmax")), trained.get((seq_len, other))
-        if not sm or not ot:
-            continue
-        seeds = sorted(set(sm["values"]) & set(ot["values"]))
-        a, b = [sm["values"][k] for k in seeds], [ot["values"][k] for k in seeds]
-        found = {
-            "part": "trained",
-            "setting": f"T={seq_len}, tau1={sm['tau1']:g}",
-            "model": other,
-            "predicted": PREDICTED[other],
-            "measured": f"test accuracy: softmax {sm['mean']:.3f}, {other} {ot['mean']:.3f}",
-            "difference": sm["mean"] - ot["mean"],
-        }
-        out.append((found, paired_p(a, b) if len(seeds) >= 2 else float("nan")))
+        )
     return out

@@ -9,9 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from blocklab.analysis.capacity import plateau_rule, plateaued
-from blocklab.analysis.match import KEYS, power_json, tests
-from blocklab.analysis.summary import summarize
+from blocklab.analysis import match
+from blocklab.analysis.capacity import plateau_rule
 from blocklab.formatting import markdown_table, number
 from blocklab.reports import Findings, Report, Status, markdown
 from blocklab.reports.figures import lines_plot
@@ -27,15 +26,7 @@ QUESTION = (
     "trained per position; chance is the label balance."
 )
 
-BLOCK = {"standard": "softmax_attention", "tensor": "tensor_attention"}
 COLUMNS = {"task": "task", "seq_len": "N", "width": "width", "model": "block"}
-
-PREDICTIONS = {
-    ("match2", "standard"): True,
-    ("match2", "tensor"): True,
-    ("match3", "standard"): False,  # at small width: m H = Omega(N / log N) is needed
-    ("match3", "tensor"): True,
-}
 
 
 @dataclass
@@ -46,103 +37,38 @@ class MatchResult(Findings):
     tested: list[dict[str, Any]] = field(default_factory=list)
     power: dict[str, Any] = field(default_factory=dict)
     plateau: str = ""
+    widths: list[dict[str, Any]] = field(default_factory=list)
 
 
 def analyze(cfg, trials) -> MatchResult:
     """The summaries over seeds and, per task, N, width and block, what the seed predicts beside
-    what was constructed and trained, with the paired test of tensor against standard."""
-    summaries = summarize(trials.rows, KEYS)
-    for s in summaries:
-        group = [r for r in trials.rows if all(r[k] == s[k] for k in KEYS)]
-        s["plateaued"] = sum(plateaued(r, cfg.plateau_tol) for r in group) / len(group)
-    tested = tests(cfg, summaries)
+    what was constructed and trained, with the paired test of tensor against standard, and the
+    smallest solving widths."""
+    summaries = match.summaries(cfg, trials.rows)
+    tested = match.tests(cfg, summaries)
+    found = match.findings(cfg, trials, summaries)
     return MatchResult(
         trials.rows,
         summaries,
-        findings(cfg, trials, summaries),
+        [_worded(f) for f in found],
         trials.failed,
         tested,
-        power_json(cfg, tested),
+        match.power_json(cfg, tested),
         plateau_rule(trials.rows),
+        match.solving_widths(cfg, found),
     )
 
 
-def _construction(trials, task: str, seq_len: int, model: str) -> dict[str, Any] | None:
-    return next(
-        (
-            c
-            for c in trials.constructions
-            if (c["task"], c["seq_len"], c["block"]) == (task, seq_len, BLOCK[model])
-        ),
-        None,
-    )
-
-
-def findings(cfg, trials, summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per task, N, width and block: prediction, construction and training, with the paired test
-    of tensor against standard (Holm-corrected within the task, see `tests`)."""
-    by = {tuple(s[k] for k in KEYS): s for s in summaries}
-    adjusted = {(t["task"], t["seq_len"], t["width"]): t for t in tests(cfg, summaries)}
-    out = []
-    for task in cfg.tasks:
-        for n in cfg.seq_len:
-            for width in cfg.widths:
-                std, ten = by.get((task, n, width, "standard")), by.get((task, n, width, "tensor"))
-                if not std or not ten:
-                    continue
-                test = adjusted[(task, n, width)]
-                for model, s in (("standard", std), ("tensor", ten)):
-                    solved = bool(s["n"]) and s["mean"] >= cfg.solved
-                    predicted = PREDICTIONS[(task, model)]
-                    built = _construction(trials, task, n, model)
-                    choice = trials.lr_choice.get(f"{task}/{n}/{width}/{model}", {})
-                    out.append(
-                        {
-                            "task": task,
-                            "seq_len": n,
-                            "width": width,
-                            "model": model,
-                            "predicted": "solves" if predicted else "does not solve (small width)",
-                            "constructed": None if built is None else built["accuracy"],
-                            "constructed_width": None if built is None else built["width"],
-                            "measured": f"{s['mean']:.3f} accuracy "
-                            + ("(solved)" if solved else "(not solved)"),
-                            "mean": s["mean"],
-                            "solved": solved,
-                            "agrees": solved == predicted,
-                            "lr": choice.get("lr"),
-                            "lr_at_edge": choice.get("at_edge"),
-                            "plateaued": s["plateaued"],
-                            "p_tensor_vs_standard": test["p"],
-                            "p_holm": test["p_holm"],
-                        }
-                    )
-    return out
-
-
-def solving_widths(cfg, result: Findings) -> list[dict[str, Any]]:
-    """Per task, N and block: the smallest trained width whose mean accuracy reaches `solved`
-    (None when no width tried does), beside N / log N, the scale of the seed's bound for
-    standard attention on Match3."""
-    out = []
-    for task in cfg.tasks:
-        for n in cfg.seq_len:
-            for model in ("standard", "tensor"):
-                widths = sorted(
-                    f["width"]
-                    for f in result.findings
-                    if (f["task"], f["seq_len"], f["model"]) == (task, n, model) and f["solved"]
-                )
-                out.append(
-                    {
-                        "task": task,
-                        "seq_len": n,
-                        "model": model,
-                        "width": widths[0] if widths else None,
-                        "n_over_log_n": n / math.log(n),
-                    }
-                )
-    return out
+def _worded(f: dict[str, Any]) -> dict[str, Any]:
+    """One finding of `analysis.match.findings` with its prediction and measure in words."""
+    out = dict(f)
+    out["predicted"] = "solves" if f["predicted"] else "does not solve (small width)"
+    out = {k: out[k] for k in ("task", "seq_len", "width", "model", "predicted")} | {
+        "constructed": f["constructed"],
+        "constructed_width": f["constructed_width"],
+        "measured": f"{f['mean']:.3f} accuracy " + ("(solved)" if f["solved"] else "(not solved)"),
+    }
+    return out | {k: v for k, v in f.items() if k not in out}
 
 
 def scaling(cfg, widths: list[dict[str, Any]]) -> list[str]:
@@ -209,7 +135,7 @@ def statement(cfg, trials, result: Findings, widths: list[dict[str, Any]]) -> li
 def write(out_dir, cfg, trials) -> Report:
     require_finished(trials)
     result = analyze(cfg, trials)
-    widths = solving_widths(cfg, result)
+    widths = result.widths
     said = statement(cfg, trials, result, widths)
     out = Path(out_dir)
     extra = {"constructions": trials.constructions, "solving_widths": widths}

@@ -3,11 +3,10 @@ beside the seed's range and a fully connected network of equal parameters."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
-from blocklab.analysis.summary import summarize
+from blocklab.analysis import qsa
 from blocklab.formatting import number
 from blocklab.reports import Findings, Report, markdown
 from blocklab.reports.figures import lines_plot
@@ -25,13 +24,12 @@ QUESTION = (
 
 
 # the keys the trials differ by besides the seed: accuracy is summarized over the seeds of each
-KEYS = ("q", "m", "model")
-
-
 def analyze(cfg, trials) -> Findings:
     """The summaries over seeds and the findings per q."""
-    summaries = summarize(trials.rows, KEYS)
-    return Findings(trials.rows, summaries, findings(cfg, summaries), trials.failed)
+    summaries = qsa.summaries(trials.rows)
+    return Findings(
+        trials.rows, summaries, findings(cfg, qsa.thresholds(cfg, summaries)), trials.failed
+    )
 
 
 def write(out_dir, cfg, trials) -> Report:
@@ -82,49 +80,38 @@ def write(out_dir, cfg, trials) -> Report:
     )
 
 
-def findings(cfg, summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per q: the smallest m whose mean test accuracy reaches `solved`, beside the seed's range."""
+def findings(cfg, tested: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per q: the smallest m reaching `solved` beside the seed's range, and its growth with q
+    (`analysis.qsa.thresholds`), worded."""
     findings = []
-    log_n = math.log2(cfg.seq_len)
-    for q in cfg.qs:
-        att = sorted(
-            (s for s in summaries if s["q"] == q and s["model"] == "attention"),
-            key=lambda s: s["m"],
-        )
-        solved = [s["m"] for s in att if s["n"] and s["mean"] >= cfg.solved]
-        first = solved[0] if solved else None
-        monotone = all(s["m"] in solved for s in att if first is not None and s["m"] >= first)
-        below_bound = [m for m in solved if m < q / log_n]
-        mlp = [s for s in summaries if s["q"] == q and s["model"] == "fully connected"]
-        best_mlp = max((s["mean"] for s in mlp if s["n"]), default=None)
+    for t in tested["per_q"]:
+        q, first = t["q"], t["first_m"]
         findings.append(
             {
                 "q": q,
                 "predicted": f"success iff m >~ q = {q} (necessary: m >= q/log2 N = "
-                f"{q / log_n:.2f}; sufficient: m = O(d + q log N))",
+                f"{t['bound']:.2f}; sufficient: m = O(d + q log N))",
                 "measured": (
                     f"first m reaching {cfg.solved:.0%}: {first}"
-                    + ("" if monotone else " (not every larger m reaches it)")
+                    + ("" if t["monotone"] else " (not every larger m reaches it)")
                     if first is not None
                     else f"no m up to {max(cfg.dims)} reaches {cfg.solved:.0%}"
                 ),
                 "first_m": first,
-                "consistent_with_lower_bound": not below_bound,
-                "fully_connected_best": best_mlp,
+                "consistent_with_lower_bound": t["consistent_with_lower_bound"],
+                "fully_connected_best": t["fully_connected_best"],
             }
         )
     firsts = [f["first_m"] for f in findings]
-    known = [m for m in firsts if m is not None]
-    grows = all(a <= b for a, b in zip(known, known[1:], strict=False))
     findings.append(
         {
             "q": "all",
             "predicted": "the m needed grows with q",
             "measured": "first m per q: "
             + ", ".join(f"q={q}: {m}" for q, m in zip(cfg.qs, firsts, strict=True))
-            + ("; non-decreasing in q" if grows else "; NOT non-decreasing in q"),
+            + ("; non-decreasing in q" if tested["grows"] else "; NOT non-decreasing in q"),
             "first_m": None,
-            "consistent_with_lower_bound": all(f["consistent_with_lower_bound"] for f in findings),
+            "consistent_with_lower_bound": tested["consistent_with_lower_bound"],
             "fully_connected_best": None,
         }
     )

@@ -9,22 +9,18 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from blocklab import theory
-from blocklab.analysis.stats import slope_interval
-from blocklab.analysis.summary import spread
+from blocklab.analysis import seprank
+from blocklab.analysis.seprank import FLOOR, order
 from blocklab.reports import Findings, Report, markdown
 from blocklab.reports._seprank import (
     EXACT_NOTE,
     FLOAT_NOTE,
-    FLOOR,
     float_finding,
     ranks,
-    resolved,
     values_text,
 )
 from blocklab.reports.figures import save_figure
 from blocklab.reports.markdown import findings_table
-from blocklab.specs import format_degree
 
 QUESTION = (
     "Seed 000 (eq. 16-17, Task 1): a stack of p degree-d layers is a polynomial of degree d^p, "
@@ -38,7 +34,7 @@ QUESTION = (
 
 def analyze(cfg, trials) -> Findings:
     """The ranks over seeds per degree and depth, and the findings."""
-    summaries = degree_summaries(cfg, trials.rows)
+    summaries = seprank.degree_summaries(cfg, trials.rows)
     return Findings(trials.rows, summaries, degree_findings(cfg, summaries), trials.failed)
 
 
@@ -102,94 +98,27 @@ def write(out_dir, cfg, trials) -> Report:
     )
 
 
-def degree_summaries(cfg, rows) -> list[dict[str, Any]]:
-    """Per degree and depth: both ranks over seeds beside d^p + 1."""
-    out = []
-    keys = sorted({(r["degree"], r["depth"]) for r in rows})
-    for d, p in keys:
-        group = [r for r in rows if r["degree"] == d and r["depth"] == p]
-        poly = float(d).is_integer()
-        out.append(
-            {
-                "arm": format_degree(d),
-                "degree": d,
-                "depth": p,
-                "block_params": group[0]["block_params"],
-                # the same count under the key the command's JSON contract pins
-                "params": group[0]["block_params"],
-                "polynomial": poly,
-                "predicted": round(d) ** p + 1 if poly else None,
-                "grid": cfg.templates,
-                "exact": spread([r.get("exact_rank") for r in group]),
-                "exact_saturated": any(r.get("exact_saturated") for r in group),
-                "float": spread([r["float_rank"] for r in group]),
-                "float_saturated": any(r.get("float_saturated") for r in group),
-                "resolved": spread([resolved(r.get("spectrum")) for r in group]),
-                "n": len(group),
-            }
-        )
-    return out
-
-
-def slope_fit(summaries, d: float, alpha: float) -> dict[str, Any] | None:
-    """Least squares of ln(rank - 1) on p over every unsaturated exact rank (all seeds): rank - 1
-    is the polynomial degree D for two scalar variables, so the slope estimates ln d (eq. 16)."""
-    xs, ys = [], []
-    for s in summaries:
-        if s["degree"] == d and not s["exact_saturated"] and s["exact"]["min"] is not None:
-            for r in s["exact"]["values"]:
-                if r and r > 1:
-                    xs.append(s["depth"])
-                    ys.append(math.log(r - 1))
-    fit = slope_interval(xs, ys, alpha)
-    if fit is None:
-        return None
-    slope, half, points = fit
-    return {"slope": slope, "half_width": half, "points": points, "depths": sorted(set(xs))}
-
-
-def _order(values: dict[str, float], tol: dict[str, float]) -> str:
-    """'3 > 2 = 4': descending, ties where two values agree within their tolerances (or to 1e-9
-    relative); names within a tie are sorted, so equal orders read the same."""
-    names = sorted(values, key=lambda k: -values[k])
-    groups = [[names[0]]]
-    for a, b in zip(names, names[1:], strict=False):
-        tie = abs(values[a] - values[b]) <= max(tol[a] + tol[b], 1e-9 * abs(values[a]))
-        if tie:
-            groups[-1].append(b)
-        else:
-            groups.append([b])
-    return " > ".join(" = ".join(sorted(g, key=float_name)) for g in groups)
-
-
-def float_name(name: str) -> float:
-    return math.e if name == "e" else float(name)
-
-
 def degree_findings(cfg, summaries) -> list[dict[str, Any]]:
     """The d^p + 1 law per degree, its slope per layer and per parameter, equal budgets, the
-    float64 rank, and the real degree kept apart."""
-    w2 = cfg.width**2
+    float64 rank, and the real degree kept apart: the tests of `analysis.seprank`, worded."""
     out, slopes, tols, h = [], {}, {}, {}
-    for d in sorted({s["degree"] for s in summaries if s["polynomial"]}):
-        name = format_degree(d)
-        out.append(_rank_law(summaries, d, name))
-        fit = slope_fit(summaries, d, cfg.alpha)
+    for row in seprank.slopes_per_parameter(cfg, summaries):
+        d, name, fit = row["degree"], row["name"], row["fit"]
+        out.append(_rank_law(*seprank.rank_law(summaries, d), name))
         if fit is None:
             continue
-        slopes[name], tols[name] = fit["slope"] / (d * w2), fit["half_width"] / (d * w2)
-        h[name] = theory.h(d) / w2
-        out.append(_slope_per_layer(fit, d, name, slopes[name] * w2, cfg.alpha))
+        slopes[name], tols[name], h[name] = row["slope"], row["tol"], row["h"]
+        per_w2 = slopes[name] * cfg.width**2
+        out.append(_slope_per_layer(fit, row["agrees"], d, name, per_w2, cfg.alpha))
     if len(slopes) >= 2:
         out.append(_per_parameter(slopes, tols, h, cfg.width))
-    out += _equal_budget(cfg, summaries)
-    out.append(float_finding([s for s in summaries if s["polynomial"]], cfg.rtol))
+    out += _equal_budget(seprank.equal_budgets(cfg, summaries))
+    polynomial = [s for s in summaries if s["polynomial"]]
+    out.append(float_finding(seprank.float_test(polynomial), cfg.rtol))
     return out + _real_degree(summaries)
 
 
-def _rank_law(summaries, d: float, name: str) -> dict[str, Any]:
-    group = [s for s in summaries if s["degree"] == d and not s["exact_saturated"]]
-    wrong = [s for s in group if set(s["exact"]["values"]) != {s["predicted"]}]
+def _rank_law(group, wrong, name: str) -> dict[str, Any]:
     return {
         "part": "rank = d^p + 1",
         "setting": f"d={name}, p={','.join(str(s['depth']) for s in group)}",
@@ -205,10 +134,9 @@ def _rank_law(summaries, d: float, name: str) -> dict[str, Any]:
     }
 
 
-def _slope_per_layer(fit, d: float, name: str, per_w2: float, alpha: float) -> dict[str, Any]:
+def _slope_per_layer(fit, agrees: bool, d: float, name: str, per_w2: float, alpha: float):
     """The fitted growth of ln(rank - 1) per layer against ln d; `per_w2`: that slope per
     block parameter, times w^2."""
-    agrees = abs(fit["slope"] - math.log(d)) <= max(fit["half_width"], 1e-9)
     return {
         "part": "slope per layer",
         "setting": f"d={name}, p={fit['depths'][0]}..{fit['depths'][-1]}, {fit['points']} ranks",
@@ -222,7 +150,7 @@ def _slope_per_layer(fit, d: float, name: str, per_w2: float, alpha: float) -> d
 def _per_parameter(slopes, tols, h, width: int) -> dict[str, Any]:
     """The degrees ordered by their slope per block parameter, against the order of h(d)."""
     w2 = width**2
-    measured_order, predicted_order = _order(slopes, tols), _order(h, dict.fromkeys(h, 0.0))
+    measured_order, predicted_order = order(slopes, tols), order(h, dict.fromkeys(h, 0.0))
     return {
         "part": "per parameter",
         "setting": f"slope of ln(rank - 1) per block parameter (d w^2 per layer, w = {width})",
@@ -258,19 +186,13 @@ def _real_degree(summaries) -> list[dict[str, Any]]:
     ]
 
 
-def _equal_budget(cfg, summaries) -> list[dict[str, Any]]:
-    """Budgets B = 12 k w^2, where d = 2, 3, 4 all have integer depth p = 12 k / d."""
-    by = {(s["degree"], s["depth"]): s for s in summaries if s["polynomial"]}
-    degrees = sorted({d for d, _ in by})
-    if not {2.0, 3.0, 4.0} <= set(degrees):
-        return []
+def _equal_budget(budgets) -> list[dict[str, Any]]:
+    """Budgets B = 12 k w^2 (`analysis.seprank.equal_budgets`), worded."""
     out = []
-    for k in range(1, cfg.max_depth):
-        points = {d: by.get((d, 12 * k // int(d))) for d in (2.0, 3.0, 4.0)}
-        if any(s is None for s in points.values()):
-            break
+    for b in budgets:
+        k, points = b["k"], b["points"]
         budget = f"B = {12 * k} w^2"
-        if any(s["exact_saturated"] for s in points.values()):
+        if b["saturated"]:
             out.append(
                 {
                     "part": "equal budget",
@@ -281,18 +203,17 @@ def _equal_budget(cfg, summaries) -> list[dict[str, Any]]:
                 }
             )
             break
-        ranks = {format_degree(d): s["exact"]["min"] for d, s in points.items()}
-        predicted = {format_degree(d): s["predicted"] for d, s in points.items()}
-        order = _order(ranks, dict.fromkeys(ranks, 0.0))
+        ranks, predicted = b["ranks"], b["predicted"]
         out.append(
             {
                 "part": "equal budget",
                 "setting": f"{budget}: p = " + ", ".join(f"{12 * k // int(d)}" for d in points),
                 "predicted": "d^p + 1 = "
                 + ", ".join(f"{v} (d={d})" for d, v in predicted.items())
-                + f": {_order(predicted, dict.fromkeys(predicted, 0.0))}",
-                "measured": ", ".join(f"{v} (d={d})" for d, v in ranks.items()) + f": {order}",
-                "verdict": "agrees" if ranks == predicted else "DIFFERS",
+                + f": {order(predicted, dict.fromkeys(predicted, 0.0))}",
+                "measured": ", ".join(f"{v} (d={d})" for d, v in ranks.items())
+                + f": {order(ranks, dict.fromkeys(ranks, 0.0))}",
+                "verdict": "agrees" if b["agrees"] else "DIFFERS",
             }
         )
     return out

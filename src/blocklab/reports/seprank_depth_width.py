@@ -10,15 +10,14 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from blocklab import theory
-from blocklab.analysis.summary import spread
+from blocklab.analysis import seprank
+from blocklab.analysis.seprank import log3
 from blocklab.formatting import number
 from blocklab.reports import Findings, Report, markdown
 from blocklab.reports._seprank import (
     EXACT_NOTE,
     FLOAT_NOTE,
     float_finding,
-    log3,
     point_label,
     ranks,
 )
@@ -40,7 +39,7 @@ QUESTION = (
 
 def analyze(cfg, trials) -> Findings:
     """The ranks over seeds per width and depth, beside the bounds, and the findings."""
-    summaries = depth_width_summaries(cfg, trials.rows)
+    summaries = seprank.depth_width_summaries(cfg, trials.rows)
     return Findings(trials.rows, summaries, depth_width_findings(cfg, summaries), trials.failed)
 
 
@@ -114,80 +113,16 @@ NET_NOTE = (
 )
 
 
-def monomials(dx: int, depth: int) -> int:
-    """C(dx + C, dx), C = (3^L - 1)/2 (the inputs one output integrates, seed 001 eq. 4): the
-    number of monomials of degree <= C in dx variables. A reference the N = 2 grid is compared
-    with, not a bound from the seeds."""
-    return math.comb(dx + (3**depth - 1) // 2, dx)
-
-
-def depth_width_summaries(cfg, rows) -> list[dict[str, Any]]:
-    """Per width and depth: both ranks over seeds beside the theorems' bounds."""
-    out = []
-    for dx in cfg.widths:
-        for depth in cfg.depths:
-            group = [r for r in rows if r["width"] == dx and r["depth"] == depth]
-            lower, upper = theory.sep_rank_bounds(depth, dx, cfg.heads)
-            exact = [r["exact_rank"] for r in group]
-            floats = [r["float_rank"] for r in group]
-            out.append(
-                {
-                    "width": dx,
-                    "depth": depth,
-                    "heads": cfg.heads,
-                    "regime": theory.sep_rank_regime(depth, dx),
-                    "log3_lower": lower,
-                    "log3_upper": upper,
-                    "grid": min(group[0]["shape"] or [cfg.templates] * 2),
-                    "exact": spread(exact),
-                    "exact_saturated": any(r["exact_saturated"] for r in group),
-                    "float": spread(floats),
-                    "float_saturated": any(r.get("float_saturated") for r in group),
-                    "float_rank_at": group[0].get("float_rank_at"),
-                    "monomials": monomials(dx, depth) if cfg.positions == 2 else None,
-                    "n": len(group),
-                }
-            )
-    return out
-
-
-def growth_steps(summaries) -> list[dict[str, Any]]:
-    """log3 rank(L') / log3 rank(L) between consecutive measured depths of one width, where both
-    exact ranks are unsaturated: ~3^(L'-L) when log3 sep ~ 3^L (Theorem 1), (L'/L) when
-    log3 sep ~ L (Theorem 2). A step is below the threshold when L' < log3 dx, above when
-    L > log3 dx."""
-    steps = []
-    by_width: dict[int, list] = {}
-    for s in summaries:
-        by_width.setdefault(s["width"], []).append(s)
-    for dx, group in by_width.items():
-        group.sort(key=lambda s: s["depth"])
-        for s, t in zip(group, group[1:], strict=False):
-            if s["exact_saturated"] or t["exact_saturated"] or s["exact"]["min"] in (None, 1):
-                continue
-            side = (
-                "below"
-                if t["regime"] == "theorem 1"
-                else "above"
-                if s["regime"] == "theorem 2"
-                else "across"
-            )
-            growth = math.log(t["exact"]["min"]) / math.log(s["exact"]["min"])
-            steps.append({"width": dx, "from": s["depth"], "to": t["depth"], "side": side})
-            steps[-1]["growth"] = growth
-    return steps
-
-
 def depth_width_findings(cfg, summaries) -> list[dict[str, Any]]:
     """The upper and lower bounds, the depth threshold, the seeds' agreement and the float64
-    rank."""
-    measured = [s for s in summaries if s["exact"]["max"] is not None]
+    rank: the tests of `analysis.seprank`, worded."""
+    test = seprank.bounds(summaries)
     return [
-        _upper_bound(measured),
-        _lower_bound(measured),
-        _depth_threshold(growth_steps(summaries)),
-        _seeds_agree(measured, cfg.seeds),
-        float_finding(summaries, cfg.rtol),
+        _upper_bound(test),
+        _lower_bound(test),
+        _depth_threshold(test),
+        _seeds_agree(test, cfg.seeds),
+        float_finding(seprank.float_test(summaries), cfg.rtol),
     ]
 
 
@@ -196,12 +131,12 @@ def _where(group, value) -> str:
     return ", ".join(f"{point_label(s)} ({value(s)})" for s in group)
 
 
-def _upper_bound(measured) -> dict[str, Any]:
+def _upper_bound(test) -> dict[str, Any]:
     """The upper bounds hold almost everywhere: a violation is a bug or a refutation."""
-    over = [s for s in measured if log3(s["exact"]["max"]) > s["log3_upper"] + 1e-9]
+    over = test["over"]
     return {
         "part": "upper bound",
-        "setting": f"{len(measured)} (L, dx) points",
+        "setting": f"{len(test['measured'])} (L, dx) points",
         "predicted": "rank <= 3^upper (Theorem 1 eq. 7 / Theorem 2 eq. 8)",
         "measured": "every exact rank is below its upper bound"
         if not over
@@ -210,11 +145,9 @@ def _upper_bound(measured) -> dict[str, Any]:
     }
 
 
-def _lower_bound(measured) -> dict[str, Any]:
+def _lower_bound(test) -> dict[str, Any]:
     """The lower bounds, where the grid can reach them."""
-    reach = [s for s in measured if s["log3_lower"] > 0 and 3 ** s["log3_lower"] <= s["grid"]]
-    under = [s for s in reach if log3(s["exact"]["min"]) < s["log3_lower"] - 1e-9]
-    trivial = sum(s["log3_lower"] <= 0 for s in measured)
+    reach, under, trivial = test["reach"], test["under"], test["trivial"]
     return {
         "part": "lower bound",
         "setting": f"{len(reach)} points with 1 < 3^lower <= grid ({trivial} trivial: lower <= 0)",
@@ -232,10 +165,9 @@ def _lower_bound(measured) -> dict[str, Any]:
     }
 
 
-def _depth_threshold(steps) -> dict[str, Any]:
+def _depth_threshold(test) -> dict[str, Any]:
     """The regimes: double-exponential growth below the threshold, exponential above."""
-    below = [s["growth"] for s in steps if s["side"] == "below"]
-    above = [s["growth"] for s in steps if s["side"] == "above"]
+    steps = test["steps"]
     shown = "; ".join(
         f"dx={s['width']} L={s['from']}->{s['to']} ({s['side']}): x{s['growth']:.2f}" for s in steps
     )
@@ -246,16 +178,16 @@ def _depth_threshold(steps) -> dict[str, Any]:
         "(log3 sep ~ dx L, Theorem 2): every step below grows more than every step above",
         "measured": shown or "no unsaturated consecutive depths",
         "verdict": "not testable at this grid (needs unsaturated steps on both sides)"
-        if not (below and above)
+        if test["threshold"] is None
         else "consistent"
-        if min(below) > max(above)
+        if test["threshold"]
         else "NOT consistent",
     }
 
 
-def _seeds_agree(measured, seeds: int) -> dict[str, Any]:
+def _seeds_agree(test, seeds: int) -> dict[str, Any]:
     """Generic weights give one rank: seeds must agree."""
-    apart = [s for s in measured if s["exact"]["min"] != s["exact"]["max"]]
+    apart = test["apart"]
     return {
         "part": "seeds",
         "setting": f"{seeds} weight and template draws per point",

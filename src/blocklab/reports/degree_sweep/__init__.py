@@ -26,7 +26,7 @@ from blocklab.analysis.stats import (
     Verdict,
     compare,
     ranking_vs_theory,
-    summarize,
+    summarize_arms,
 )
 from blocklab.analysis.summary import drawn_interval
 from blocklab.engine.progress import current
@@ -144,7 +144,7 @@ class Tables:
 
 
 def tabulate(rows, alpha=0.05) -> Tables:
-    summaries = summarize(rows)
+    summaries = summarize_arms(rows)
     bands = {(s.task, s.budget, s.arm): drawn_interval(s) for s in summaries}
     return Tables(rows, summaries, compare(rows, alpha), ranking_vs_theory(summaries), alpha, bands)
 
