@@ -8,10 +8,11 @@ through (`ENGINE`); what an experiment decides about a trial is already in its c
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 # the modules every trial runs through: the network, the training loops, the task interface
@@ -63,10 +64,35 @@ def fingerprint(modules: Iterable[str]) -> str | None:
     return digest.hexdigest()[:16]
 
 
+# within `once()`: each set of modules' fingerprint, hashed the first time `code` is asked for it
+_hashed: dict[tuple[str, ...], str | None] | None = None
+
+
+@contextlib.contextmanager
+def once() -> Iterator[None]:
+    """Within it, `code` hashes each set of modules once: a run that costs its trials and then
+    runs them (`engine.sweep.work_left`, `engine.sweep.run`) reads every source once, and a
+    module edited meanwhile keeps the fingerprint of the code the run imported. Nested uses
+    share the outermost one's."""
+    global _hashed
+    outer = _hashed
+    if outer is None:
+        _hashed = {}
+    try:
+        yield
+    finally:
+        _hashed = outer
+
+
 def code(modules: Iterable[str]) -> dict[str, object]:
     """What a stored trial records about the code that made it."""
     names = sorted(set(modules) | set(ENGINE))
-    return {"fingerprint": fingerprint(names), "modules": names}
+    if _hashed is None:
+        return {"fingerprint": fingerprint(names), "modules": names}
+    key = tuple(names)
+    if key not in _hashed:
+        _hashed[key] = fingerprint(names)
+    return {"fingerprint": _hashed[key], "modules": names}
 
 
 def is_current(recorded: dict[str, object] | None) -> bool:

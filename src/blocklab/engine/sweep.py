@@ -27,7 +27,7 @@ from blocklab.engine.provenance import provenance
 from blocklab.engine.reuse import other_precision, stored_since
 from blocklab.engine.trial import code_modules, run_group
 from blocklab.errors import Interrupted, WorkerDied
-from blocklab.fingerprint import code
+from blocklab.fingerprint import code, once
 from blocklab.fitting import continuation
 from blocklab.fitting.network import build_model, task_data
 from blocklab.fitting.plan import choose
@@ -73,7 +73,8 @@ def work_left(specs: Iterable[TrialSpec], store: Store) -> dict[str, tuple[float
     it fits whole, each rung's share of its iterations for one that continues a stored trial
     (`continuation.share`); a trial it reuses is absent."""
     specs = list({s.id: s for s in specs}.values())
-    codes = {s.id: code(code_modules(s))["fingerprint"] for s in specs}
+    with once():  # each set of modules hashed once (and once per run inside a caller's)
+        codes = {s.id: code(code_modules(s))["fingerprint"] for s in specs}
     done, _ = store.reusable(codes)
     todo = [s for s in specs if s.id not in done]
     parents = continuation.parents(todo, store, codes)
@@ -117,7 +118,8 @@ def run(
     res = resources or Resources()
     by_id = {s.id: s for s in specs}
     specs = list(by_id.values())  # identical trials run once
-    codes = {s.id: code(code_modules(s)) for s in specs}
+    with once():  # each set of modules hashed once (and once per run inside a caller's)
+        codes = {s.id: code(code_modules(s)) for s in specs}
     # before the store is read: a trial another sweep stores after `done` is read then counts as
     # stored since (a record's finished_at is stamped just before it is committed)
     since = time.time()

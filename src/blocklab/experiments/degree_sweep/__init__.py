@@ -15,7 +15,8 @@ turns the rows into summaries, paired tests, and with `blocklab.analysis.capacit
 scaling fits and a verdict.
 
 The package: `config` (the config and its forms), `plan` (what a run fits, planned from that
-config, and the checks before any fit), `exact` (the counts and exact measures beside the trained
+config, and the checks before any fit), `preflight` (those checks on one network per cell),
+`exact` (the counts and exact measures beside the trained
 ones); `run`, one path through them, and the manifest here.
 """
 
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
-from blocklab.experiments.degree_sweep import exact, plan, sizing
+from blocklab.experiments.degree_sweep import exact, plan, preflight, sizing
 from blocklab.experiments.degree_sweep.config import SHAPE, DegreeSweepConfig
 from blocklab.store import Store
 
@@ -62,41 +63,39 @@ def run(
     """Plan every cell, check the design before any fit, choose the rates (searched under Adam),
     fit what is left, and return the rows with each cell's functional count beside them."""
     from blocklab.engine.progress import display
+    from blocklab.fingerprint import once
     from blocklab.tasks import make_task
 
     task = make_task(cfg.task, **cfg.task_options)
     cells = plan.shapes(cfg, task)
     bar, own = display(progress)
     try:
-        # the design checks and counts before any fit, each said as it begins
-        bar.stage(f"checking that every input reaches the output in {len(cells)} cells")
-        seen = plan.input_ranks(cfg, cells)  # a direction lost inside is refused
-        if cfg.staged:
-            bar.stage("checking that each block's ladder can continue its fits")
-        plan.check_ladders(cfg, cells)  # and a block its ladder cannot continue
-        bar.stage(f"counting the functional dimension of {len(cells)} cells' networks")
-        counts = exact.functional_counts(cfg, cells)  # each row's functional count
-        bar.stage("exact measures of each degree (ranks over a prime field)")
-        measured = exact.exact_measures(cfg, cfg.arms())
-        if not cfg.train.second_order:
-            bar.stage("choosing each cell's learning rate")
-        lr, lr_choice = plan.rates(
-            cfg, cells, store, EXPERIMENT, resources, bar, task.higher_is_better
-        )
-        bar.stage("planning the fits: timing an iteration of the largest networks")
-        planned = plan.optimizers(
-            plan.trials(cfg, cells, lr), store, resources, bar if progress else False
-        )
-        label = "fits" if cfg.train.second_order else "seeds"
-        trials = _trials.run_planned(
-            planned, store, EXPERIMENT, resources=resources, progress=bar, label=label
-        )
+        # each set of modules hashed once in the run: its trials costed, then run
+        with once():
+            # the design checks and counts before any fit, on one network per cell, each said as
+            # it begins: a direction lost inside is refused, and a block its ladder cannot continue
+            checked = preflight.check(cfg, cells, bar.stage)
+            bar.stage("exact measures of each degree (ranks over a prime field)")
+            measured = exact.exact_measures(cfg, cfg.arms())
+            if not cfg.train.second_order:
+                bar.stage("choosing each cell's learning rate")
+            lr, lr_choice = plan.rates(
+                cfg, cells, store, EXPERIMENT, resources, bar, task.higher_is_better
+            )
+            bar.stage("planning the fits: timing an iteration of the largest networks")
+            planned = plan.optimizers(
+                plan.trials(cfg, cells, lr), store, resources, bar if progress else False
+            )
+            label = "fits" if cfg.train.second_order else "seeds"
+            trials = _trials.run_planned(
+                planned, store, EXPERIMENT, resources=resources, progress=bar, label=label
+            )
     finally:
         if own:
             bar.close()
-    rows = exact.with_counts(counts, [r for r in trials.rows if not r.get("referee")])
+    rows = exact.with_counts(checked.counts, [r for r in trials.rows if not r.get("referee")])
     referee = [r for r in trials.rows if r.get("referee")]
-    return DegreeSweepTrials(rows, trials.failed, lr_choice, referee, seen, measured)
+    return DegreeSweepTrials(rows, trials.failed, lr_choice, referee, checked.input_rank, measured)
 
 
 # the demo's cost of one (teacher, seed) unit at 2 chains, in core-seconds (its recorded run,

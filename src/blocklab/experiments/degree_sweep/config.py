@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from blocklab.errors import UserError
 from blocklab.experiments import _trials
-from blocklab.options import meta, validate
+from blocklab.options import build, meta, validate
 from blocklab.specs import Arm, NetShape, TrainConfig
 
 DEMO_BUDGET_TOLERANCE = 0.2
@@ -190,12 +190,14 @@ class DegreeSweepConfig:
         return replace(demo, teachers=4, seeds=2, train=replace(demo.train, restarts=8))
 
     def __post_init__(self):
-        from blocklab.tasks import make_task
+        # inert: it reads the task's class and checks its options, and builds no task or data
+        from blocklab.tasks import TASKS
 
         validate(self)
         if not self.degrees and not self.baselines:
             raise ValueError("nothing to compare: give degrees or baselines")
-        task = make_task(self.task, **self.task_options)  # unknown tasks and options fail here
+        task = TASKS.get(self.task)  # unknown tasks fail here, and unknown options below
+        build(task.Options, self.task_options, what=f"task {task.name!r}")
         if self.train.second_order and task.kind != "regression":
             raise UserError(
                 f"--optimizer {self.train.optimizer} fits regression tasks; {self.task!r} is "

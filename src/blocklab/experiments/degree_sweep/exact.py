@@ -22,7 +22,7 @@ from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from blocklab.experiments.degree_sweep.config import DegreeSweepConfig
-from blocklab.experiments.degree_sweep.plan import Cells, spec
+from blocklab.experiments.degree_sweep.plan import Cells, Networks
 
 if TYPE_CHECKING:
     from blocklab.specs import Arm
@@ -35,21 +35,21 @@ VARIABLES = 2  # the separation rank's closed form (d^p + 1) holds for two scala
 
 
 def functional_counts(
-    cfg: DegreeSweepConfig, cells: Cells
+    cfg: DegreeSweepConfig, cells: Cells, nets: Networks | None = None
 ) -> dict[tuple[int, str], dict[str, Any]]:
     """Per (budget, arm): the functional dimension of the cell's network at initialization
     (seed 0, teacher 0) over its budgeted parameters, on the task's first test inputs (at least
-    four rows per parameter and output)."""
-    from blocklab.fitting.network import init_model, task_data
+    four rows per parameter and output). `nets`: the cells' networks (`plan.Networks`)."""
     from blocklab.measures.functional import enough_inputs, functional_dimension
 
-    data = task_data(cfg.task, cfg.task_options, 0)
+    nets = nets or Networks(cfg, cells)
+    data = nets.data
     out: dict[tuple[int, str], dict[str, Any]] = {}
     for key, (arm, shape) in cells.items():
         if shape.block_params > MAX_FUNCTIONAL:
             out[key] = {"functional_params": None, "params": shape.block_params, "saturated": None}
             continue
-        model = init_model(spec(cfg, arm, shape, cfg.train.lr, 0), data, "cpu", 0)
+        model = nets.cell(arm, shape.depth, shape.width)  # measured on a float64 copy
         budgeted = model.param_counts()["blocks"]
         rows = enough_inputs(budgeted, max(1, math.prod(data.test.y.shape[1:])))
         got = functional_dimension(model, data.test.x[:rows], params="budgeted")

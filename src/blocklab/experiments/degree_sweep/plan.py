@@ -121,6 +121,37 @@ def ladders(cfg: DegreeSweepConfig, cells: Cells) -> Planned:
     return planned
 
 
+class Networks:
+    """Each cell's network at initialization (seed 0) on teacher 0's data, built on first use
+    and kept, by arm, depth and width: `cell` returns it, `copied` a copy for a check that
+    changes it (None where the run has no such cell)."""
+
+    def __init__(self, cfg: DegreeSweepConfig, cells: Cells):
+        from blocklab.fitting.network import task_data
+
+        self.data = task_data(cfg.task, cfg.task_options, 0)
+        self.specs: dict[tuple[str, int, int], TrialSpec] = {
+            (arm.label, shape.depth, shape.width): spec(cfg, arm, shape, cfg.train.lr, 0)
+            for arm, shape in cells.values()
+        }
+        self.built: dict[tuple[str, int, int], Any] = {}
+
+    def cell(self, arm: Arm, depth: int, width: int):
+        from blocklab.fitting.network import init_model
+
+        key = (arm.label, depth, width)
+        if key not in self.built:
+            self.built[key] = init_model(self.specs[key], self.data, "cpu", 0)
+        return self.built[key]
+
+    def copied(self, arm: Arm, depth: int, width: int):
+        import copy
+
+        if (arm.label, depth, width) not in self.specs:
+            return None
+        return copy.deepcopy(self.cell(arm, depth, width))
+
+
 def design_bound(model, seen) -> tuple[int, str | None]:
     """The most input directions `model`'s design lets through, and why where that is fewer than
     its inputs (None: every input). Its linear embedding of f features into width w, at each of
@@ -144,26 +175,28 @@ def design_bound(model, seen) -> tuple[int, str | None]:
     return min(bounds, key=lambda b: b[0])  # the first of equal ones: the inputs themselves
 
 
-def input_ranks(cfg: DegreeSweepConfig, cells: Cells) -> dict[str, dict[str, Any]]:
+def input_ranks(
+    cfg: DegreeSweepConfig, cells: Cells, nets: Networks | None = None
+) -> dict[str, dict[str, Any]]:
     """Per arm, the rank of its input Jacobian at initialization (seed 0, teacher 0) over the
     first test inputs, and the most its design lets through (`design_bound`: `bound`, with
     `bound_reason` where that is fewer than the inputs); the cell that loses a direction, else
     the lowest rank over its depths (`measures._jacobian`). A UserError before any fit when an
     arm sees fewer directions than its design lets through (a direction lost inside the network,
     such as LayerNorm over the inputs' width or fewer), naming the fix; a bound the design chose
-    is stated in the report, not refused."""
-
-    from blocklab.fitting.network import init_model, task_data
+    is stated in the report, not refused. `nets`: the cells' networks (`Networks`), read on a
+    copy."""
     from blocklab.measures._jacobian import input_rank
 
-    data = task_data(cfg.task, cfg.task_options, 0)
+    nets = nets or Networks(cfg, cells)
+    data = nets.data
     if data.vocab is not None:  # token ids have no input gradient
         return {}
     sample = data.test.x[: max(256, 4 * data.test.x[0].numel())]
     out: dict[str, dict[str, Any]] = {}
     features: dict[str, int] = {}  # arm -> the features its embedding reads at one position
     for arm, shape in cells.values():
-        model = init_model(spec(cfg, arm, shape, cfg.train.lr, 0), data, "cpu", 0)
+        model = nets.copied(arm, shape.depth, shape.width)  # input_rank makes it float64
         seen = input_rank(model, sample)
         if not seen.rows:  # its outputs overflowed at initialization: nothing to read
             continue
@@ -210,24 +243,29 @@ def _order(r: dict[str, Any]) -> tuple[bool, int]:
     return r["rank"] >= r["bound"], r["rank"]
 
 
-def check_ladders(cfg: DegreeSweepConfig, cells: Cells) -> None:
+def check_ladders(cfg: DegreeSweepConfig, cells: Cells, nets: Networks | None = None) -> None:
     """Before any fit of a staged run: every arm continues as its depth ladder will continue it
     (`checks.blocks.check_ladder`, the contract check `blocklab check` runs on every per-token
     block), at the run's width, norm and residual scaling, on the first test inputs; else a
-    UserError naming the arm and --ladder off."""
+    UserError naming the arm and --ladder off. `nets`: the cells' networks (`Networks`): a
+    copy of the arm's cell at depth 1 where the run has one stands for the ladder's first rung."""
     if not cfg.staged:
         return
     from blocklab.checks.blocks import check_ladder
-    from blocklab.fitting.network import init_model, task_data
+    from blocklab.fitting.network import init_model
 
-    data = task_data(cfg.task, cfg.task_options, 0)
+    nets = nets or Networks(cfg, cells)
+    data = nets.data
     sample = data.test.x[:256]
     arms = {arm.label: (arm, shape) for arm, shape in cells.values()}
     for label, (arm, shape) in arms.items():
         one = spec(cfg, arm, shape, cfg.train.lr, 0)
 
-        def make(depth: int, seed: int, one=one):
-            return init_model(one.at_depth(depth), data, "cpu", seed)
+        def make(depth: int, seed: int, one=one, arm=arm, width=shape.width):
+            built = nets.copied(arm, depth, width) if seed == 0 else None
+            if built is None:  # no cell of the run is this rung at this seed
+                built = init_model(one.at_depth(depth), data, "cpu", seed)
+            return built
 
         check_ladder(make, sample, label if arm.degrees else f"block {label}")
 
