@@ -47,3 +47,9 @@ def test_a_change_of_shape_is_not_estimated():
     assert next_cost(rows, [Change("budgets", (18,), (18, 36))]) is None
     assert next_cost(rows, []) is None
     assert cost_words(None) is None
+
+
+def test_where_chains_continue_the_best_one_every_chain_above_a_continued_fit_fits_again():
+    rows = [_row("a", 1, [True, False]), _row("a", 2, [True, True])]
+    cost = next_cost(rows, [Change("train.steps", 100, 200)], chains="best")
+    assert (cost.continued, cost.refit, cost.kept) == (1, 2, 1)

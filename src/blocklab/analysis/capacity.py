@@ -299,7 +299,8 @@ def analyze(
         # what would settle a check at its edge is what its remedy changes
         after = design.next_run(decision.failed or decision.edges, run, decision.units_for_3pct)
         if after is not None:
-            after = dataclasses.replace(after, cost=next_cost(rows, after.changes))
+            chains = getattr(getattr(run.cfg, "train", None), "chains", "own")
+            after = dataclasses.replace(after, cost=next_cost(rows, after.changes, chains))
         decision = dataclasses.replace(decision, next=after)
         counts[count] = dataclasses.replace(counts[count], decision=decision)
     return CapacityResult(

@@ -34,10 +34,12 @@ class Cost:
     units: int = 0  # new (teacher, seed) units
 
 
-def next_cost(rows: list[dict[str, Any]], changes) -> Cost | None:
+def next_cost(rows: list[dict[str, Any]], changes, chains: str = "own") -> Cost | None:
     """The cost of the next run's `changes` over this run's fit rows (one per rung of each
-    ladder trial, as `experiments._trials.rung_rows` gives them); None where a change is one
-    this module does not estimate, or the rows carry no per-chain iterations."""
+    ladder trial, as `experiments._trials.rung_rows` gives them), its chains continuing their
+    own fits ("own") or the best one ("best": every chain moves with a continued one); None
+    where a change is one this module does not estimate, or the rows carry no per-chain
+    iterations."""
     by_key = {c.key: c for c in changes}
     known = {"train.steps", "seeds", "teachers"}
     if not by_key or set(by_key) - known:
@@ -48,7 +50,7 @@ def next_cost(rows: list[dict[str, Any]], changes) -> Cost | None:
     cost = Cost(0.0)
     if "train.steps" in by_key:
         c = by_key["train.steps"]
-        cost = _more_iterations(done, c.old, c.new)
+        cost = _more_iterations(done, c.old, c.new, chains == "best")
     units = {(r.get("teacher"), r.get("seed")) for r in done}
     teachers = len({t for t, _ in units})
     seeds = len({s for _, s in units})
@@ -64,9 +66,10 @@ def next_cost(rows: list[dict[str, Any]], changes) -> Cost | None:
     return cost
 
 
-def _more_iterations(rows: list[dict[str, Any]], old: int, new: int) -> Cost:
+def _more_iterations(rows: list[dict[str, Any]], old: int, new: int, best: bool) -> Cost:
     """Continuing each ladder from `old` to `new` iterations (`fitting.continuation.actions`,
-    read off the rows: a chain's fit that ran without certifying and did not diverge was cut)."""
+    read off the rows: a chain's fit that ran without certifying and did not diverge was cut;
+    with `best`, every chain above a rung where one continued fits again)."""
     trials: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         trials[r["id"]].append(r)
@@ -86,4 +89,6 @@ def _more_iterations(rows: list[dict[str, Any]], old: int, new: int) -> Cost:
                 else:  # cut by its budget: it continues
                     continued, seconds = continued + 1, seconds + per * (new - old)
                     moved.add(c)
+            if best and moved:
+                moved = set(range(len(iterations)))
     return Cost(seconds, continued, refit, kept)
