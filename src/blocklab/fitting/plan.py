@@ -181,7 +181,7 @@ def choose(
     cache: dict[str, Estimate] = {}
     chosen, moved = [], []
     # what each trial has left, by its place (a trial given to L-BFGS changes its id)
-    shares = [(left or {}).get(s.id, ()) if left is not None else None for s in specs]
+    shares = [None if left is None else left.get(s.id, ()) for s in specs]
     for spec in specs:
         if not spec.train.second_order:
             chosen.append(spec)

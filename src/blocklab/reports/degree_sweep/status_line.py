@@ -7,6 +7,7 @@ from typing import Any
 
 from blocklab.analysis import capacity as cap
 from blocklab.analysis.capacity import PREDICTED_EFFECT
+from blocklab.formatting import minutes
 from blocklab.reports.degree_sweep.edges import edge_words, names, shape_edge_words
 from blocklab.reports.degree_sweep.intervals import after
 from blocklab.reports.degree_sweep.multipliers import inf_or, pct
@@ -58,8 +59,6 @@ def cost_words(cost) -> str | None:
     """The next run's estimated cost (`analysis.cost.Cost`) in words; None where not estimated."""
     if cost is None:
         return None
-    from blocklab.formatting import minutes
-
     said = f"at most {minutes(cost.core_seconds)} of one core's fits, estimated from this run's"
     if cost.continued or cost.refit or cost.kept:
         said += (
