@@ -30,7 +30,8 @@ SRC = Path(blocklab.__file__).resolve().parent
 # statistic of them is computed above it. Reports write the words over analysis; trackers log
 # what the store holds and never need a report module (nor matplotlib's backend with it). The
 # engine runs trials through fitting (a trial's training and fits), which never imports it; the
-# bench times the fitting loops alone.
+# bench times the fitting loops alone. The one run path (`launch`) sits above the reports it
+# writes, and both its callers above it: the command line and the Python API.
 LAYERS = [
     {
         "",
@@ -52,6 +53,7 @@ LAYERS = [
     {"experiments"},
     {"analysis", "trackers"},
     {"reports"},
+    {"launch"},
     {"cli", "__main__", "api"},
 ]
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
@@ -93,6 +95,28 @@ def test_imports_flow_one_way():
             if LAYER[there] > LAYER[here]:
                 wrong.append(f"{path.relative_to(SRC)} imports {module}")
     assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
+
+
+def _command_line_imports(source: str) -> list[str]:
+    """The `blocklab.cli` modules a source imports (at the top, in a function or type-only)."""
+    found = _imports(ast.parse(source))
+    return [m for m in found if m == "blocklab.cli" or m.startswith("blocklab.cli.")]
+
+
+def test_the_python_api_runs_without_the_command_line():
+    """`api.py` runs an experiment through `launch`, the run path below the command line: it
+    imports nothing from `cli/`."""
+    assert _command_line_imports((SRC / "api.py").read_text()) == []
+    assert "from blocklab import launch" in (SRC / "api.py").read_text()
+
+
+def test_the_command_line_check_fails_on_a_planted_import():
+    """The check above, on an api module that still runs through the command's module."""
+    planted = "def run():\n    from blocklab.cli import experiment\n"
+    assert _command_line_imports(planted) == ["blocklab.cli"]
+    assert _command_line_imports("import blocklab.cli.experiment\n") == ["blocklab.cli.experiment"]
+    assert _command_line_imports("from blocklab import cli\n") == ["blocklab.cli"]
+    assert _command_line_imports("from blocklab import launch\n") == []
 
 
 def _module(path: Path) -> str:

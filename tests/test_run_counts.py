@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from blocklab import rundir
 from blocklab.cli import main
-from blocklab.cli.experiment import _Display
 from blocklab.experiments import seprank_degree as dg
+from blocklab.launch import Display
 from blocklab.store import Store
 
 
@@ -55,7 +55,7 @@ def test_a_phase_not_begun_counts_as_planned(tmp_path):
     run = rundir.RunDir(tmp_path)
     run.write_record("degree_sweep", "blocklab degree-sweep", {})
     run.note_planned(["x0", "x1", "x2"])
-    display = _Display(False, tmp_path)  # the command's display notes what it expects
+    display = Display(False, tmp_path)  # the command's display notes what it expects
     display.expect(12)  # the seeds after a learning-rate search
     records = Store(tmp_path, read_only=True).records()
     assert run.state(records) == (

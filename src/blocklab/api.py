@@ -29,8 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from blocklab import config as cfgmod
-from blocklab import plugins
-from blocklab.cli import experiment as cli_experiment
+from blocklab import launch, plugins
 from blocklab.engine.executors import ENSEMBLE, Resources, default_workers
 from blocklab.errors import ArmsFailed, UserError
 from blocklab.experiments import EXPERIMENTS, Command, Experiment
@@ -64,11 +63,11 @@ def run(
     cfg = _config(found, command, form, config_file, config)
     out = out if out is not None else command.out
     # `target_resolution` sizes the run's teachers unless they were given (`Experiment.sized`)
-    pinned = "teachers" in config or cli_experiment.in_toml(config_file, "teachers")
-    cfg, _ = cli_experiment.sized(found, cfg, out, pinned)
+    pinned = "teachers" in config or launch.in_toml(config_file, "teachers")
+    cfg, _ = launch.sized(found, cfg, out, pinned)
     pool = found.pool
     resources = Resources(workers or default_workers(), device, ensemble, "local", {}, loaded)
-    _, payload = cli_experiment.execute(
+    _, payload = launch.execute(
         found,
         cfg,
         out,
@@ -79,8 +78,8 @@ def run(
         progress=sys.stderr.isatty() if progress is None else bool(progress),
         device=device if pool else "cpu",
     )
-    if cli_experiment.lost_an_arm(payload):  # as the command exits 1: never silently
-        raise ArmsFailed(cli_experiment.failure_lines(payload), payload)
+    if launch.lost_an_arm(payload):  # as the command exits 1: never silently
+        raise ArmsFailed(launch.failure_lines(payload), payload)
     return payload
 
 
