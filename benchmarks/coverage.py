@@ -1,5 +1,6 @@
 """Coverage of the shared model's 95% intervals on multipliers, by simulation at a degree sweep's
-sizes (`blocklab.analysis.coverage`): which interval method holds its level where.
+sizes (`blocklab.experiments.degree_sweep.analysis.coverage`): which interval method holds its level
+where.
 
     PYTHONPATH=src python benchmarks/coverage.py [--replications 200] [--boot-replications 60]
     PYTHONPATH=src python benchmarks/coverage.py --sized [--replications 300]
@@ -16,8 +17,8 @@ one core; the t intervals run on all of them (the same draws).
 `--sized`: the "units" intervals of a run sized to +-R (`--target-resolution`), one seed a
 teacher as the demo runs: at a fixed size (the 10 teachers the demo's recorded run sizes +-10%
 to), and sized by the intervals of its own first 3 or 10 teachers (the internal pilot `sizing`
-applies when --out holds a run: `analysis.coverage.simulate_sized`), at R = 0.1, sigma 0.1 and
-0.3, tau 0.1 and 0.2.
+applies when --out holds a run: `degree_sweep.analysis.coverage.simulate_sized`), at R = 0.1, sigma
+0.1 and 0.3, tau 0.1 and 0.2.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import argparse
 import math
 import time
 
-from blocklab.analysis import coverage
+from blocklab.experiments.degree_sweep.analysis import coverage
 from blocklab.formatting import markdown_table
 
 UNITS = (3, 4, 6, 8)

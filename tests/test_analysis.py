@@ -18,8 +18,8 @@ from blocklab.analysis.stats import (
     summarize_arms,
 )
 from blocklab.analysis.summary import drawn_interval, positive_interval
+from blocklab.experiments.degree_sweep.report import plots, table, tabulate, to_json, write_report
 from blocklab.reports import verdicts
-from blocklab.reports.degree_sweep import plots, table, tabulate, to_json, write_report
 
 DEGREE = {
     "d=2": 2.0,

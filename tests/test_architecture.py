@@ -59,16 +59,26 @@ LAYERS = [
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
 
 
+# an experiment's home (a package under experiments/) may hold its statistics and its report,
+# each in its layer: experiments/degree_sweep/analysis/ is analysis, .../report/ is reports
+HOME_LAYERS = {"analysis": "analysis", "report": "reports"}
+
+
 def _component(module: str) -> str:
-    """'blocklab.experiments.collapse' -> 'experiments'; 'blocklab' -> ''."""
+    """'blocklab.experiments.collapse' -> 'experiments'; 'blocklab' -> ''; inside an experiment's
+    home, a subpackage `analysis` -> 'analysis' and `report` -> 'reports'
+    ('blocklab.experiments.degree_sweep.report.plots' -> 'reports')."""
     parts = module.split(".")
+    if len(parts) > 3 and parts[1] == "experiments" and parts[3] in HOME_LAYERS:
+        return HOME_LAYERS[parts[3]]
     return parts[1] if len(parts) > 1 else ""
 
 
 def _home(path: Path) -> str:
-    """The component a source file belongs to: its folder, or its own name at the top."""
+    """The component a source file belongs to: its folder (an experiment's `analysis` or
+    `report` subfolder, that layer's), or its own name at the top."""
     parts = path.relative_to(SRC).with_suffix("").parts
-    return "" if parts == ("__init__",) else parts[0]
+    return "" if parts == ("__init__",) else _component(".".join(("blocklab", *parts)))
 
 
 def _imports(tree: ast.AST):
@@ -78,22 +88,27 @@ def _imports(tree: ast.AST):
         if isinstance(node, ast.Import):
             yield from (a.name for a in node.names if a.name.split(".")[0] == "blocklab")
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "blocklab":
-            if node.module == "blocklab":  # `from blocklab import theory, __version__`
-                for a in node.names:
-                    is_module = (SRC / a.name).is_dir() or (SRC / f"{a.name}.py").exists()
-                    yield f"blocklab.{a.name}" if is_module else "blocklab"
-            else:
-                yield node.module
+            # `from blocklab import theory, __version__`, `from blocklab.experiments.degree_sweep
+            # import report`: a name that is a module is that module, else the package
+            folder = SRC.joinpath(*node.module.split(".")[1:])
+            for a in node.names:
+                is_module = (folder / a.name).is_dir() or (folder / f"{a.name}.py").exists()
+                yield f"{node.module}.{a.name}" if is_module else node.module
+
+
+def _against_layers(sources: dict[Path, str]) -> list[str]:
+    """The imports of `sources` (a file's path -> its source) from a layer above the file's."""
+    wrong = []
+    for path, source in sources.items():
+        here = _home(path)
+        for module in _imports(ast.parse(source)):
+            if LAYER[_component(module)] > LAYER[here]:
+                wrong.append(f"{path.relative_to(SRC)} imports {module}")
+    return wrong
 
 
 def test_imports_flow_one_way():
-    wrong = []
-    for path in sorted(SRC.rglob("*.py")):
-        here = _home(path)
-        for module in _imports(ast.parse(path.read_text())):
-            there = _component(module)
-            if LAYER[there] > LAYER[here]:
-                wrong.append(f"{path.relative_to(SRC)} imports {module}")
+    wrong = _against_layers({p: p.read_text() for p in sorted(SRC.rglob("*.py"))})
     assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
 
 
@@ -113,10 +128,62 @@ def test_the_python_api_runs_without_the_command_line():
 def test_the_command_line_check_fails_on_a_planted_import():
     """The check above, on an api module that still runs through the command's module."""
     planted = "def run():\n    from blocklab.cli import experiment\n"
-    assert _command_line_imports(planted) == ["blocklab.cli"]
+    assert _command_line_imports(planted) == ["blocklab.cli.experiment"]
     assert _command_line_imports("import blocklab.cli.experiment\n") == ["blocklab.cli.experiment"]
     assert _command_line_imports("from blocklab import cli\n") == ["blocklab.cli"]
     assert _command_line_imports("from blocklab import launch\n") == []
+
+
+def _experiment_imports(sources: dict[Path, str]) -> list[str]:
+    """The imports of the experiments layer in `sources` from an experiment's analysis: its
+    statistics read the rows its experiment returned, never the modules that ran them."""
+    wrong = []
+    for path, source in sources.items():
+        if _home(path) == "analysis":
+            wrong += [
+                f"{path.relative_to(SRC)} imports {module}"
+                for module in _imports(ast.parse(source))
+                if _component(module) == "experiments"
+            ]
+    return wrong
+
+
+def test_no_analysis_imports_an_experiment():
+    homes = sorted(SRC.glob("experiments/*/analysis/*.py"))
+    assert SRC / "experiments/degree_sweep/analysis/multiplier.py" in homes
+    sources = {p: p.read_text() for p in sorted(SRC.glob("analysis/*.py")) + homes}
+    assert _experiment_imports(sources) == []
+
+
+def test_an_experiments_home_is_read_by_its_subfolders():
+    """An experiment's home: its modules in the experiments layer, its `analysis` subfolder in
+    the analysis layer and its `report` subfolder in the reports layer. Planted: an experiment
+    module that imports its report (function-local, or as `from PACKAGE import report`) is
+    against the layers, as is its analysis importing the report; the analysis importing the
+    experiment's config is not against the layers, and the check above catches it."""
+    home = SRC / "experiments/degree_sweep"
+    assert _home(home / "analysis/multiplier.py") == "analysis"
+    assert _home(home / "report/__init__.py") == "reports"
+    assert _home(home / "plan.py") == _home(home / "__init__.py") == "experiments"
+    assert _component("blocklab.experiments.degree_sweep.report.plots") == "reports"
+    assert _component("blocklab.experiments.degree_sweep.analysis") == "analysis"
+    assert _component("blocklab.experiments.degree_sweep.config") == "experiments"
+    local = "def f():\n    from blocklab.experiments.degree_sweep.report.x import y\n"
+    planted = {
+        home / "plan.py": local,
+        home / "sizing.py": "from blocklab.experiments.degree_sweep import report\n",
+        home / "analysis/pilot.py": "from blocklab.experiments.degree_sweep.report import plots\n",
+        home / "analysis/cost.py": "from blocklab.experiments.degree_sweep.config import SHAPE\n",
+    }
+    assert _against_layers(planted) == [
+        "experiments/degree_sweep/plan.py imports blocklab.experiments.degree_sweep.report.x",
+        "experiments/degree_sweep/sizing.py imports blocklab.experiments.degree_sweep.report",
+        "experiments/degree_sweep/analysis/pilot.py imports "
+        "blocklab.experiments.degree_sweep.report.plots",
+    ]
+    assert _experiment_imports(planted) == [
+        "experiments/degree_sweep/analysis/cost.py imports blocklab.experiments.degree_sweep.config"
+    ]
 
 
 def _module(path: Path) -> str:
@@ -335,15 +402,19 @@ MAPPED = ("", "fitting", "bench", "engine", "analysis", "cli")
 
 def _unmapped(table: str) -> list[str]:
     """Modules of the base, fitting, bench, engine, analysis and cli layers that ARCHITECTURE.md's
-    layer table does not name (as `name` or `folder/name`); registered family entries are covered
-    by their folder's row, so they are not asked for."""
+    layer table does not name (as `name` or `folder/name`), an experiment's analysis among them;
+    registered family entries are covered by their folder's row, so they are not asked for."""
     named = set(re.findall(r"`([A-Za-z_/.]+)", table))
     missing = []
     for path in sorted(SRC.rglob("*.py")):
         parts = path.relative_to(SRC).with_suffix("").parts
         home = "" if len(parts) == 1 else parts[0]
         stem = parts[-1]
-        if home not in MAPPED or stem in ("__init__", "__main__") or len(parts) > 2:
+        if _home(path) == "analysis" and parts[0] == "experiments":  # in an experiment's home
+            home = "/".join(parts[:-1])
+        elif home not in MAPPED or len(parts) > 2:
+            continue
+        if stem in ("__init__", "__main__"):
             continue
         if not ({stem, f"{home}/{stem}", f"{stem}.py", f"{home}/{stem}.py"} & named):
             missing.append("/".join(parts))
@@ -359,9 +430,12 @@ def test_the_map_names_every_module_of_its_layers():
 
 
 def test_the_map_check_fails_on_a_module_left_out():
-    """The check above, on a table with `timing` taken out of the fitting row."""
+    """The check above, on a table with `timing` taken out of the fitting row, and `shared_law`
+    out of the degree sweep's analysis."""
     table = _layer_table((ROOT / "ARCHITECTURE.md").read_text()).replace("`timing`", "timing")
     assert _unmapped(table) == ["fitting/timing"]
+    table = table.replace("`shared_law`", "shared_law")
+    assert _unmapped(table) == ["experiments/degree_sweep/analysis/shared_law", "fitting/timing"]
 
 
 def _unfound(table: str) -> list[str]:
@@ -411,11 +485,12 @@ def test_the_name_check_fails_on_a_name_not_in_the_tree():
 
 
 def _computing_writers(sources: dict[str, str]) -> set[str]:
-    """The functions of the report modules (`sources`: name -> source) that compute a statistic
+    """The functions of the report modules (`sources`: module -> source) that compute a statistic
     while wording: those reachable from a module's `write` (or `write_report`, `to_json`) without
     passing through an `analyze`, across modules, that call a function of `blocklab.analysis`
     (imported by name, or through its module) other than the closed-form `FORMULAS` it names."""
     import importlib
+    import importlib.util
     import inspect
 
     def formula(module, name: str) -> bool:
@@ -428,27 +503,25 @@ def _computing_writers(sources: dict[str, str]) -> set[str]:
         for node in ast.walk(tree):
             if not isinstance(node, ast.ImportFrom) or not node.module:
                 continue
-            if node.module.startswith("blocklab.analysis"):
+            if node.module.split(".")[0] != "blocklab":
+                continue
+            if _component(node.module) == "analysis":  # analysis/, or an experiment's
+                module = importlib.import_module(node.module)
                 for a in node.names:
-                    if node.module == "blocklab.analysis":
-                        amods[a.asname or a.name] = importlib.import_module(
-                            f"{node.module}.{a.name}"
-                        )
-                        continue
-                    module = importlib.import_module(node.module)
-                    if inspect.isfunction(getattr(module, a.name, None)) and not formula(
+                    sub = f"{node.module}.{a.name}"
+                    if hasattr(module, "__path__") and importlib.util.find_spec(sub):  # a module
+                        amods[a.asname or a.name] = importlib.import_module(sub)
+                    elif inspect.isfunction(getattr(module, a.name, None)) and not formula(
                         module, a.name
                     ):
                         stats.add(a.asname or a.name)
-            elif node.module == "blocklab.reports" or node.module.startswith("blocklab.reports."):
-                # a module is named by its dotted path under reports/ ("degree_sweep.capacity")
-                package = node.module.removeprefix("blocklab.reports").lstrip(".")
+            elif _component(node.module) == "reports":  # reports/, or an experiment's report/
                 for a in node.names:
-                    name = f"{package}.{a.name}" if package else a.name
-                    if name in sources or not package:  # a module of reports/ or of a package
+                    name = f"{node.module}.{a.name}"
+                    if name in sources:  # a module of a report package
                         rmods[a.asname or a.name] = name
                     else:
-                        rnames[a.asname or a.name] = (package, a.name)
+                        rnames[a.asname or a.name] = (node.module, a.name)
         defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
         # module-level names bound to a value (a table of functions dispatched by type)
         tables = {
@@ -507,16 +580,14 @@ def _computing_writers(sources: dict[str, str]) -> set[str]:
 
 
 def test_report_writers_word_what_analyze_computed():
-    """In the report modules, what a `write` (or `write_report`, `to_json`) reaches without
-    going through an `analyze`, across the report modules (figures included), calls no function
-    of `analysis/`: the writers word a typed result."""
-    base = SRC / "reports"
-    sources = {}
-    for p in sorted(base.rglob("*.py")):
-        parts = p.relative_to(base).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" and len(parts) > 1 else parts)
-        sources[name] = p.read_text()
-    assert "degree_sweep.capacity" in sources and "degree_sweep" in sources
+    """In the report modules (reports/ and each experiment's report/), what a `write` (or
+    `write_report`, `to_json`) reaches without going through an `analyze`, across the report
+    modules (figures included), calls no function of the analysis layer: the writers word a typed
+    result."""
+    paths = sorted(SRC.rglob("*.py"))
+    sources = {_module(p): p.read_text() for p in paths if _home(p) == "reports"}
+    home = "blocklab.experiments.degree_sweep.report"
+    assert f"{home}.capacity" in sources and home in sources and "blocklab.reports.mad" in sources
     assert _computing_writers(sources) == set()
 
 
@@ -534,9 +605,17 @@ def test_the_writer_rule_fails_on_a_planted_statistic():
         "from blocklab.analysis.summary import positive_interval\n"
         "def draw(result):\n    return positive_interval(result)\n"
     )
-    assert _computing_writers({"planted": report, "figs": figs}) == {"figs.draw"}
+    planted, at = "blocklab.reports.planted", "blocklab.reports.figs"
+    assert _computing_writers({planted: report, at: figs}) == {f"{at}.draw"}
     clean = figs.replace("return positive_interval(result)", "return result")
-    assert _computing_writers({"planted": report, "figs": clean}) == set()
+    assert _computing_writers({planted: report, at: clean}) == set()
+    # the same in an experiment's home: its report's figures, a statistic of its own analysis
+    home = "blocklab.experiments.degree_sweep"
+    moved = report.replace("blocklab.reports import", f"{home}.report import")
+    mine = f"from {home}.analysis.multiplier import fit\n"
+    mine += "def draw(result):\n    return fit(result)\n"
+    writers = _computing_writers({f"{home}.report.planted": moved, f"{home}.report.figs": mine})
+    assert writers == {f"{home}.report.figs.draw"}
     # a writer looked up in a table by type, as a report words each design check
     table = (
         "from blocklab.analysis.summary import positive_interval\n"
@@ -544,7 +623,7 @@ def test_the_writer_rule_fails_on_a_planted_statistic():
         "WORDS = {list: _band}\n"
         "def draw(result):\n    return WORDS[type(result)](result)\n"
     )
-    assert _computing_writers({"planted": report, "figs": table}) == {"figs._band"}
+    assert _computing_writers({planted: report, at: table}) == {f"{at}._band"}
     formula = "from blocklab.analysis.depth_width import n_transition\n"
     formula += "def draw(r):\n    return n_transition(r)\n"
-    assert _computing_writers({"planted": report, "figs": formula}) == set()  # a FORMULAS curve
+    assert _computing_writers({planted: report, at: formula}) == set()  # a FORMULAS curve

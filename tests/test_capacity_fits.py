@@ -9,9 +9,10 @@ import math
 import numpy as np
 import pytest
 
-from blocklab.analysis import capacity, cells, design, fit_checks
-from blocklab.analysis.referee import referee_summary
+from blocklab.analysis import cells
 from blocklab.analysis.stats import compare
+from blocklab.experiments.degree_sweep.analysis import capacity, design, fit_checks
+from blocklab.experiments.degree_sweep.analysis.referee import referee_summary
 
 DEGREE = {"d=2": 2.0, "d=3": 3.0, "d=4": 4.0, "mlp": None}
 BUDGETS = (1000, 2000, 4000, 8000)
@@ -267,7 +268,7 @@ def test_search_fails_where_the_second_half_of_the_restarts_finds_much_lower_los
 
 
 def test_a_stalled_fit_is_not_converged_however_small_its_gain():
-    from blocklab.analysis.fit_checks import _gained_at_most
+    from blocklab.experiments.degree_sweep.analysis.fit_checks import _gained_at_most
 
     row = {"status": "done", "converged": False, "plateau_improvement": 0.0}
     assert not _gained_at_most(row, 0.1)  # no gain and no certificate: every step rejected
@@ -279,7 +280,7 @@ def test_the_figures_name_only_what_ran_and_no_interval_they_cannot_have(tmp_pat
     """The scaling legend gives the reference no interval ([1, 1]) and no arm a NaN one; the
     relative plot names an mlp line only where an mlp ran."""
     from blocklab.analysis.stats import summarize_arms
-    from blocklab.reports.degree_sweep import curves, plots
+    from blocklab.experiments.degree_sweep.report import curves, plots
 
     figures = []
     monkeypatch.setattr(curves, "save", lambda fig, path: figures.append(fig))

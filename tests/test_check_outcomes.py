@@ -12,9 +12,10 @@ import math
 import numpy as np
 import pytest
 
-from blocklab.analysis import capacity, cells
-from blocklab.reports.degree_sweep.capacity import capacity_json, detail
-from blocklab.reports.degree_sweep.status_line import status_line
+from blocklab.analysis import cells
+from blocklab.experiments.degree_sweep.analysis import capacity
+from blocklab.experiments.degree_sweep.report.capacity import capacity_json, detail
+from blocklab.experiments.degree_sweep.report.status_line import status_line
 from test_capacity import BUDGETS as ADAM_BUDGETS
 from test_capacity import _analyze as analyze_adam
 from test_capacity import _rows as adam_rows

@@ -11,8 +11,8 @@ from dataclasses import replace
 import pytest
 
 from blocklab.experiments.degree_sweep import SHAPE, DegreeSweepConfig, DegreeSweepTrials
+from blocklab.experiments.degree_sweep import report as degree_report
 from blocklab.formatting import plain
-from blocklab.reports import degree_sweep
 from blocklab.specs import TrainConfig
 from test_capacity_fits import BUDGETS, fit_rows, referee_rows
 
@@ -31,7 +31,7 @@ def config(optimizer="lm"):
 
 
 def write(tmp_path, trials, optimizer="lm"):
-    report = degree_sweep.write(tmp_path, config(optimizer), trials)
+    report = degree_report.write(tmp_path, config(optimizer), trials)
     payload = json.loads(json.dumps(plain(report.json)))  # what --json prints: strict JSON
     return report.path.read_text(), payload, report.text
 
@@ -116,7 +116,7 @@ def test_two_seeds_are_too_few_for_a_verdict(tmp_path):
 def test_trials_without_referees_report_without_them(tmp_path):
     """Callers that build the trials without referees (rows, failed, lr_choice) still report."""
     trials = types.SimpleNamespace(rows=fit_rows(seeds=2), failed=[], lr_choice={})
-    assert degree_sweep.analyze(config(), trials).referee == []
+    assert degree_report.analyze(config(), trials).referee == []
     text, payload, _ = write(tmp_path, trials)
     assert payload["referee"] is None and "## Referee" not in text
     assert _is_png(tmp_path / "fit_curves.png")

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from blocklab.analysis import coverage, multiplier
-from blocklab.analysis.scaling import Observation
+from blocklab.experiments.degree_sweep.analysis import coverage, multiplier
+from blocklab.experiments.degree_sweep.analysis.scaling import Observation
 
 # Replications per design. The assertion "covers >= 90%" is read as: every quantity's observed
 # coverage >= 85% and their mean >= 90%. With R = 80 the Monte Carlo SE of a 95% coverage is

@@ -11,14 +11,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from blocklab.analysis import capacity, counts
 from blocklab.analysis.stats import compare
 from blocklab.experiments import degree_sweep
 from blocklab.experiments.degree_sweep import SHAPE, DegreeSweepConfig
 from blocklab.experiments.degree_sweep import exact as degree_exact
+from blocklab.experiments.degree_sweep.analysis import capacity, counts
+from blocklab.experiments.degree_sweep.report import exact
+from blocklab.experiments.degree_sweep.report.capacity import capacity_json
 from blocklab.formatting import plain
-from blocklab.reports.degree_sweep import exact
-from blocklab.reports.degree_sweep.capacity import capacity_json
 from blocklab.theory import h
 
 DEGREE = {"d=2": 2.0, "d=3": 3.0, "d=4": 4.0, "mlp": None}

@@ -15,8 +15,8 @@ from matplotlib.colors import to_rgba
 
 from _pages import Page, markdown_tables
 from blocklab.cli import main
+from blocklab.experiments.degree_sweep.report import intervals, plots, tabulate, write_report
 from blocklab.reports import figures, html
-from blocklab.reports.degree_sweep import intervals, plots, tabulate, write_report
 from blocklab.rundir import RunDir
 from blocklab.store import Store
 

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from blocklab import options
-from blocklab.analysis.fit_checks import input_rank_check
 from blocklab.errors import UserError
 from blocklab.experiments.degree_sweep import DegreeSweepConfig, plan
+from blocklab.experiments.degree_sweep.analysis.fit_checks import input_rank_check
+from blocklab.experiments.degree_sweep.report.capacity import detail
 from blocklab.measures._jacobian import input_rank
 from blocklab.models import Net, parse_arm
-from blocklab.reports.degree_sweep.capacity import detail
 from blocklab.specs import NetShape
 
 

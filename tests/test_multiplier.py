@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from blocklab.analysis import multiplier
-from blocklab.analysis.scaling import Observation
+from blocklab.experiments.degree_sweep.analysis import multiplier
+from blocklab.experiments.degree_sweep.analysis.scaling import Observation
 
 PARAMS = (30, 60, 120, 240)
 

@@ -1,14 +1,14 @@
-"""The next command's estimated cost (`analysis.cost.next_cost`), read off this run's fit rows: more
-iterations continue the fits the budget cut and refit the rungs above them; more units cost what
-a unit cost; any other change is not estimated."""
+"""The next command's estimated cost (`degree_sweep.analysis.cost.next_cost`), read off this run's
+fit rows: more iterations continue the fits the budget cut and refit the rungs above them; more
+units cost what a unit cost; any other change is not estimated."""
 
 from __future__ import annotations
 
 import pytest
 
 from blocklab.analysis.cells import Change
-from blocklab.analysis.cost import next_cost
-from blocklab.reports.degree_sweep.status_line import cost_words
+from blocklab.experiments.degree_sweep.analysis.cost import next_cost
+from blocklab.experiments.degree_sweep.report.status_line import cost_words
 
 
 def _row(trial: str, depth: int, converged, losses=None, seconds=10.0, teacher=0, seed=0):

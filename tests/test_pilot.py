@@ -1,5 +1,5 @@
-"""The spreads a degree run is sized by (`analysis.pilot`), on planted rows whose spreads are known,
-and the pilot form of the degree sweep."""
+"""The spreads a degree run is sized by (`degree_sweep.analysis.pilot`), on planted rows whose
+spreads are known, and the pilot form of the degree sweep."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from blocklab.analysis.pilot import GPU_OVER_CORE, pilot
 from blocklab.experiments.degree_sweep import DegreeSweepConfig
-from blocklab.reports.degree_sweep.pilot import pilot_json, pilot_lines
+from blocklab.experiments.degree_sweep.analysis.pilot import GPU_OVER_CORE, pilot
+from blocklab.experiments.degree_sweep.report.pilot import pilot_json, pilot_lines
 
 
 def _row(arm, budget, teacher, seed, log_loss, seconds=10.0):

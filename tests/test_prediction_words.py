@@ -1,5 +1,6 @@
-"""Seed 000's predictions worded by their intervals (`analysis.claims`), on planted decisions
-whose word is known: each word, each reason a run cannot speak, and the roundings' rule."""
+"""Seed 000's predictions worded by their intervals (`degree_sweep.analysis.claims`), on planted
+decisions whose word is known: each word, each reason a run cannot speak, and the roundings'
+rule."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from blocklab.analysis import capacity
-from blocklab.analysis.capacity import Counted, Decision, Outcome
 from blocklab.analysis.cells import Check
-from blocklab.analysis.claims import claims
-from blocklab.analysis.multiplier import Interval
+from blocklab.experiments.degree_sweep.analysis import capacity
+from blocklab.experiments.degree_sweep.analysis.capacity import Counted, Decision, Outcome
+from blocklab.experiments.degree_sweep.analysis.claims import claims
+from blocklab.experiments.degree_sweep.analysis.multiplier import Interval
 
 P2 = 1.057  # the nominal count's predictions, rounded: h(3) / h(2) = h(3) / h(4)
 DEGREES = {"d=2": 2.0, "d=3": 3.0, "d=4": 4.0}

@@ -12,16 +12,17 @@ import shlex
 
 import pytest
 
-from blocklab.analysis import capacity, design, fit_checks
 from blocklab.analysis.cells import Invocation, replaced
 from blocklab.analysis.stats import compare
 from blocklab.cli.experiment import resolve
 from blocklab.cli.main import build_parser
 from blocklab.experiments.degree_sweep import EXPERIMENT, DegreeSweep, DegreeSweepTrials
+from blocklab.experiments.degree_sweep import report as degree_report
+from blocklab.experiments.degree_sweep.analysis import capacity, design, fit_checks
+from blocklab.experiments.degree_sweep.report.capacity import detail, digits
+from blocklab.experiments.degree_sweep.report.status_line import STATUS_WIDTH, status_line
 from blocklab.formatting import config_json
-from blocklab.reports import Status, degree_sweep, html, markdown
-from blocklab.reports.degree_sweep.capacity import detail, digits
-from blocklab.reports.degree_sweep.status_line import STATUS_WIDTH, status_line
+from blocklab.reports import Status, html, markdown
 from blocklab.rundir import RunDir
 from test_capacity import _choice, _rows
 from test_capacity_fits import BUDGETS, fit_rows
@@ -41,7 +42,7 @@ def reported(words: list[str], rows, recorded: str | None = "", **kw):
     """The report's analysis of `rows` from a run started by `blocklab WORDS`."""
     cfg = configured(words)
     command = "blocklab " + shlex.join(words) if recorded == "" else recorded
-    return cfg, degree_sweep.analyze(cfg, DegreeSweepTrials(rows, [], {}, **kw), command).capacity
+    return cfg, degree_report.analyze(cfg, DegreeSweepTrials(rows, [], {}, **kw), command).capacity
 
 
 def searched(rows, ratio=1.5):
@@ -171,7 +172,7 @@ def test_without_a_command_line_the_command_is_built_from_the_config():
     cfg = configured(RUN)
     trials = DegreeSweepTrials(fit_rows(unconverged=10), [], {})
     for recorded, words in [("blocklab.api.run('demo', ...)", "demo"), (None, EXPERIMENT)]:
-        result = degree_sweep.analyze(cfg, trials, recorded).capacity
+        result = degree_report.analyze(cfg, trials, recorded).capacity
         command = shlex.split(result.decision.next.command)
         assert command[:2] == ["blocklab", words]
         assert configured(command[1:]) == replaced(cfg, result.decision.next.changes)
@@ -230,7 +231,7 @@ def _page(run_dir, words):
     cfg = configured(words)
     command = "blocklab " + shlex.join(words)
     RunDir(run_dir).write_record("degree_sweep", command, config_json(cfg))
-    report = degree_sweep.write(run_dir, cfg, DegreeSweepTrials(fit_rows(unconverged=10), [], {}))
+    report = degree_report.write(run_dir, cfg, DegreeSweepTrials(fit_rows(unconverged=10), [], {}))
     RunDir(run_dir).write_record("degree_sweep", command, config_json(cfg), report.status.as_json())
     markdown.put_status(report.path, report.status)
     return report, report.status.line, html.write(run_dir, []).read_text()

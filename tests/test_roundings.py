@@ -10,10 +10,10 @@ import json
 
 import torch
 
-from blocklab.analysis import capacity
 from blocklab.cli import main
+from blocklab.experiments.degree_sweep.analysis import capacity
+from blocklab.experiments.degree_sweep.report.roundings import Across
 from blocklab.fitting.network import rounded
-from blocklab.reports.degree_sweep.roundings import Across
 from test_capacity_fits import analyze, fit_rows
 from test_ladder import TINY
 

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 import test_api
-from blocklab.analysis import multiplier, scaling
-from blocklab.analysis.scaling import Observation
 from blocklab.api import run
 from blocklab.cli import main
 from blocklab.engine import progress as progress_mod
 from blocklab.engine.executors import Resources
 from blocklab.experiments import degree_sweep
+from blocklab.experiments.degree_sweep.analysis import multiplier, scaling
+from blocklab.experiments.degree_sweep.analysis.scaling import Observation
 from blocklab.store import Store
 
 

@@ -6,9 +6,14 @@ import math
 import numpy as np
 import pytest
 
-from blocklab.analysis import scaling
-from blocklab.analysis.power_law import ALPHA_MAX, fit_batch, fit_power_law, power_law
-from blocklab.analysis.scaling import ArmFit, Observation, analyze
+from blocklab.experiments.degree_sweep.analysis import scaling
+from blocklab.experiments.degree_sweep.analysis.power_law import (
+    ALPHA_MAX,
+    fit_batch,
+    fit_power_law,
+    power_law,
+)
+from blocklab.experiments.degree_sweep.analysis.scaling import ArmFit, Observation, analyze
 
 BUDGETS = (1000, 2000, 4000, 8000, 16000, 32000)
 

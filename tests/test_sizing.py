@@ -1,6 +1,6 @@
 """A degree run sized to a resolution (`--target-resolution`, `--plan`): the power calculation of
-`analysis.pilot` on recorded spreads, where they come from, what a plan costs, and the claims a
-sized run's JSON gains."""
+`degree_sweep.analysis.pilot` on recorded spreads, where they come from, what a plan costs, and the
+claims a sized run's JSON gains."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import math
 import pytest
 
 from blocklab import load_rungs
-from blocklab.analysis import coverage, multiplier
-from blocklab.analysis.pilot import Spreads, size
 from blocklab.cli import main
 from blocklab.errors import UserError
 from blocklab.experiments.degree_sweep import DegreeSweepConfig, sizing
-from blocklab.reports.degree_sweep.pilot import plan_command
-from blocklab.reports.degree_sweep.pilot import size as size_run
+from blocklab.experiments.degree_sweep.analysis import coverage, multiplier
+from blocklab.experiments.degree_sweep.analysis.pilot import Spreads, size
+from blocklab.experiments.degree_sweep.report.pilot import plan_command
+from blocklab.experiments.degree_sweep.report.pilot import size as size_run
 from test_ladder import TINY
 
 DEMO = DegreeSweepConfig.demo()

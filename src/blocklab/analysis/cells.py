@@ -37,7 +37,7 @@ PASSED, FAILED, EDGE = "passed", "failed", "edge"
 
 
 @dataclass(frozen=True)
-class Check:  # a subclass holds what the check measured; `reports/degree_sweep/capacity` words it
+class Check:  # a subclass holds what the check measured; the degree report's `capacity` words it
     name: str
     passed: bool  # the outcome is PASSED
     # the figure the outcome was decided on, the threshold it is held to and its 95% band

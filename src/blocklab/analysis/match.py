@@ -6,7 +6,7 @@ smallest solving widths. The report (`blocklab.reports.sanford_match`) words the
 import math
 from typing import Any
 
-from blocklab.analysis.capacity import plateaued
+from blocklab.analysis.cells import plateaued
 from blocklab.analysis.power import design_power
 from blocklab.analysis.stats import holm, interval, paired_p
 from blocklab.analysis.summary import summarize

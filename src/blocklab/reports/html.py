@@ -207,7 +207,7 @@ def write(run_dir: str | Path, records: list[dict[str, Any]] | None = None) -> P
 def banner(status: dict[str, Any]) -> str:
     """The run's status as one banner: the status itself first, the next command (or what to
     change) on a line of its own, then the clauses beside the result, one to a line (the parts
-    a report keeps apart under `banner`, `reports.degree_sweep.status`); a status without
+    a report keeps apart under `banner`, `degree_sweep.report.status`); a status without
     parts is its line alone. One paragraph, its parts blocks by the style (`.status span`)."""
     parts = status.get("banner") or {}
     said = [f'<span class="head">{escape(parts.get("head") or status.get("line", ""))}</span>']

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from blocklab.analysis import match
-from blocklab.analysis.capacity import plateau_rule
+from blocklab.analysis.cells import plateau_rule
 from blocklab.formatting import markdown_table, number
 from blocklab.reports import Findings, Report, Status, markdown
 from blocklab.reports.figures import lines_plot

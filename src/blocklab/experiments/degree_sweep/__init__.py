@@ -10,9 +10,9 @@ first seed and teacher (one fixed rate across degrees would favour whichever deg
 when the best rate lies at an edge of the grid the grid is extended past it and searched again,
 up to `lr_extend` times. Then every (teacher, seed) trains at that rate and is scored on the test
 split. A second-order fit (the default) searches no rate: it fits every cell, or climbs each
-arm's depth ladder, to a certified convergence. The report (`blocklab.reports.degree_sweep`)
-turns the rows into summaries, paired tests, and with `blocklab.analysis.capacity` design checks,
-scaling fits and a verdict.
+arm's depth ladder, to a certified convergence. The report (`report/`, this package's) turns
+the rows into summaries, paired tests, and with its analysis (`analysis/`: `capacity`) design
+checks, scaling fits and a verdict; the experiment's modules import neither.
 
 The package: `config` (the config and its forms), `plan` (what a run fits, planned from that
 config, and the checks before any fit), `preflight` (those checks on one network per cell),
@@ -124,7 +124,7 @@ PILOT_TIME = pilot_time()
 class DegreeSweep(Experiment):
     Config = DegreeSweepConfig
     run = staticmethod(run)
-    report = "blocklab.reports.degree_sweep"
+    report = "blocklab.experiments.degree_sweep.report"
     forms = {"pilot": PILOT_TIME}
     sized = True
     commands = (

@@ -2,12 +2,12 @@
 of a finished run of the same design, the run in --out where its report recorded them
 (`SPREADS_FILE`, written by every degree report), else the demo's recorded run (`DEMO_SPREADS`)
 where the design is the demo's. The report module sizes the run from them (`size` there: the
-power calculation of `analysis.pilot`).
+power calculation of `degree_sweep.analysis.pilot`).
 
 The size is fixed before any fit of the run it sizes, and a run grows but never shrinks: the
 teachers already fitted in --out stay in it. Sized from a run in the same store, the finished
 units are the first stage of an internal pilot (Wittes and Brittain 1990); the coverage of the
-intervals under that rule is measured by `analysis.coverage.simulate_sized`
+intervals under that rule is measured by `degree_sweep.analysis.coverage.simulate_sized`
 (`benchmarks/coverage.py --sized`).
 """
 
@@ -53,7 +53,7 @@ def design(cfg: DegreeSweepConfig) -> dict[str, Any]:
 
 
 def record(out_dir: str | Path, cfg: DegreeSweepConfig, pilot, source: str) -> None:
-    """Write what sizing reads of this run (`pilot`: an `analysis.pilot.Pilot`) into its
+    """Write what sizing reads of this run (`pilot`: a `degree_sweep.analysis.pilot.Pilot`) into its
     directory."""
 
     def number(x: float) -> float | None:

@@ -1,5 +1,5 @@
-"""Figures of the degree sweep's capacity analysis (`blocklab.analysis.capacity`): test loss
-against budget with the scaling fits, the parameter efficiency against d = 3, and for
+"""Figures of the degree sweep's capacity analysis (`degree_sweep.analysis.capacity`): test
+loss against budget with the scaling fits, the parameter efficiency against d = 3, and for
 second-order fits the loss of one fit per arm against its iterations.
 """
 
@@ -10,8 +10,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from blocklab.reports.degree_sweep.intervals import after, computed
-from blocklab.reports.degree_sweep.plots import colors, save
+from blocklab.experiments.degree_sweep.report.intervals import after, computed
+from blocklab.experiments.degree_sweep.report.plots import colors, save
 from blocklab.theory import predicted_multiplier
 
 

@@ -1,19 +1,19 @@
 """The referee's part of the degree sweep's report: each cell's first trial fitted from one
-initialization by both second-order optimizers (`analysis.referee.referee_summary`), in a
-Markdown section and as plain data for `--json`.
+initialization by both second-order optimizers (`degree_sweep.analysis.referee.referee_summary`), in
+a Markdown section and as plain data for `--json`.
 """
 
 import dataclasses
 import math
 from typing import Any
 
-from blocklab.analysis.referee import RefereeSummary
+from blocklab.experiments.degree_sweep.analysis.referee import RefereeSummary
 from blocklab.formatting import markdown_table
 from blocklab.formatting import short as fmt
 
 
 def summary_json(summary: RefereeSummary | None) -> dict[str, Any] | None:
-    """The referee's comparison as plain data (`analysis.referee.referee_summary`)."""
+    """The referee's comparison as plain data (`degree_sweep.analysis.referee.referee_summary`)."""
     return None if summary is None else dataclasses.asdict(summary)
 
 

@@ -218,7 +218,7 @@ def _gained_at_most(r, slack: float) -> bool:
 def curve_check(rows, multiplier) -> Curve:
     """Per arm, the fall of the geometric-mean test loss from the smallest budget to the largest,
     and its own exponent's interval in `multiplier` (None: no fit, every exponent missing)."""
-    from blocklab.analysis.shared_law import ALPHA_MAX, ALPHA_MIN
+    from blocklab.experiments.degree_sweep.analysis.shared_law import ALPHA_MAX, ALPHA_MIN
 
     cells: dict[str, dict[int, list]] = defaultdict(lambda: defaultdict(list))
     for r in rows:

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from blocklab.analysis.capacity import CapacityResult, Counted
+from blocklab.experiments.degree_sweep.analysis.capacity import CapacityResult, Counted
 
 # (quantity, the finding it reads, the arms it rests on)
 QUANTITIES = (("m(d=2)", "d=2", ("d=2",)), ("m(d=4)", "d=4", ("d=4",)),

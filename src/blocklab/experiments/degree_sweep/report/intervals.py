@@ -49,8 +49,8 @@ def p_value(p: float) -> str:
 
 
 def no_interval(model) -> str | None:
-    """Why the shared model's intervals (`analysis.multiplier.MultiplierFit`) could not be
-    computed, said once where they are introduced (they read "-"); None where they were: a t
+    """Why the shared model's intervals (`degree_sweep.analysis.multiplier.MultiplierFit`) could not
+    be computed, said once where they are introduced (they read "-"); None where they were: a t
     interval needs two groups that fitted (teachers, or one teacher's seeds), a bootstrap two
     units."""
     if model.units < 2 if model.method == "bootstrap" else model.df < 1:

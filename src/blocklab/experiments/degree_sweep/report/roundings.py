@@ -1,16 +1,16 @@
-"""The roundings' part of the degree sweep's report (`--roundings K`, `analysis.capacity.
-Roundings`): each rounding's status, check outcomes and multipliers side by side, the status a
-difference between them leaves, and their JSON."""
+"""The roundings' part of the degree sweep's report (`--roundings K`,
+`degree_sweep.analysis.capacity.Roundings`): each rounding's status, check outcomes and multipliers
+side by side, the status a difference between them leaves, and their JSON."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from blocklab.analysis.capacity import Outcome, Roundings
+from blocklab.experiments.degree_sweep.analysis.capacity import Outcome, Roundings
+from blocklab.experiments.degree_sweep.report.intervals import cell
+from blocklab.experiments.degree_sweep.report.status_line import status_line
 from blocklab.formatting import markdown_table
-from blocklab.reports.degree_sweep.intervals import cell
-from blocklab.reports.degree_sweep.status_line import status_line
 
 SHOWN = ("d=2", "d=4", "m2/m4")  # the multipliers the status rests on, in the table
 

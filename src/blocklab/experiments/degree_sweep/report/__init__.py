@@ -13,13 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from blocklab.analysis.capacity import PREDICTED_EFFECT, CapacityResult, Invocation, Outcome
-from blocklab.analysis.capacity import analyze as analyze_capacity
-from blocklab.analysis.claims import Claim
-from blocklab.analysis.claims import claims as word_claims
-from blocklab.analysis.pilot import Pilot, Plan, Spreads
-from blocklab.analysis.pilot import pilot as measure_spreads
-from blocklab.analysis.pilot import size as size_for
+import blocklab.reports  # noqa: F401  (files only: its backend is set before plots import pyplot)
 from blocklab.analysis.stats import (
     TEST,
     Summary,
@@ -32,26 +26,38 @@ from blocklab.analysis.summary import drawn_interval
 from blocklab.engine.progress import current
 from blocklab.engine.provenance import provenance
 from blocklab.experiments.degree_sweep import EXPERIMENT, DegreeSweep, sizing
-from blocklab.formatting import config_json, markdown_table, plain, short, with_spread
-from blocklab.reports import Report
-from blocklab.reports.degree_sweep import claims, exact, plots, referee, roundings
-from blocklab.reports.degree_sweep.capacity import (
+from blocklab.experiments.degree_sweep.analysis.capacity import (
+    PREDICTED_EFFECT,
+    CapacityResult,
+    Invocation,
+    Outcome,
+)
+from blocklab.experiments.degree_sweep.analysis.capacity import analyze as analyze_capacity
+from blocklab.experiments.degree_sweep.analysis.claims import Claim
+from blocklab.experiments.degree_sweep.analysis.claims import claims as word_claims
+from blocklab.experiments.degree_sweep.analysis.pilot import Pilot, Plan, Spreads
+from blocklab.experiments.degree_sweep.analysis.pilot import pilot as measure_spreads
+from blocklab.experiments.degree_sweep.analysis.pilot import size as size_for
+from blocklab.experiments.degree_sweep.report import claims, exact, plots, referee, roundings
+from blocklab.experiments.degree_sweep.report.capacity import (
     capacity_json,
     capacity_section,
     check_lines,
     converged_line,
 )
-from blocklab.reports.degree_sweep.claims import DECIDING
-from blocklab.reports.degree_sweep.curves import efficiency, fit_curves, scaling_curves
-from blocklab.reports.degree_sweep.multipliers import multiplier_lines, other_count_lines
-from blocklab.reports.degree_sweep.pilot import pilot_json, pilot_lines
+from blocklab.experiments.degree_sweep.report.claims import DECIDING
+from blocklab.experiments.degree_sweep.report.curves import efficiency, fit_curves, scaling_curves
+from blocklab.experiments.degree_sweep.report.multipliers import multiplier_lines, other_count_lines
+from blocklab.experiments.degree_sweep.report.pilot import pilot_json, pilot_lines
 
 # the command line's --target-resolution and --plan (`Experiment.sized`)
-from blocklab.reports.degree_sweep.pilot import plan_lines as plan_lines
-from blocklab.reports.degree_sweep.pilot import size as size
-from blocklab.reports.degree_sweep.status import status as run_status
-from blocklab.reports.degree_sweep.status_line import next_lines
-from blocklab.reports.degree_sweep.theory import question, theory_section
+from blocklab.experiments.degree_sweep.report.pilot import plan_lines as plan_lines
+from blocklab.experiments.degree_sweep.report.pilot import size as size
+from blocklab.experiments.degree_sweep.report.status import status as run_status
+from blocklab.experiments.degree_sweep.report.status_line import next_lines
+from blocklab.experiments.degree_sweep.report.theory import question, theory_section
+from blocklab.formatting import config_json, markdown_table, plain, short, with_spread
+from blocklab.reports import Report
 from blocklab.reports.markdown import failures, require_finished
 from blocklab.reports.verdicts import claim, verdict_json
 from blocklab.rundir import RunDir
@@ -162,8 +168,8 @@ def write_report(
     width=None,
 ):
     """Write report.md and its figures into out_dir; return the report's path. With `capacity`
-    (blocklab.analysis.capacity) the design checks, verdict, fits and efficiency lead; second-order
-    fits add their loss curves, the referee's (`referee_rows`) beside them."""
+    (`degree_sweep.analysis.capacity`) the design checks, verdict, fits and efficiency
+    lead; second-order fits add their loss curves, the referee's (`referee_rows`) beside them."""
     rows, alpha = tables.rows, tables.alpha
     if not rows:
         raise ValueError("no finished trials to report")
@@ -264,15 +270,15 @@ class Result:
     # with roundings K: the capacity analysis of each other rounding, 1 to K-1 (the run's own is
     # `capacity`)
     roundings: tuple[CapacityResult, ...] = ()
-    # seed 000's predictions worded at `resolution` (`analysis.claims`), and where one is
-    # undecided the run that would decide it at +-3%, from this run's spreads
+    # seed 000's predictions worded at `resolution` (`degree_sweep.analysis.claims`), and where one
+    # is undecided the run that would decide it at +-3%, from this run's spreads
     claims: list[Claim] = field(default_factory=list)
     resolution: float = PREDICTED_EFFECT
     deciding: Plan | None = None
 
 
 def _capacity(cfg, trials, rows, verdicts, command, on_draw=None, referee=()):
-    """The capacity analysis (`blocklab.analysis.capacity`) of `rows`, one rounding's."""
+    """The capacity analysis (`degree_sweep.analysis.capacity`) of `rows`, one rounding's."""
     return analyze_capacity(
         rows,
         trials.lr_choice,
@@ -292,8 +298,8 @@ def _capacity(cfg, trials, rows, verdicts, command, on_draw=None, referee=()):
 
 def analyze(cfg, trials, command: str | None = None) -> Result:
     """The summaries over seeds, the paired tests, the capacity analysis
-    (`blocklab.analysis.capacity`) and the pilot's spreads of the sweep's rows; with roundings,
-    the capacity analysis of each other rounding's rows too. `command`: the run's own as
+    (`degree_sweep.analysis.capacity`) and the pilot's spreads of the sweep's rows; with
+    roundings, the capacity analysis of each other rounding's rows too. `command`: the run's own as
     `run.json` recorded it, which a next command repeats (None: not known)."""
     by_rounding: dict[int, list] = {}
     for r in trials.rows:  # rows stored before roundings existed are the run's own

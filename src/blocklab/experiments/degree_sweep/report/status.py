@@ -8,15 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from blocklab.reports import Status
-from blocklab.reports.degree_sweep import exact
-from blocklab.reports.degree_sweep.roundings import Across
-from blocklab.reports.degree_sweep.status_line import (
+from blocklab.experiments.degree_sweep.report import exact
+from blocklab.experiments.degree_sweep.report.roundings import Across
+from blocklab.experiments.degree_sweep.report.status_line import (
     change,
     next_cost,
     next_keywords,
     status_line,
 )
+from blocklab.reports import Status
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,8 @@ class Banner(Status):
 
 
 def status(cap, roundings: tuple = (), measured: dict[str, dict[str, Any]] | None = None):
-    """The run's status from its capacity analysis (`analysis.capacity`), its other roundings'
-    and its exact measures: the line joins the parts the banner keeps apart."""
+    """The run's status from its capacity analysis (`degree_sweep.analysis.capacity`), its other
+    roundings' and its exact measures: the line joins the parts the banner keeps apart."""
     verdict, line = status_line(cap)
     head = status_line(cap, action=False)[1]
     if roundings:  # the status across roundings, said of the line and of the head alike

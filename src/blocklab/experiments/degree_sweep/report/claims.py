@@ -1,14 +1,14 @@
-"""Seed 000's predictions, each with its word (`analysis.claims`), for the terminal and the JSON;
-and where one is undecided, the run that would decide it at +-3%."""
+"""Seed 000's predictions, each with its word (`degree_sweep.analysis.claims`), for the terminal and
+the JSON; and where one is undecided, the run that would decide it at +-3%."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from blocklab.analysis.claims import Claim
-from blocklab.analysis.pilot import Plan
+from blocklab.experiments.degree_sweep.analysis.claims import Claim
+from blocklab.experiments.degree_sweep.analysis.pilot import Plan
+from blocklab.experiments.degree_sweep.report.pilot import plan_lines
 from blocklab.formatting import markdown_table, plain
-from blocklab.reports.degree_sweep.pilot import plan_lines
 
 DECIDING = 0.03  # the resolution the run that decides an undecided claim is sized to
 

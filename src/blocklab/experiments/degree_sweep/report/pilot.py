@@ -1,5 +1,5 @@
 """The degree run's spreads, the size of a +-3% run and of a run sized to a resolution
-(`analysis.pilot`), for the terminal and the JSON."""
+(`degree_sweep.analysis.pilot`), for the terminal and the JSON."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from blocklab.analysis.pilot import GPU_OVER_CORE, Pilot, Plan, Spreads
-from blocklab.analysis.pilot import size as plan_for
 from blocklab.errors import UserError
 from blocklab.experiments.degree_sweep import sizing
+from blocklab.experiments.degree_sweep.analysis.pilot import GPU_OVER_CORE, Pilot, Plan, Spreads
+from blocklab.experiments.degree_sweep.analysis.pilot import size as plan_for
 from blocklab.formatting import minutes, plain
 
 CORES = (2, 64)  # the reference machine, and a Ray or Slurm allocation of that many cores

@@ -75,7 +75,8 @@ from blocklab.analysis.cells import (
     wilson,
     worst,
 )
-from blocklab.analysis.fit_checks import (
+from blocklab.errors import UserError
+from blocklab.experiments.degree_sweep.analysis.fit_checks import (
     T_UNITS,
     WILSON,
     converged_check,
@@ -84,7 +85,6 @@ from blocklab.analysis.fit_checks import (
     resolution_check,
     search_check,
 )
-from blocklab.errors import UserError
 from blocklab.specs import TrainConfig
 
 PLATEAU_SHARE = 0.9

@@ -1,27 +1,27 @@
-"""The capacity part of the degree sweep's report (`blocklab.analysis.capacity`): design checks,
-verdict, test loss per budget, scaling fits and the parameter efficiency against d = 3, and for
-second-order fits the referee's comparison (the figures are in `curves`).
+"""The capacity part of the degree sweep's report (`degree_sweep.analysis.capacity`): design
+checks, verdict, test loss per budget, scaling fits and the parameter efficiency against d = 3,
+and for second-order fits the referee's comparison (the figures are in `curves`).
 """
 
 import math
 from typing import Any
 
-from blocklab.analysis import design, fit_checks
-from blocklab.analysis.capacity import PREDICTED_EFFECT
 from blocklab.analysis.cells import EDGE, FAILED, PASSED, Check
-from blocklab.formatting import markdown_table
-from blocklab.formatting import short as fmt
-from blocklab.reports.degree_sweep import referee
-from blocklab.reports.degree_sweep.intervals import after, cell, computed, spread
-from blocklab.reports.degree_sweep.loss_table import loss_table
-from blocklab.reports.degree_sweep.multipliers import (
+from blocklab.experiments.degree_sweep.analysis import design, fit_checks
+from blocklab.experiments.degree_sweep.analysis.capacity import PREDICTED_EFFECT
+from blocklab.experiments.degree_sweep.report import referee
+from blocklab.experiments.degree_sweep.report.intervals import after, cell, computed, spread
+from blocklab.experiments.degree_sweep.report.loss_table import loss_table
+from blocklab.experiments.degree_sweep.report.multipliers import (
     counts_json,
     inf_or,
     multiplier_json,
     multiplier_section,
     other_count_lines,
 )
-from blocklab.reports.degree_sweep.status_line import next_lines, status_line
+from blocklab.experiments.degree_sweep.report.status_line import next_lines, status_line
+from blocklab.formatting import markdown_table
+from blocklab.formatting import short as fmt
 from blocklab.reports.markdown import criterion
 
 

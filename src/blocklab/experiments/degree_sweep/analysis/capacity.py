@@ -16,15 +16,19 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from blocklab.analysis import design, fit_checks, multiplier, scaling
 from blocklab.analysis.cells import EDGE, FAILED, Check, Invocation, budget_stats, second_order
-from blocklab.analysis.cells import plateau_rule as plateau_rule  # read here by sanford_match
-from blocklab.analysis.cells import plateaued as plateaued  # read here by sanford_match
-from blocklab.analysis.cost import next_cost
-from blocklab.analysis.counts import COUNTS, counted, multiplier_fit, predictions, scaling_fits
-from blocklab.analysis.design import design_checks
-from blocklab.analysis.referee import RefereeSummary, referee_summary
 from blocklab.analysis.stats import Verdict
+from blocklab.experiments.degree_sweep.analysis import design, fit_checks, multiplier, scaling
+from blocklab.experiments.degree_sweep.analysis.cost import next_cost
+from blocklab.experiments.degree_sweep.analysis.counts import (
+    COUNTS,
+    counted,
+    multiplier_fit,
+    predictions,
+    scaling_fits,
+)
+from blocklab.experiments.degree_sweep.analysis.design import design_checks
+from blocklab.experiments.degree_sweep.analysis.referee import RefereeSummary, referee_summary
 from blocklab.specs import TrainConfig
 from blocklab.theory import predicted_multiplier
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from blocklab.analysis.power_law import fit_batch, fit_power_law, power_law
+from blocklab.experiments.degree_sweep.analysis.power_law import fit_batch, fit_power_law, power_law
 from blocklab.formatting import plain
 
 _NAMES = ("L_inf", "a", "alpha")

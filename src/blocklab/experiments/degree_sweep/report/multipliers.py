@@ -1,13 +1,14 @@
-"""The shared scaling model's part of the degree sweep's report (`analysis.multiplier`): the
-multipliers' table, their section of report.md and their JSON keys."""
+"""The shared scaling model's part of the degree sweep's report
+(`degree_sweep.analysis.multiplier`): the multipliers' table, their section of report.md and their
+JSON keys."""
 
 import math
 from typing import Any
 
+from blocklab.experiments.degree_sweep.report.edges import names, shape_edge_words
+from blocklab.experiments.degree_sweep.report.intervals import after, cell, interval_words, p_value
+from blocklab.experiments.degree_sweep.report.intervals import level as _level
 from blocklab.formatting import markdown_table
-from blocklab.reports.degree_sweep.edges import names, shape_edge_words
-from blocklab.reports.degree_sweep.intervals import after, cell, interval_words, p_value
-from blocklab.reports.degree_sweep.intervals import level as _level
 from blocklab.theory import predicted_multiplier
 
 

@@ -1,11 +1,11 @@
 """What the degree sweep's status says of what sits at its edge (`analysis.cells.EDGE`): a
 design check whose figure's band straddles its threshold, and a shape test whose named arms one
-unit's absence changes (`analysis.multiplier.ShapeTest.stable`)."""
+unit's absence changes (`degree_sweep.analysis.multiplier.ShapeTest.stable`)."""
 
 from functools import partial
 
-from blocklab.analysis import capacity as cap
-from blocklab.reports.degree_sweep.intervals import after, p_value, spread
+from blocklab.experiments.degree_sweep.analysis import capacity as cap
+from blocklab.experiments.degree_sweep.report.intervals import after, p_value, spread
 
 
 def names(d: cap.Decision) -> list[str]:

@@ -35,9 +35,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from scipy import stats as st
 
-from blocklab.analysis.scaling import Observation, _quantiles, _table
-from blocklab.analysis.shared_law import LOG_M_MAX, SharedLaw, starts
 from blocklab.analysis.stats import holm
+from blocklab.experiments.degree_sweep.analysis.scaling import Observation, _quantiles, _table
+from blocklab.experiments.degree_sweep.analysis.shared_law import LOG_M_MAX, SharedLaw, starts
 
 _AT_BOUND = 1e-6  # within this of a bound counts as on it
 NAN = float("nan")

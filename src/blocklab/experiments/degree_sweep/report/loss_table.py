@@ -4,9 +4,9 @@ trials got, and the spread within and between teachers (`analysis.cells.budget_s
 
 import math
 
+from blocklab.experiments.degree_sweep.report.intervals import cell
 from blocklab.formatting import markdown_table
 from blocklab.formatting import short as fmt
-from blocklab.reports.degree_sweep.intervals import cell
 
 # how far the trials got: Adam runs by their plateau, second-order fits by their training loss,
 # certificates and restarts (the plateau is not their criterion)

@@ -1,16 +1,16 @@
-"""The degree sweep's status line (`analysis.capacity.Decision`) and what it says to run next:
-the next command whole with its estimated cost, its changes as `blocklab.api.run` keywords, and
-each failed check's fix in words where there is no command."""
+"""The degree sweep's status line (`degree_sweep.analysis.capacity.Decision`) and what it says to
+run next: the next command whole with its estimated cost, its changes as `blocklab.api.run`
+keywords, and each failed check's fix in words where there is no command."""
 
 import shlex
 from typing import Any
 
-from blocklab.analysis import capacity as cap
-from blocklab.analysis.capacity import PREDICTED_EFFECT
+from blocklab.experiments.degree_sweep.analysis import capacity as cap
+from blocklab.experiments.degree_sweep.analysis.capacity import PREDICTED_EFFECT
+from blocklab.experiments.degree_sweep.report.edges import edge_words, names, shape_edge_words
+from blocklab.experiments.degree_sweep.report.intervals import after
+from blocklab.experiments.degree_sweep.report.multipliers import inf_or, pct
 from blocklab.formatting import minutes
-from blocklab.reports.degree_sweep.edges import edge_words, names, shape_edge_words
-from blocklab.reports.degree_sweep.intervals import after
-from blocklab.reports.degree_sweep.multipliers import inf_or, pct
 
 STATUS_WIDTH = 100  # the terminal's columns: the status line fits in one where it can
 # what to change where a check failed, in a few words, where the run's config is not known and
@@ -56,7 +56,8 @@ def _finding_said(f: cap.Finding, reference: str) -> str:
 
 
 def cost_words(cost) -> str | None:
-    """The next run's estimated cost (`analysis.cost.Cost`) in words; None where not estimated."""
+    """The next run's estimated cost (`degree_sweep.analysis.cost.Cost`) in words; None where not
+    estimated."""
     if cost is None:
         return None
     said = f"at most {minutes(cost.core_seconds)} of one core's fits, estimated from this run's"
@@ -74,8 +75,8 @@ def cost_words(cost) -> str | None:
 
 def _actions(d: cap.Decision) -> list[str]:
     """What to change, most explicit first: the next command whole (with its estimated cost,
-    then without), then its changes alone (`analysis.design.next_run`); without one, each
-    failed check's fix in words."""
+    then without), then its changes alone (`degree_sweep.analysis.design.next_run`); without one,
+    each failed check's fix in words."""
     if d.next is not None:
         costed = cost_words(d.next.cost)
         first = [f"{d.next.command} ({costed})"] if costed else []
@@ -109,7 +110,7 @@ def _no_verdict(d: cap.Decision) -> str:
 
 
 def status_line(capacity, action: bool = True) -> tuple[bool, str]:
-    """The run's status (`analysis.capacity.Decision`) as its one line: whether it is a
+    """The run's status (`degree_sweep.analysis.capacity.Decision`) as its one line: whether it is a
     verdict, and the line, starting with VERDICT, INCONCLUSIVE or NO VERDICT. A run without a
     verdict says what to run next (`next_lines`), where its place (last in the terminal, first
     on the page) makes no "above" or "below" right. `action` False: the status alone, whole,

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from blocklab.analysis import multiplier
-from blocklab.analysis.scaling import Observation
+from blocklab.experiments.degree_sweep.analysis import multiplier
+from blocklab.experiments.degree_sweep.analysis.scaling import Observation
 
 PER_LAYER = {"d=2": 18, "d=3": 27, "d=4": 36, "mlp": 12}
 DEPTHS = (1, 2, 4, 8)

@@ -1,0 +1,7 @@
+"""The degree sweep's statistics, above its experiment: each arm's own fit (power_law, scaling),
+one shared law with a multiplier per arm (shared_law, multiplier) and the intervals' coverage
+(coverage), the parameter counts a fit reads (counts), the design checks (design, fit_checks),
+the run's status (capacity) and its claims, the referee's fit (referee), the spreads a larger run
+is sized by (pilot) and the next command's cost (cost). Its report calls them from `analyze`;
+the experiment's modules never import them. What other experiments share stays in
+`blocklab.analysis`."""
