@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from blocklab import load_runs
 from blocklab.api import run
 from blocklab.cli import main
 from blocklab.errors import UserError
@@ -36,9 +37,21 @@ FLAGS += ["--task-option", "n_test=128", "--workers", "1", "--quiet", "--n-boot"
 
 @pytest.mark.slow
 def test_run_returns_what_the_command_prints_and_writes_the_same_run(tmp_path, capsys):
-    payload = run("degree-sweep", out=tmp_path / "api", **TINY)
-    assert main(["degree-sweep", "--out", str(tmp_path / "cli"), *FLAGS, "--json"]) == 0
+    out = tmp_path / "run"
+    payload = run("degree-sweep", out=out, **TINY)
+    # run.json records the call with its arguments
+    recorded = json.loads((out / "run.json").read_text())
+    assert recorded["command"].startswith("blocklab.api.run('degree-sweep', out=")
+    assert all(f"{k}={v!r}" in recorded["command"] for k, v in TINY.items() if k != "workers")
+    assert recorded["status"] == payload["status"]
+    assert f"**{payload['status']['line']}**" in (out / "report.md").read_text().splitlines()[:3]
+    assert (out / "index.html").is_file() and payload["page"] == str(out / "index.html")
+    # the command's words in the same directory: the same config makes the same trial ids, so it
+    # finds every trial the call stored and fits none again
+    stored = sorted(load_runs(out)["finished_at"])
+    assert main(["degree-sweep", "--out", str(out), *FLAGS, "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
+    assert sorted(load_runs(out)["finished_at"]) == stored
     assert sorted(payload) == sorted(printed)
     assert payload["config"] == printed["config"] and payload["arms"] == printed["arms"]
     # two seeds are too few for a verdict: the status says so, first and everywhere
@@ -55,10 +68,6 @@ def test_run_returns_what_the_command_prints_and_writes_the_same_run(tmp_path, c
     # the next run's changes as run()'s own keywords: the seeds the replicates check asks for
     following = payload["status"]["next"]
     assert following["seeds"] > TINY["seeds"]
-    # run.json records the call with its arguments
-    recorded = json.loads((tmp_path / "api" / "run.json").read_text())["command"]
-    assert recorded.startswith("blocklab.api.run('degree-sweep', out=")
-    assert all(f"{k}={v!r}" in recorded for k, v in TINY.items() if k != "workers")
     failed = {c["name"] for c in payload["design_checks"] if not c["passed"]}
     assert "replicates" in failed
     # both counts and the exact measures, under the JSON contract's names
@@ -72,12 +81,8 @@ def test_run_returns_what_the_command_prints_and_writes_the_same_run(tmp_path, c
         }
         for cell in payload["arms"][arm]["budgets"].values():
             assert 0 < cell["functional_params"] < cell["block_params"]
-    out = tmp_path / "api"
-    assert json.loads((out / "run.json").read_text())["status"] == payload["status"]
-    assert f"**{payload['status']['line']}**" in (out / "report.md").read_text().splitlines()[:3]
-    assert (out / "index.html").is_file() and payload["page"] == str(out / "index.html")
     # the terminal prints the status line last, wrapped at its columns where it is longer
-    assert main(["degree-sweep", "--out", str(tmp_path / "cli"), *FLAGS]) == 0
+    assert main(["degree-sweep", "--out", str(out), *FLAGS]) == 0
     assert capsys.readouterr().out.rstrip().endswith(wrapped(payload["status"]["line"]))
 
 

@@ -18,6 +18,9 @@ from blocklab.store import Store
 from blocklab.tasks import make_task
 
 DEPTHS = (1, 2)
+# the smallest budget whose double keeps its first check (`certify.first_check`: 64 at both), so
+# the double continues it (`continuation.opens`)
+SMALL, LARGE = 128, 256
 
 
 def _data():
@@ -60,14 +63,14 @@ def _same(a, b) -> None:
 
 @pytest.fixture(scope="module")
 def ladders():
-    """A ladder fitted to 256 iterations and a fresh one of 512."""
-    return _climb(_cfg(256)), _fits(_climb(_cfg(512)))
+    """A ladder fitted to SMALL iterations and a fresh one of LARGE."""
+    return _climb(_cfg(SMALL)), _fits(_climb(_cfg(LARGE)))
 
 
 def test_a_continued_ladder_equals_a_fresh_one_of_the_larger_budget_bit_for_bit(ladders):
     small, fresh = ladders
     prior = continuation.unpack(continuation.pack(small.states))  # through the store's bytes
-    continued = _climb(_cfg(512), prior)
+    continued = _climb(_cfg(LARGE), prior)
     actions = [a for row in continued.actions for a in row]
     assert continuation.CONTINUED in actions  # the small budget cut a fit, and it continued
     _same(_fits(continued), fresh)
@@ -80,7 +83,7 @@ def test_a_continued_ladder_from_a_tampered_state_differs(ladders):
     continued fit off the fresh one."""
     small, fresh = ladders
     prior = continuation.unpack(continuation.pack(small.states))
-    actions = continuation.actions(prior, _cfg(512))
+    actions = continuation.actions(prior, _cfg(LARGE))
     rung, chain = next(
         (i, c)
         for i, row in enumerate(actions)
@@ -89,7 +92,7 @@ def test_a_continued_ladder_from_a_tampered_state_differs(ladders):
     )
     prior[rung][chain]["fitter"]["mu"] *= 1e3
     with pytest.raises(AssertionError):
-        _same(_fits(_climb(_cfg(512), prior)), fresh)
+        _same(_fits(_climb(_cfg(LARGE), prior)), fresh)
 
 
 def _cert(**kw) -> Certificate:
@@ -140,18 +143,18 @@ def _spec(steps: int, seed: int = 0) -> TrialSpec:
 
 
 def test_a_sweep_at_a_larger_budget_continues_the_stored_trials_and_says_so(tmp_path, capsys):
-    specs = [_spec(256, seed) for seed in (0, 1)]
+    specs = [_spec(SMALL, seed) for seed in (0, 1)]
     with Store(tmp_path / "run") as store:
         sweep.run(specs, store, "test", progress=False)
-        more = [_spec(512, seed) for seed in (0, 1)]
+        more = [_spec(LARGE, seed) for seed in (0, 1)]
         records = sweep.run(more, store, "test", progress=False)
     said = capsys.readouterr().err
-    assert "continuing 2 stored trial(s) from 256 to 512 iterations" in said
+    assert f"continuing 2 stored trial(s) from {SMALL} to {LARGE} iterations" in said
     with Store(tmp_path / "fresh") as store:
         fresh = sweep.run(more, store, "test", progress=False)
     for spec, parent in zip(more, specs, strict=True):
         got, want = records[spec.id]["metrics"], fresh[spec.id]["metrics"]
-        assert got["continued"]["parent"] == parent.id and got["continued"]["from_steps"] == 256
+        assert got["continued"]["parent"] == parent.id and got["continued"]["from_steps"] == SMALL
         assert "continued" not in want
         for a, b in zip(got["ladder"], want["ladder"], strict=True):
             assert a["metrics"]["train_loss"] == b["metrics"]["train_loss"]
@@ -160,8 +163,8 @@ def test_a_sweep_at_a_larger_budget_continues_the_stored_trials_and_says_so(tmp_
 
 def test_a_fresh_run_refits_rather_than_continue(tmp_path, capsys):
     with Store(tmp_path / "run") as store:
-        sweep.run([_spec(256)], store, "test", progress=False)
+        sweep.run([_spec(SMALL)], store, "test", progress=False)
     with Store(tmp_path / "run", reuse="none") as store:
-        records = sweep.run([_spec(512)], store, "test", progress=False)
+        records = sweep.run([_spec(LARGE)], store, "test", progress=False)
     assert "continuing" not in capsys.readouterr().err
-    assert "continued" not in records[_spec(512).id]["metrics"]
+    assert "continued" not in records[_spec(LARGE).id]["metrics"]

@@ -175,6 +175,29 @@ def test_a_trial_stored_without_a_fingerprint_is_other_code(tmp_path):
     assert Store(tmp_path, reuse="none").reusable({"a": "f", "b": "f"}) == (set(), {"a"})
 
 
+def test_a_module_that_only_moved_is_the_same_code(tmp_path, monkeypatch):
+    """A recorded module found under its new name (`fingerprint.MOVED`): the same text keeps the
+    trial current, an edited one does not, and without the map the module is gone."""
+    text = "VALUE = 1\n"
+    (tmp_path / "moved_old.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    recorded = fingerprint.code(["moved_old"])
+    (tmp_path / "moved_old.py").unlink()
+    sys.modules.pop("moved_old", None)
+    (tmp_path / "moved_new.py").write_text(text)
+    importlib.invalidate_caches()
+    assert not fingerprint.is_current(recorded)  # no map: the recorded module is gone
+    monkeypatch.setitem(fingerprint.MOVED, "moved_old", "moved_new")
+    assert fingerprint.is_current(recorded)
+    (tmp_path / "moved_new.py").write_text("VALUE = 2\n")
+    sys.modules.pop("moved_new", None)
+    assert not fingerprint.is_current(recorded)
+
+
+def test_every_moved_module_is_found_where_it_moved():
+    assert all(fingerprint.source(old) is not None for old in fingerprint.MOVED)
+
+
 def test_runs_list_shows_the_fingerprint_and_marks_stale_trials(tmp_path, plugin, capsys):
     name = plugin("cubic_d")
     first = run(Store(tmp_path), specs(name))

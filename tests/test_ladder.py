@@ -341,25 +341,35 @@ def test_a_block_the_ladder_cannot_silence_fails_check_and_the_sweep_refuses_it_
 
 
 @pytest.mark.slow
-def test_the_readmes_block_passes_check_and_every_trial_of_its_sweep_is_done(tmp_path):
-    check = blocklab("check", "--import", "examples/my_block.py", "--only", "my_block", "--json")
+def test_the_example_blocks_pass_check_and_every_trial_of_their_sweep_is_done(tmp_path):
+    """The README's block (examples/my_block.py, with `scale_output_`) and a plain cubic block
+    with none (examples/cubic_block.py) pass `check`, the ladder included, and every trial of a
+    ladder sweep with both is done: the ladder silences an added layer of the plain block through
+    the last factor its output is linear in (`Block.linear_factor`). One command of each kind
+    for both blocks: a plugin registers for the life of its process."""
+    imports = ("--import", "examples/my_block.py", "--import", "examples/cubic_block.py")
+    check = blocklab("check", *imports, "--only", "my_block", "cubic_block", "--json")
     assert check.returncode == 0, check.stdout + check.stderr
     ladder = [c for c in json.loads(check.stdout)["checks"] if c["check"] == "ladder"]
-    assert [(c["passed"], c["message"]) for c in ladder] == [(True, "")]  # run, not skipped
+    assert sorted((c["name"], c["passed"], c["message"]) for c in ladder) == [
+        ("cubic_block", True, ""),  # run, not skipped
+        ("my_block", True, ""),
+    ]
 
-    out = tmp_path / "my_block"
-    tiny = " ".join(TINY).replace("--degrees 2 3 --baselines", "--degrees 2 --baselines my_block")
+    out = tmp_path / "blocks"
+    tiny = " ".join(TINY).replace(
+        "--degrees 2 3 --baselines", "--degrees 2 --baselines my_block cubic_block"
+    )
     tiny = tiny.replace("--seeds 3", "--seeds 2").split()
-    sweep = blocklab("degree-sweep", "--import", "examples/my_block.py", "--out", str(out),
-                     "--json", *tiny)  # fmt: skip
+    sweep = blocklab("degree-sweep", *imports, "--out", str(out), "--json", *tiny)
     assert sweep.returncode == 0, sweep.stderr
     payload = json.loads(sweep.stdout)
-    assert payload["failed"] == [] and "failed_arms" not in payload
-    assert {r["arm"] for r in payload["summaries"]} == {"d=2", "my_block"}
+    assert payload["failed"] == [] and "failed_arms" not in payload and payload["ladder"] == "on"
+    assert {r["arm"] for r in payload["summaries"]} == {"d=2", "my_block", "cubic_block"}
     from blocklab import load_runs
 
     runs = load_runs(out)
-    assert len(runs) == 2 * 2 and set(runs["status"]) == {"done"}
+    assert len(runs) == 3 * 2 and set(runs["status"]) == {"done"}
 
 
 # --- a run in which every trial of an arm failed -------------------------------------------
@@ -435,30 +445,6 @@ def test_tanh_and_gelu_layers_continue_exactly_without_scaled_branches(activatio
 
 
 @pytest.mark.slow
-def test_a_block_that_only_computes_and_counts_climbs_the_ladder(tmp_path):
-    """A plain cubic block with no `scale_output_` passes `check`, the ladder included, and
-    every trial of a ladder sweep with it is done: the ladder silences an added layer through
-    the last factor the block's output is linear in (`Block.linear_factor`)."""
-    check = blocklab("check", "--import", "examples/cubic_block.py", "--only", "cubic_block",
-                     "--json")  # fmt: skip
-    assert check.returncode == 0, check.stdout + check.stderr
-    ladder = [c for c in json.loads(check.stdout)["checks"] if c["check"] == "ladder"]
-    assert [(c["passed"], c["message"]) for c in ladder] == [(True, "")]
-    out = tmp_path / "cubic"
-    tiny = " ".join(TINY).replace(
-        "--degrees 2 3 --baselines", "--degrees 2 --baselines cubic_block"
-    )
-    tiny = tiny.replace("--seeds 3", "--seeds 2").split()
-    sweep = blocklab("degree-sweep", "--import", "examples/cubic_block.py", "--out", str(out),
-                     "--json", *tiny)  # fmt: skip
-    assert sweep.returncode == 0, sweep.stderr
-    payload = json.loads(sweep.stdout)
-    assert payload["failed"] == [] and payload["ladder"] == "on"
-    from blocklab import load_runs
-
-    assert set(load_runs(out)["status"]) == {"done"}
-
-
 class Cubic(Block):
     """Unregistered: examples/cubic_block.py's block, (A x) * (B x) * (C x), no scale_output_."""
 
