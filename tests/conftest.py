@@ -8,8 +8,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import io
+import json
 import os
-from dataclasses import replace
+import shutil
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pytest
 
@@ -68,6 +72,52 @@ def exclusive(tmp_path_factory):
     root = tmp_path_factory.getbasetemp()
     root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
     return lambda name: _locked(root / f"{name}.lock")
+
+
+@dataclass(frozen=True)
+class SharedRun:
+    """A run several tests read: its directory (to read; `copy` it to write into it), what its
+    `--json` printed and what it said on stderr."""
+
+    out: Path
+    printed: dict
+    said: str
+
+    def copy(self, to: Path) -> Path:
+        shutil.copytree(self.out, to)
+        return to
+
+
+@pytest.fixture(scope="session")
+def ladder_run(tmp_path_factory, exclusive) -> SharedRun:
+    """`test_ladder.TINY`'s degree sweep (two degrees, depths 1 and 2, three seeds, second-order
+    fits), run once for every test that reads it, not quiet: under pytest-xdist the first worker
+    to ask runs it into the directory every worker's base temp lies in, and the others read it
+    there."""
+    from blocklab.cli import main
+    from test_ladder import TINY
+
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    out = root / "ladder_run"
+    with exclusive("ladder_run"):
+        if not (out / "said.txt").exists():
+            printed, said = io.StringIO(), io.StringIO()
+            argv = [
+                "degree-sweep",
+                "--out",
+                str(out),
+                "--json",
+                *(f for f in TINY if f != "--quiet"),
+            ]
+            with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(said):
+                code = main(argv)
+            assert code == 0, said.getvalue()
+            (out / "printed.json").write_text(printed.getvalue())
+            (out / "said.txt").write_text(said.getvalue())  # written last: the run is whole
+    return SharedRun(
+        out, json.loads((out / "printed.json").read_text()), (out / "said.txt").read_text()
+    )
 
 
 @pytest.fixture

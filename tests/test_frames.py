@@ -5,8 +5,6 @@ ladder's run."""
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import math
 import subprocess
@@ -147,32 +145,14 @@ def test_a_trial_without_a_ladder_is_one_rung(run_dir):
     assert list(rungs.test_metric[:2]) == list(runs.test_metric[:2]) == [0.5, 0.75]
 
 
-LADDER = [
-    "degree-sweep", "--task-option", "n_train=256", "--task-option", "n_val=64",
-    "--task-option", "n_test=256", "--degrees", "2", "3", "--baselines", "--width", "4",
-    "--norm", "rms", "--depths", "1", "2", "--seeds", "2", "--restarts", "2", "--steps", "8",
-    "--warm-start", "20", "--data-ratio", "4", "--n-boot", "20", "--workers", "1", "--quiet",
-    "--json",
-]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def ladder(tmp_path_factory):
-    """A depth ladder's run (depths 1 and 2, two arms, two seeds) and the JSON it printed."""
-    out, printed = tmp_path_factory.mktemp("ladder"), io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        assert main([*LADDER, "--out", str(out)]) == 0
-    return out, json.loads(printed.getvalue())
-
-
 @pytest.mark.slow
-def test_load_rungs_gives_each_rung_its_row_as_the_ladder_stored_it(ladder):
-    out, payload = ladder
+def test_load_rungs_gives_each_rung_its_row_as_the_ladder_stored_it(ladder_run):
+    out, payload = ladder_run.out, ladder_run.printed  # depths 1 and 2, two arms, three seeds
     records = Store(out, read_only=True).records()
     runs, rungs = blocklab.load_runs(out), blocklab.load_rungs(out)
-    assert len(runs) == len(records) == 2 * 2  # a trial per (arm, seed), its ladder inside
+    assert len(runs) == len(records) == 2 * 3  # a trial per (arm, seed), its ladder inside
     assert "metrics.ladder" in runs.columns and "metrics.ladder" not in rungs.columns
-    assert len(rungs) == sum(len(r["metrics"]["ladder"]) for r in records) == 2 * 2 * 2
+    assert len(rungs) == sum(len(r["metrics"]["ladder"]) for r in records) == 2 * 3 * 2
     for rec in records:
         mine = rungs[rungs.id == rec["id"]].sort_values("rung")
         stored = rec["metrics"]["ladder"]

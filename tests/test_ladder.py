@@ -142,10 +142,8 @@ TINY = [
 ]  # fmt: skip
 
 
-def test_a_ladder_run_stores_one_trial_per_chain_set_and_a_row_per_rung(tmp_path, capsys):
-    out = str(tmp_path / "ladder")
-    assert main(["degree-sweep", "--out", out, "--json", *TINY]) == 0
-    payload = json.loads(capsys.readouterr().out)
+def test_a_ladder_run_stores_one_trial_per_chain_set_and_a_row_per_rung(ladder_run):
+    out, payload = ladder_run.out, ladder_run.printed  # TINY's run (conftest)
     assert payload["ladder"] == "on" and payload["input_rank"]["d=3"]["rank"] == 2
     rows = {(r["arm"], r["budget"]) for r in payload["summaries"]}
     assert rows == {("d=2", 32), ("d=2", 64), ("d=3", 48), ("d=3", 96)}

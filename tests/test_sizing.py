@@ -112,11 +112,10 @@ def test_the_plans_command_sets_what_it_sized():
 
 
 def test_a_finished_run_records_its_spreads_and_a_pinned_rerun_words_its_claims(
-    tmp_path, capsys
+    ladder_run, tmp_path, capsys
 ):  # fmt: skip
-    out = tmp_path / "run"
-    assert main(["degree-sweep", "--out", str(out), "--json", *TINY]) in (0, 1)
-    first = json.loads(capsys.readouterr().out)
+    out = ladder_run.copy(tmp_path / "run")  # TINY's run (conftest), to run again in
+    first = ladder_run.printed
     assert "claims" not in first  # only a sized run's JSON words its claims
     entry = json.loads((out / sizing.SPREADS_FILE).read_text())
     design = entry["design"]  # the run's config less its size and reading
