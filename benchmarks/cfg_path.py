@@ -1,18 +1,24 @@
 """The path of the degree sweep's config through the code: every call whose arguments hold the
-very config object `run` was given, in order, by file; then the files it entered and the moves
-from one file to another (a call back into a file already left counts as a move). The config's
-own methods and properties (`cfg.arms()`, `cfg.staged`) read it where it is declared, and are
-counted apart.
+config, in order, by file; then the files it entered and the moves from one file to another (a
+call back into a file already left counts as a move). The config's own methods and properties
+(`cfg.arms()`, `cfg.staged`) read it where it is declared, and are counted apart.
 
-    PYTHONPATH=src python benchmarks/cfg_path.py [--optimizer adam]
+    PYTHONPATH=src python benchmarks/cfg_path.py [--optimizer adam] [--command [WORD ...]]
 
-It runs the tiny degree-sweep form (`gpu_check.TINY`) in this process, one worker, into a
-temporary store.
+By default it follows the very config object `run` was given, from the experiment's `run` down:
+the tiny degree-sweep form (`gpu_check.TINY`) in this process, one worker, into a temporary store.
+With `--command` it runs that form's whole command (`blocklab degree-sweep ... --json`; or the
+words given after it, for a tree whose `gpu_check` cannot be imported) and follows every
+degree-sweep config from the command line through the run path, the experiment, the analysis
+and the report. A call from a module into one of a higher layer (a callback: the layers as
+`tests/test_architecture.py` reads them) is counted as a call up a layer.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import sys
 import tempfile
 from pathlib import Path
@@ -20,6 +26,50 @@ from pathlib import Path
 import blocklab
 
 ROOT = str(Path(blocklab.__file__).parent)
+sys.path.insert(0, str(Path(__file__).parent))
+
+# bottom to top, as tests/test_architecture.py's LAYERS: a module's layer is its first folder,
+# or an experiment home's `analysis` and `report` subfolders; `launch` where the tree has it
+LAYERS = [
+    {"", "errors", "options", "registry", "config", "store", "theory", "specs", "numerics"}
+    | {"rundir", "fingerprint", "plugins", "frames", "formatting"},
+    {"blocks", "tasks", "measures", "jacobian"},
+    {"models", "budget", "checks", "constructions"},
+    {"fitting", "bench"},
+    {"engine"},
+    {"experiments"},
+    {"analysis", "trackers"},
+    {"reports"},
+    {"launch"},
+    {"cli", "__main__", "api"},
+]
+LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
+
+
+def layer(file: str) -> int:
+    """The layer of a source file under src/blocklab ('engine/sweep.py')."""
+    parts = Path(file).with_suffix("").parts
+    if parts[0] == "experiments" and len(parts) > 3 and parts[2] in ("analysis", "report"):
+        return LAYER["analysis" if parts[2] == "analysis" else "reports"]
+    return LAYER.get(parts[0] if len(parts) > 1 else parts[0].removesuffix(".py"), 0)
+
+
+def _profile(holds, calls, own, ups=None):
+    def profile(frame, event, arg):
+        if event != "call" or not frame.f_code.co_filename.startswith(ROOT):
+            return
+        if holds(frame.f_locals.get("self")):
+            own[frame.f_code.co_qualname] = own.get(frame.f_code.co_qualname, 0) + 1
+        elif any(holds(v) for v in frame.f_locals.values()):
+            name = frame.f_code.co_filename[len(ROOT) + 1 :]
+            calls.append((name, frame.f_code.co_qualname))
+            caller = frame.f_back.f_code.co_filename if frame.f_back else ""
+            if ups is not None and caller.startswith(ROOT):
+                caller = caller[len(ROOT) + 1 :]
+                if layer(name) > layer(caller):
+                    ups.append(f"{caller} -> {name}:{frame.f_code.co_qualname}")
+
+    return profile
 
 
 def trace(optimizer: str) -> list[tuple[str, str]]:
@@ -37,20 +87,34 @@ def trace(optimizer: str) -> list[tuple[str, str]]:
     cfg = config.resolve(exp.Config, exp.Config(), None, flags)
     calls: list[tuple[str, str]] = []
     own: dict[str, int] = {}
-
-    def profile(frame, event, arg):
-        if event != "call" or not frame.f_code.co_filename.startswith(ROOT):
-            return
-        if frame.f_locals.get("self") is cfg:
-            own[frame.f_code.co_qualname] = own.get(frame.f_code.co_qualname, 0) + 1
-        elif any(v is cfg for v in frame.f_locals.values()):
-            name = frame.f_code.co_filename[len(ROOT) + 1 :]
-            calls.append((name, frame.f_code.co_qualname))
-
     with tempfile.TemporaryDirectory() as tmp:
-        sys.setprofile(profile)
+        sys.setprofile(_profile(lambda v: v is cfg, calls, own))
         try:
             exp.run(cfg, Store(Path(tmp)), resources=Resources(workers=1), progress=False)
+        finally:
+            sys.setprofile(None)
+    print("the config's own methods: " + ", ".join(f"{k} x{n}" for k, n in own.items()))
+    return calls
+
+
+def trace_command(optimizer: str, words: list[str], ups: list[str]) -> list[tuple[str, str]]:
+    from blocklab.cli import main
+    from blocklab.experiments import EXPERIMENTS
+
+    if not words:
+        from gpu_check import TINY
+
+        words = TINY["degree-sweep"]
+    kind = EXPERIMENTS.get("degree_sweep").Config
+    argv = [*words, "--workers", "1", "--device", "cpu", "--quiet", "--json"]
+    if optimizer == "adam":
+        argv += ["--optimizer", "adam", "--lr-grid", "1e-2"]
+    calls: list[tuple[str, str]] = []
+    own: dict[str, int] = {}
+    with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()):
+        sys.setprofile(_profile(lambda v: isinstance(v, kind), calls, own, ups))
+        try:
+            main([*argv, "--out", tmp])
         finally:
             sys.setprofile(None)
     print("the config's own methods: " + ", ".join(f"{k} x{n}" for k, n in own.items()))
@@ -62,7 +126,12 @@ def main() -> None:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--optimizer", default="lm", choices=("lm", "adam"))
-    calls = trace(p.parse_args().optimizer)
+    p.add_argument("--command", nargs=argparse.REMAINDER, help="follow the whole command")
+    args, ups = p.parse_args(), []
+    if args.command is None:
+        calls = trace(args.optimizer)
+    else:
+        calls = trace_command(args.optimizer, args.command, ups)
     by_file: dict[str, Counter] = {}
     for file, fn in calls:
         by_file.setdefault(file, Counter())[fn] += 1
@@ -71,8 +140,11 @@ def main() -> None:
     edges = Counter((a[0], b[0]) for a, b in zip(calls, calls[1:], strict=False) if a[0] != b[0])
     for (a, b), n in edges.items():
         print(f"  {a} -> {b}: {n}")
+    for up, n in Counter(ups).items():
+        print(f"  up a layer: {up} x{n}")
     print(f"{len(calls)} calls with the config in {len(by_file)} file(s); "
-          f"{sum(edges.values())} moves between files")  # fmt: skip
+          f"{sum(edges.values())} moves between files"
+          + (f"; {len(ups)} calls up a layer" if args.command is not None else ""))  # fmt: skip
 
 
 if __name__ == "__main__":
