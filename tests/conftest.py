@@ -74,6 +74,26 @@ def exclusive(tmp_path_factory):
     return lambda name: _locked(root / f"{name}.lock")
 
 
+@pytest.fixture(autouse=True)
+def _progress_closed(monkeypatch):
+    """Every progress display a test opens is closed when the test ends: an open one's heartbeat
+    thread says "[label n/N, ...] running" into whatever stderr is current a minute after its
+    last line, a later test's captured one included."""
+    from blocklab.engine import progress
+
+    opened = []
+    init = progress.Progress.__init__
+
+    def tracked(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        opened.append(self)
+
+    monkeypatch.setattr(progress.Progress, "__init__", tracked)
+    yield
+    for bar in opened:
+        bar.close()
+
+
 @dataclass(frozen=True)
 class SharedRun:
     """A run several tests read: its directory (to read; `copy` it to write into it), what its
