@@ -199,3 +199,28 @@ def test_a_silent_stretch_gets_a_heartbeat_line_and_stages_say_when_they_begin(c
     time.sleep(0.6)
     bar.close()
     assert "] running" in capsys.readouterr().err
+
+
+def test_a_display_kept_open_after_its_sweep_says_no_running(tmp_path, capsys):
+    """A caller's display outlives the sweep (a script's, `blocklab.run`'s) and still expects
+    trials of a phase that never comes: once the sweep ended it beats no more, until the next
+    sweep's phase begins."""
+    import time
+
+    from _specs import small_trial
+    from blocklab.engine import sweep
+    from blocklab.specs import TrainConfig
+    from blocklab.store import Store
+
+    bar = progress_mod.Progress()
+    bar.BEAT = 0.2
+    bar.expect(5)  # trials a later phase would plan: the count stays below the total
+    spec = small_trial("2", 0, TrainConfig(steps=2, batch_size=8, lr=1e-2, eval_points=1))
+    sweep.run([spec], Store(tmp_path), "t", progress=bar)
+    capsys.readouterr()
+    time.sleep(0.6)
+    assert "running" not in capsys.readouterr().err
+    bar.phase("seeds", 1)
+    time.sleep(0.6)
+    bar.close()
+    assert "] running" in capsys.readouterr().err

@@ -164,15 +164,25 @@ class Progress:
     def _heartbeat(self) -> None:
         """In a log, a line every `BEAT` seconds that nothing else said anything."""
         if self._beat_thread is None:
-            self._beat_thread = threading.Thread(target=self._beat, daemon=True)
+            # the thread waits on the event of its own start: `rest` gives the next one another
+            self._beat_thread = threading.Thread(target=self._beat, args=(self._stop,), daemon=True)
             self._beat_thread.start()
 
     BEAT = 60.0
 
-    def _beat(self) -> None:
-        while not self._stop.wait(self.BEAT / 4):
+    def _beat(self, stop: threading.Event) -> None:
+        while not stop.wait(self.BEAT / 4):
             if time.perf_counter() - self.last >= self.BEAT and self.count < self.total:
                 self.say(f"[{self.label} {self.count}/{self.total}, {self.clock()}] running")
+
+    def rest(self) -> None:
+        """A sweep of the command ended: no heartbeat until the next one begins (`phase`), so a
+        display the caller keeps open after its last sweep (`blocklab.run`'s caller, a script)
+        never says "running" of trials that are not."""
+        if self._beat_thread is not None:
+            self._stop.set()
+            self._beat_thread = None
+            self._stop = threading.Event()
 
     def close(self) -> None:
         self._stop.set()

@@ -180,6 +180,8 @@ def run(
     finally:
         if own:
             bar.close()
+        else:
+            bar.rest()
     return {r["id"]: r for r in store.records(ids=[s.id for s in specs])}
 
 
