@@ -107,7 +107,9 @@ def trace_command(optimizer: str, words: list[str], ups: list[str]) -> list[tupl
         words = TINY["degree-sweep"]
     kind = EXPERIMENTS.get("degree_sweep").Config
     argv = [*words, "--workers", "1", "--device", "cpu", "--quiet", "--json"]
-    if optimizer == "adam":
+    if optimizer == "adam":  # no warm start: it sets a second-order fit
+        at = argv.index("--warm-start") if "--warm-start" in argv else None
+        argv = argv if at is None else argv[:at] + argv[at + 2 :]
         argv += ["--optimizer", "adam", "--lr-grid", "1e-2"]
     calls: list[tuple[str, str]] = []
     own: dict[str, int] = {}
