@@ -28,30 +28,15 @@ import blocklab
 ROOT = str(Path(blocklab.__file__).parent)
 sys.path.insert(0, str(Path(__file__).parent))
 
-# bottom to top, as tests/test_architecture.py's LAYERS: a module's layer is its first folder,
-# or an experiment home's `analysis` and `report` subfolders; `launch` where the tree has it
-LAYERS = [
-    {"", "errors", "options", "registry", "config", "store", "theory", "specs", "numerics"}
-    | {"rundir", "fingerprint", "plugins", "frames", "formatting"},
-    {"blocks", "tasks", "measures", "jacobian"},
-    {"models", "budget", "checks", "constructions"},
-    {"fitting", "bench"},
-    {"engine"},
-    {"experiments"},
-    {"analysis", "trackers"},
-    {"reports"},
-    {"launch"},
-    {"cli", "__main__", "api"},
-]
-LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
+# the layers as the architecture test reads them: one owner of the map
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from test_architecture import LAYER, _component  # noqa: E402
 
 
 def layer(file: str) -> int:
     """The layer of a source file under src/blocklab ('engine/sweep.py')."""
-    parts = Path(file).with_suffix("").parts
-    if parts[0] == "experiments" and len(parts) > 3 and parts[2] in ("analysis", "report"):
-        return LAYER["analysis" if parts[2] == "analysis" else "reports"]
-    return LAYER.get(parts[0] if len(parts) > 1 else parts[0].removesuffix(".py"), 0)
+    parts = [p for p in Path(file).with_suffix("").parts if p != "__init__"]
+    return LAYER[_component(".".join(("blocklab", *parts)))]
 
 
 def _profile(holds, calls, own, ups=None):
