@@ -35,3 +35,8 @@ def slow_after_zero(item: int, device: str) -> dict:
     if item != 0:
         time.sleep(HOLD)
     return compute(item, device)
+
+
+def surroundings(item: int, device: str) -> dict:
+    """What a worker started in: the test's mark in its environment, and its directory."""
+    return {"mark": os.environ.get("BLOCKLAB_TEST_MARK"), "cwd": os.getcwd()}

@@ -25,6 +25,10 @@ def pytest_configure(config):
     """Under pytest-xdist (`-n N`), torch in each worker, and in every command a test starts
     (through OMP_NUM_THREADS), uses its share of the cores: N workers each running torch's
     default of one thread per core slow each other's small kernels down tenfold."""
+    # every command, fork server and worker a test starts is a fresh interpreter, and one that
+    # may write no bytecode compiles the package's modules again, a hundred times over: they
+    # write it, beside the sources as Python does by default (git ignores `__pycache__`)
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if not workers:
         return

@@ -235,15 +235,21 @@ def test_theory_command(capsys):
     assert hs[2.718] > hs[3.0] > hs[2.0]
 
 
+def _children(parent: int) -> list[int]:
+    found = subprocess.run(["pgrep", "-P", str(parent)], capture_output=True, text=True)
+    return [int(pid) for pid in found.stdout.split()]
+
+
 def _pool_workers(parent: int) -> list[int]:
-    """The parent's spawned pool workers (not multiprocessing's resource tracker)."""
+    """The parent's pool workers: the children of its fork server (`executors.pool_context`), or
+    its spawned children (not multiprocessing's resource tracker)."""
     out = []
-    for child in subprocess.run(
-        ["pgrep", "-P", str(parent)], capture_output=True, text=True
-    ).stdout.split():
+    for child in _children(parent):
         cmdline = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ")
-        if b"spawn_main" in cmdline:
-            out.append(int(child))
+        if b"forkserver" in cmdline:
+            out += _children(child)
+        elif b"spawn_main" in cmdline:
+            out.append(child)
     return out
 
 

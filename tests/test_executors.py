@@ -72,6 +72,17 @@ def test_local_pool():
     check(list(make_executor("local", 2).imap_unordered(fns.compute, ITEMS, "cpu")))
 
 
+def test_pool_workers_start_in_the_environment_and_directory_of_their_pool(tmp_path, monkeypatch):
+    """Workers are forked from a server the first pool started (`executors.pool_context`): a
+    later pool's workers still run in the environment and directory of the moment it starts, as
+    spawned ones would, not in the server's."""
+    check(list(make_executor("local", 2).imap_unordered(fns.compute, ITEMS, "cpu")))
+    monkeypatch.setenv("BLOCKLAB_TEST_MARK", "set after the first pool")
+    monkeypatch.chdir(tmp_path)
+    seen = [r for _, r in make_executor("local", 2).imap_unordered(fns.surroundings, ITEMS, "cpu")]
+    assert seen == [{"mark": "set after the first pool", "cwd": str(tmp_path)}] * len(ITEMS)
+
+
 def test_local_pool_worker_killed():
     with pytest.raises(WorkerLost, match="killed by SIGKILL .killed, or out of memory"):
         list(make_executor("local", 2).imap_unordered(fns.die_on_one, ITEMS, "cpu"))

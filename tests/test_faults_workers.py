@@ -97,8 +97,8 @@ def reap():
 def test_workers_die_with_a_killed_parent(tmp_path, reap):
     proc = sweep(tmp_path / "run", steps=4000, seeds=2)
     reap.append(proc.pid)
-    # two workers and the resource tracker
-    wait_for(lambda: len(descendants(proc.pid)) >= 3, 120, "the pool to start")
+    # two workers, the fork server they were forked from and the resource tracker
+    wait_for(lambda: len(descendants(proc.pid)) >= 4, 120, "the pool to start")
     time.sleep(2)  # workers in the middle of their first trials
     children = descendants(proc.pid)
     reap.extend(children)

@@ -10,7 +10,7 @@ A plugin is a module that registers entries the way the package's own files do
   on its first lookup (`registry.Registry`), so commands that look nothing up never pay for the
   scan.
 
-Loading a plugin twice is a no-op, and a plugin that fails is one `UserError` naming it. Spawned
+Loading a plugin twice is a no-op, and a plugin that fails is one `UserError` naming it. Pool
 workers start with the package's own entries only: what they must import travels with the work
 as `canonical` specs (`executors.Resources.plugins`). No torch here.
 """

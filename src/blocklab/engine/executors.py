@@ -7,7 +7,7 @@ starts (`blocklab.engine.claims`); Ray and Slurm read all at the start. Executor
 calling process is the one writer of the store, so a worker that dies loses at most the items it
 was running, and a rerun resumes from what was stored.
 
-- local: this process (one worker, or one item), or a pool of spawned processes.
+- local: this process (one worker, or one item), or a pool of worker processes (`pool_context`).
 - ray (`clusters.RayExecutor`): Ray core tasks, on the cluster at `address=...` or on a local
   Ray instance started (and stopped) here with one CPU per worker. A HOST:PORT address that
   accepts no connection fails within seconds, in one line (ray.init itself would retry for many
@@ -23,7 +23,7 @@ process that started it, however that one dies (kill -9 included): orphaned, it 
 work in hand and then wait for more forever.
 
 A worker imports the plugins it is given (`blocklab.plugins`) before it runs anything, so a
-block from a plugin resolves by name there as in the parent: spawned processes and cluster jobs
+block from a plugin resolves by name there as in the parent: pool workers and cluster jobs
 start with the package's own entries only.
 
 `Resources` gathers what a sweep is told about where its trials run. torch is imported only
@@ -97,7 +97,8 @@ class LocalExecutor(Executor):
                 yield i, result
             return
         check_main_importable()  # before any worker starts: a worker that cannot import it hangs
-        context = multiprocessing.get_context("spawn")
+        context = pool_context()
+        env = dict(os.environ)  # a forked worker starts with the fork server's: it takes this one
         fd, report = tempfile.mkstemp(prefix="blocklab-worker-")  # where a failed start says why
         os.close(fd)
         # a file the workers count themselves in as they start, each to take the next GPU (a file
@@ -108,7 +109,7 @@ class LocalExecutor(Executor):
                 max_workers=self.workers,
                 mp_context=context,
                 initializer=init_worker,
-                initargs=(os.getpid(), self.plugins, threads, device, slots, report),
+                initargs=(os.getpid(), self.plugins, threads, device, slots, report, env),
             )
         queue = enumerate(itertools.chain(first, items))
         pending: dict = {}
@@ -136,6 +137,25 @@ class LocalExecutor(Executor):
                 with contextlib.suppress(OSError):
                     os.remove(path)
         pool.shutdown()
+
+
+# what every pool worker imports before its first trial: torch and the trial's code, and torch's
+# compiler front end, which a torch optimizer imports as it is made (a second or so on a CPU)
+PRELOAD = ("torch", "torch._dynamo", "blocklab.engine.trial", "blocklab.engine.processes")
+
+
+def pool_context():
+    """How pool workers start: forked from one server process per command, which imports PRELOAD
+    once, where the platform has one (`forkserver`); else each spawned, a fresh interpreter that
+    imports torch itself (seconds of CPU a worker). A forked worker is as fresh as a spawned one: it
+    holds no state of the command (the server forks before it runs anything but imports), imports
+    the command's main script and plugins itself, and takes the command's path, directory and
+    environment as it starts (`processes.init_worker`)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(PRELOAD))
+    return context
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:

@@ -29,13 +29,18 @@ def init_worker(
     device: str = "cpu",
     slots=None,
     report: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> None:
-    """A pool worker's start: signals left to the parent, death with it, `threads` torch
-    threads, the plugins imported, and under device "cuda" on a machine with several GPUs its
-    own GPU, the next in turn (`slots`, a file, numbers the workers as they start).
+    """A pool worker's start: the parent's environment `env` (a forked worker starts with its
+    fork server's), signals left to the parent, death with it, `threads` torch threads, the
+    plugins imported, and under device "cuda" on a machine with several GPUs its own GPU, the
+    next in turn (`slots`, a file, numbers the workers as they start).
     A start that fails writes its cause to the file `report`, where the parent reads it
     (`start_failure`): the pool only tells the parent that a worker died."""
     try:
+        if env is not None and env != os.environ:
+            os.environ.clear()
+            os.environ.update(env)
         _start(parent, plugins, threads, device, slots)
     except BaseException as exc:
         if report:
@@ -68,18 +73,36 @@ def _start(parent: int, plugins: tuple[str, ...], threads: int, device: str, slo
 
 
 def _die_with(parent: int) -> None:
-    """End this process when `parent` ends: at once on Linux (the kernel sends SIGKILL), and
-    within PARENT_POLL seconds elsewhere, by a thread watching for a new parent."""
+    """End this process when `parent` ends: at once on Linux (the kernel sends SIGKILL when this
+    process's own parent ends: `parent`, or the fork server that started it, which ends as soon
+    as `parent` does), and within PARENT_POLL seconds elsewhere, by a thread watching both."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # it died before the watch was set
+    starter = os.getppid()
+    if not _lives(parent, starter):  # it died before the watch was set
         os._exit(1)
-    threading.Thread(target=_watch, args=(parent,), daemon=True, name="parent").start()
+    threading.Thread(target=_watch, args=(parent, starter), daemon=True, name="parent").start()
 
 
-def _watch(parent: int) -> None:
-    while os.getppid() == parent:
+def _lives(parent: int, starter: int) -> bool:
+    """Whether `parent` lives, seen from a process that `starter` started: `parent` itself, or a
+    fork server (`executors.pool_context`) on a POSIX system, where a signal 0 asks."""
+    if os.getppid() != starter or starter == 1:  # the starter died: this one was handed to init
+        return False
+    if starter == parent:
+        return True
+    try:
+        os.kill(parent, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # lives, as another user
+        return True
+    return True
+
+
+def _watch(parent: int, starter: int) -> None:
+    while _lives(parent, starter):
         time.sleep(PARENT_POLL)
     os._exit(1)
 
@@ -121,7 +144,7 @@ GUARD = 'if __name__ == "__main__":'
 
 def check_main_importable() -> None:
     """Refuse, before a worker starts, a main script the workers cannot import as it should be.
-    Spawned workers import the script that started them: one read on standard input cannot be
+    Pool workers import the script that started them: one read on standard input cannot be
     imported (they died, reported as lost), and one that calls blocklab at its top level, outside
     the guard, would start the sweep again in every worker (the parent waited for ever). A
     UserError names the fix instead. A module run with -m, -c or an interactive session is fine."""
