@@ -42,17 +42,30 @@ def pytest_configure(config):
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
-# the files whose tests start the most processes (commands, pools, clusters), longest first:
-# `--dist loadfile` hands whole files to the workers in the order collected, and one of these
-# handed out last keeps one worker busy long after the other has finished
+# the longest files, longest first, as measured by a full run: `--dist loadfile` hands whole files
+# to the workers in the order collected, and one of these handed out last keeps one worker busy
+# long after the other has finished (the rest follow in their own order, most of them short)
 FIRST = (
-    "test_plugins.py",
-    "test_executors.py",
     "test_cli.py",
+    "test_executors.py",
     "test_claims.py",
+    "test_continuation.py",
+    "test_cli_contract.py",
+    "test_capacity.py",
+    "test_faults_workers.py",
     "test_sweep_executors.py",
-    "test_ladder.py",
     "test_precision.py",
+    "test_run_messages.py",
+    "test_plugins.py",
+    "test_ensemble.py",
+    "test_main_guard.py",
+    "test_bench.py",
+    "test_ladder.py",
+    "test_fit_units.py",
+    "test_converged_report.py",
+    "test_degree_page.py",
+    "test_check_outcomes.py",
+    "test_coverage.py",
 )
 
 

@@ -7,14 +7,13 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
+from _isolated import Ran, isolated
 from blocklab.blocks import Block
 from blocklab.cli import main
 from blocklab.errors import UserError
@@ -184,10 +183,10 @@ _README_BLOCK = (ROOT / "examples" / "my_block.py").read_text().split("    @torc
 UNSCALED = _README_BLOCK.replace("return self.value(x) *", "return torch.tanh(self.value(x)) *")
 
 
-def blocklab(*args: str) -> subprocess.CompletedProcess:
-    """The command in a fresh interpreter: a plugin registers for the life of its process."""
-    command = [sys.executable, "-m", "blocklab", *args]
-    return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
+def blocklab(*args: str) -> Ran:
+    """The command run from the checkout in this process, and undone after: a plugin registers
+    for the life of its process (`_isolated`)."""
+    return isolated(*args, cwd=ROOT)
 
 
 class Gated(Block):

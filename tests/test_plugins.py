@@ -1,7 +1,7 @@
 """Plugins through the command line: `--import` of a file or a module, a TOML config's `import`,
 entry points of a distribution found on the path, the `module` block, and `blocklab check`.
-Runs that import a plugin successfully go through a fresh interpreter: a plugin registers for
-the life of its process."""
+A plugin registers for the life of its process: commands run here through `_isolated`, which
+undoes what they import, and one through a fresh interpreter, as a user runs it."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from _isolated import Ran, isolated
+from blocklab.blocks import BLOCKS
 from blocklab.checks import blocks as block_contract
 from blocklab.cli import main
 from blocklab.store import Store
@@ -94,21 +96,27 @@ def distribution(site: Path, name: str, entry_points: str, modules: dict[str, st
     return site
 
 
-def blocklab(*args: str, path: tuple[Path, ...] = (), cwd: Path | None = None, timeout=300):
+def blocklab(*args: str, path: tuple[Path, ...] = (), cwd: Path | None = None) -> Ran:
+    """The command run in this process, as a fresh interpreter on `path` in `cwd` would run it,
+    and undone after (`_isolated`)."""
+    return isolated(*args, path=path, cwd=cwd)
+
+
+def fresh_interpreter(*args: str, path: tuple[Path, ...] = ()) -> subprocess.CompletedProcess:
+    """The command as a user runs it: a new interpreter, with `path` on its PYTHONPATH."""
     env = dict(os.environ)
     given = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join([*map(str, path), *given])  # absolute: cwd may change
+    env["PYTHONPATH"] = os.pathsep.join([*map(str, path), *given])
     return subprocess.run(
         [sys.executable, "-m", "blocklab", *args],
         capture_output=True,
         text=True,
         env=env,
-        cwd=cwd,
-        timeout=timeout,
+        timeout=300,
     )
 
 
-def one_line_error(proc: subprocess.CompletedProcess) -> str:
+def one_line_error(proc: Ran | subprocess.CompletedProcess) -> str:
     err = proc.stderr.strip()
     assert proc.returncode == 2, proc.stderr
     assert len(err.splitlines()) == 1 and err.startswith("blocklab: error:"), err
@@ -124,7 +132,7 @@ def statuses(out: Path) -> dict[str, list[str]]:
 
 @pytest.mark.slow
 def test_file_entry_point_and_factory_plugins_reach_pool_workers(tmp_path):
-    """Spawned workers resolve each plugin block by name: one imported by a TOML config (its
+    """Pool workers resolve each plugin block by name: one imported by a TOML config (its
     path read from the config's folder, the command run from another, and the import done before
     the config is resolved, which names the block), one from an entry point, and the `module`
     block wrapping a factory of the imported file."""
@@ -183,7 +191,7 @@ def test_a_block_is_found_by_module_name_and_by_entry_point(tmp_path):
         "[blocklab.blocks]\nentry_cubic = epdemo.entry_cubic\n",
         {"__init__": "", "entry_cubic": ENTRY_BLOCK},
     )
-    proc = blocklab(
+    proc = fresh_interpreter(
         "check", "--import", "mypkg.quartic_block", "--only", "quartic_block", "entry_cubic",
         path=(tmp_path, site),
     )  # fmt: skip
@@ -208,6 +216,22 @@ def test_a_broken_plugin_is_one_line_naming_it(tmp_path, capsys, make, named, co
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("blocklab: error: plugin"), err
     assert all(word in err for word in named), err
+
+
+def test_a_command_run_here_leaves_no_plugin_behind(tmp_path):
+    """What the tests here rely on: a command run through `_isolated` takes its plugin with it."""
+    site = distribution(
+        tmp_path / "site",
+        "epdemo",
+        "[blocklab.blocks]\nentry_cubic = epdemo.entry_cubic\n",
+        {"__init__": "", "entry_cubic": ENTRY_BLOCK},
+    )
+    plugin = cubic(tmp_path)
+    ran = blocklab("check", "--import", str(plugin), "--only", "cubic", "entry_cubic", path=(site,))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert not {"cubic", "epdemo", "epdemo.entry_cubic"} & set(sys.modules)
+    assert "cubic" not in BLOCKS and "entry_cubic" not in BLOCKS
+    assert str(site) not in sys.path
 
 
 def test_check_names_a_wrong_count(tmp_path):

@@ -14,8 +14,14 @@ from blocklab import trackers
 from blocklab.cli import main
 from blocklab.store import FINISHED, Store
 
-pytest.importorskip("tensorboard")  # both are in the test extra
-pytest.importorskip("mlflow")
+
+@pytest.fixture(autouse=True, scope="module")
+def _trackers_installed():
+    """Both are in the test extra; imported as this file's tests start, not as every worker
+    collects the suite (a second of importing each)."""
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("mlflow")
+
 
 SWEEP = ["degree-sweep", "--optimizer", "adam", "--task", "teacher", "--task-option", "n_train=256"]
 SWEEP += ["--task-option", "n_val=64", "--task-option", "n_test=128", "--budgets", "3072"]
