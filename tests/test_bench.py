@@ -82,8 +82,8 @@ def test_language_models_take_the_stacked_path():
 
 
 def test_bench_command_prints_json(capsys):
-    argv = ["bench", "--widths", "8", "--members", "2", "--seconds", "0.05", "--threads", "1"]
-    argv += ["--lm-widths", "8", "--lm-batch-size", "2"]
+    argv = ["bench", "--widths", "8", "--members", "2", "--seconds", "0.02", "--threads", "1"]
+    argv += ["--repeats", "1", "--lm-widths", "8", "--lm-batch-size", "2"]
     fits = ["--fit-depths", "1", "--fit-width", "2", "--fit-restarts", "2"]
     fits += ["--fit-iterations", "2", "--split-depths", "1"]
     assert main([*argv, *fits, "--json"]) == 0

@@ -164,9 +164,10 @@ def _finished(db: Path) -> dict[str, float]:
     return dict(rows)
 
 
-def test_killed_sweep_resumes_without_rerunning_and_matches(tiny_sweep, tmp_path):
+def test_killed_sweep_resumes_without_rerunning_and_matches(tiny_sweep, tmp_path, capsys):
     """Kill -9 mid-sweep, rerun: finished trials are kept untouched and the table is the same
-    as the undisturbed sweep's (`tiny_sweep`, the same command)."""
+    as the undisturbed sweep's (`tiny_sweep`, the same command). The killed sweep is a command
+    of its own; the rerun runs here."""
     args = [*TINY, "--workers", "1", "--json"]
     out = tmp_path / "killed"
     proc = subprocess.Popen(
@@ -184,8 +185,9 @@ def test_killed_sweep_resumes_without_rerunning_and_matches(tiny_sweep, tmp_path
     before = _finished(out / "blocklab.sqlite")
     assert 4 <= len(before) < 15, f"the kill should land mid-sweep; stderr: {err}"
 
-    rerun = run_cli("degree-sweep", "--out", str(out), *args)
-    assert rerun.returncode == 0, rerun.stderr
+    capsys.readouterr()
+    assert main(["degree-sweep", "--out", str(out), *args]) == 0
+    printed = capsys.readouterr().out
     after = _finished(out / "blocklab.sqlite")
     assert {k: after[k] for k in before} == before  # not one finished trial ran again
     assert len(after) == 12
@@ -194,7 +196,7 @@ def test_killed_sweep_resumes_without_rerunning_and_matches(tiny_sweep, tmp_path
         payload = json.loads(stdout)
         return payload["summaries"], [v["text"] for v in payload["verdicts"]]
 
-    assert table(rerun.stdout) == table(tiny_sweep[1])
+    assert table(printed) == table(tiny_sweep[1])
 
 
 def start_pool_sweep(out: Path) -> subprocess.Popen:

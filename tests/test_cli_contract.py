@@ -38,7 +38,8 @@ COMMANDS = {
     "theory": ["theory", "--degrees", "2", "e", "3"],
     "advise": ["advise", "--params", "1.3B", "--depth", "10"],
     "bench": ["bench", "--widths", "8", "--members", "2", "--seconds", "0.02", "--repeats", "1"]
-    + ["--lm-widths", "8", "--lm-batch-size", "2", "--threads", "1", "--fit-depths"],
+    + ["--lm-widths", "8", "--lm-batch-size", "2", "--threads", "1", "--fit-depths"]
+    + ["--split-depths", "1", "--fit-width", "2"],
     "check": ["check", "--only", "mlp", "teacher", "seprank"],
     "sanford qsa": ["sanford", "qsa", "--qs", "1", "--dims", "2", "--seeds", "2", "--seq-len", "6"]
     + ["--n-train", "128", "--out", "{out}", *TRAIN, *QUIET],
