@@ -169,7 +169,7 @@ def test_two_identical_sweeps_at_once_train_each_trial_once(tmp_path):
     command = [
         *(sys.executable, "-c", TRAIN_LOGGED, "degree-sweep", "--out", str(out), "--quiet"),
         *("--degrees", "2", "3", "--baselines", "--budgets", "292", "--seeds", "3"),
-        *("--lr-grid", "0.01", "0.03", "--lr-extend", "0", "--steps", "100", "--n-boot", "10"),
+        *("--lr-grid", "0.01", "0.03", "--lr-extend", "0", "--steps", "50", "--n-boot", "10"),
         *("--workers", "1", "--ensemble", "2", "--optimizer", "adam"),
     ]
     path = os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])

@@ -102,8 +102,9 @@ def test_unwritable_out_dir(tmp_path, capsys):
 
 
 def test_bad_input_from_the_installed_command(tmp_path):
+    """Through a process's exit: a bad config value, an unknown command, a trial not in the
+    store (each value's own message is the test above's, in this process)."""
     for args in (
-        ["degree-sweep", "--degrees", "0"],
         ["degree-sweep", "--task", "techer"],
         ["nonsense"],
         ["runs", "show", "abc", "--out", str(tmp_path)],
