@@ -1,18 +1,18 @@
 """Every training experiment's tiny form (`gpu_check.TINY`), run and kept for comparison: the
 same outputs from two versions of the code, or the lines where they differ.
 
-    PYTHONPATH=src python benchmarks/tiny_forms.py run DIR [--src OTHER/src]
+    PYTHONPATH=src python benchmarks/tiny_forms.py run DIR [--src OTHER/src] [--workers N]
     PYTHONPATH=src python benchmarks/tiny_forms.py resume DIR COPY [--reuse-stale]
     python benchmarks/tiny_forms.py compare DIR_A DIR_B
 
-`run` runs each form on the CPU with one worker into DIR/NAME (with `--src`, the code of another
-checkout) and keeps its `--json`. `resume` copies DIR's runs to COPY and runs each form there
-again with this code: the trials it trained again (a stored trial the code no longer finds by its
-id, or whose code it no longer counts as current) out of those stored; with `--reuse-stale`, the
-commands' flag that keeps trials made by other code. `compare` compares two such directories:
-each form's JSON (less the keys that time the run, and with the run directory's path made
-relative), its `report.md`, its figures byte for byte, and its stored rows (trial id, status and
-every metric). Exit status 0 when all agree.
+`run` runs each form on the CPU with one worker (or a pool of `--workers`) into DIR/NAME (with
+`--src`, the code of another checkout) and keeps its `--json`. `resume` copies DIR's runs to COPY
+and runs each form there again with this code: the trials it trained again (a stored trial the code
+no longer finds by its id, or whose code it no longer counts as current) out of those stored; with
+`--reuse-stale`, the commands' flag that keeps trials made by other code. `compare` compares two
+such directories: each form's JSON (less the keys that time the run, and with the run directory's
+path made relative), its `report.md`, its figures byte for byte, and its stored rows (trial id,
+status and every metric). Exit status 0 when all agree.
 """
 
 from __future__ import annotations
@@ -35,13 +35,13 @@ VOLATILE += ("finished_at",)
 TIMED = (b"- git_", b"- Trial time")
 
 
-def run(out: Path, src: Path | None, extra: tuple[str, ...] = ()) -> None:
+def run(out: Path, src: Path | None, extra: tuple[str, ...] = (), workers: int = 1) -> None:
     env = dict(os.environ, PYTHONPATH=str((src or Path("src")).resolve()))
     env.pop("BLOCKLAB_WORKERS", None)
     for name, argv in TINY.items():
         form = out / name.replace(" ", "-")
-        cmd = [sys.executable, "-m", "blocklab", *argv, "--device", "cpu", "--workers", "1"]
-        cmd += ["--quiet", "--json", "--out", str(form), *extra]
+        cmd = [sys.executable, "-m", "blocklab", *argv, "--device", "cpu"]
+        cmd += ["--workers", str(workers), "--quiet", "--json", "--out", str(form), *extra]
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         (out / f"{form.name}.json").write_text(done.stdout)
         print(f"{name}: exit {done.returncode}", flush=True)
@@ -146,6 +146,7 @@ if __name__ == "__main__":
     r = sub.add_parser("run")
     r.add_argument("out", type=Path)
     r.add_argument("--src", type=Path, help="another checkout's src/ (default: ./src)")
+    r.add_argument("--workers", type=int, default=1, help="a pool of this many processes (1)")
     again = sub.add_parser("resume")
     again.add_argument("out", type=Path)
     again.add_argument("copy", type=Path)
@@ -158,7 +159,7 @@ if __name__ == "__main__":
     args = p.parse_args()
     if args.what == "run":
         args.out.mkdir(parents=True, exist_ok=True)
-        run(args.out, args.src)
+        run(args.out, args.src, workers=args.workers)
     elif args.what == "resume":
         sys.exit(0 if resume(args.out, args.copy, args.reuse_stale) else 1)
     else:
