@@ -39,8 +39,11 @@ def pytest_configure(config):
     # test workers each starting a pool per core ran four torch processes on two cores
     os.environ.setdefault("BLOCKLAB_WORKERS", str(max(1, (cores or 1) // int(workers))))
     import torch
+    from threadpoolctl import threadpool_limits
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    # and NumPy's and SciPy's BLAS, loaded before this ran with a thread per core
+    threadpool_limits(limits=int(os.environ["OMP_NUM_THREADS"]), user_api="blas")
 
 
 # the longest files, longest first, as measured by a full run: `--dist loadfile` hands whole files
