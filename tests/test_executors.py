@@ -20,7 +20,7 @@ import blocklab
 from blocklab.cli import main
 from blocklab.engine.clusters import check_reachable
 from blocklab.engine.executor_base import WorkerLost
-from blocklab.engine.executors import make_executor
+from blocklab.engine.executors import make_executor, pool_context
 from blocklab.errors import UserError
 
 ITEMS = [3, 1, 4, 0]
@@ -81,6 +81,16 @@ def test_pool_workers_start_in_the_environment_and_directory_of_their_pool(tmp_p
     monkeypatch.chdir(tmp_path)
     seen = [r for _, r in make_executor("local", 2).imap_unordered(fns.surroundings, ITEMS, "cpu")]
     assert seen == [{"mark": "set after the first pool", "cwd": str(tmp_path)}] * len(ITEMS)
+
+
+def test_where_there_is_no_fork_server_the_pool_spawns_its_workers(monkeypatch):
+    """A platform without one (Windows) spawns each worker (`executors.pool_context`), which
+    watches the command itself for its death: the same results as forked workers give."""
+    methods = multiprocessing.get_all_start_methods
+    without = [m for m in methods() if m != "forkserver"]
+    monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: without)
+    assert pool_context().get_start_method() == "spawn"
+    check(list(make_executor("local", 2).imap_unordered(fns.compute, ITEMS, "cpu")))
 
 
 def test_local_pool_worker_killed():
