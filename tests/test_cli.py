@@ -231,6 +231,30 @@ def test_interrupt_keeps_finished_trials(tmp_path, sig):
     assert len(_finished(out / "blocklab.sqlite")) >= 2
 
 
+ENDING = """
+import atexit, threading, time
+
+def mark(what):
+    with open({marks!r}, "a") as f:
+        f.write(what + "\\n")
+
+atexit.register(mark, "exit handler")
+threading.Thread(target=lambda: (time.sleep(0.5), mark("thread"))).start()
+"""
+
+
+def test_the_command_ends_its_process_keeping_what_the_teardown_would_do(tmp_path):
+    """`command` skips the interpreter's teardown, not what it does that matters: a thread that
+    is not a daemon finishes, then an exit handler runs, and what was printed is written."""
+    marks = tmp_path / "marks"
+    plugin = tmp_path / "ending.py"
+    plugin.write_text(ENDING.format(marks=str(marks)))
+    proc = run_cli("theory", "--import", str(plugin), "--degrees", "2", "3", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert len(json.loads(proc.stdout)["rows"]) == 2
+    assert marks.read_text().splitlines() == ["thread", "exit handler"]
+
+
 def test_theory_command(capsys):
     assert main(["theory", "--json", "--degrees", "2", "e", "3"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]

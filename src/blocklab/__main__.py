@@ -1,7 +1,5 @@
 """`python -m blocklab`."""
 
-import sys
+from blocklab.cli import command
 
-from blocklab.cli import main
-
-sys.exit(main())
+command()

@@ -4,13 +4,16 @@ takes `--import MODULE_OR_PATH` (repeatable): plugins loaded before the command 
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import difflib
 import functools
 import os
 import select
 import signal
 import sys
-from typing import Any
+import threading
+from typing import Any, NoReturn
 
 from blocklab import config as cfgmod
 from blocklab import plugins
@@ -177,6 +180,26 @@ def main(argv: list[str] | None = None) -> int:
         # the exit status is the one a process killed by SIGPIPE gives
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + 13
+
+
+def command() -> NoReturn:
+    """The `blocklab` command as its own process runs it (the installed script, `python -m
+    blocklab`): `main`, then the process ends without the interpreter's teardown, which frees
+    torch's, SciPy's and matplotlib's objects one by one, most of a second at every command's
+    end. What that teardown does that matters is done first, in the interpreter's order: the
+    threads that are not daemons joined, the exit handlers run (multiprocessing's, logging's, a
+    tracker's), the standard streams flushed. An error that escapes `main` ends as Python ends
+    it, with its traceback."""
+    code = main()
+    current = threading.current_thread()
+    for thread in threading.enumerate():
+        if thread is not current and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
 
 
 def _reader_gone() -> bool:
