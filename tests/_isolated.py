@@ -27,8 +27,7 @@ from blocklab.tasks import TASKS
 
 REGISTRIES = (BLOCKS, TASKS, MEASURES, EXPERIMENTS)
 # where the modules a command may import and keep live: the package and the installed libraries
-KEPT = tuple(Path(p).resolve() for p in (blocklab.__file__, sys.prefix, sys.base_prefix))
-KEPT = (KEPT[0].parent, *KEPT[1:])
+KEPT = tuple(Path(p).resolve() for p in (blocklab.__path__[0], sys.prefix, sys.base_prefix))
 
 
 @dataclass(frozen=True)
