@@ -5,6 +5,7 @@ stored trials of a smaller one and says so, and what may not continue refits."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
 
 import pytest
 import torch
@@ -136,35 +137,41 @@ def test_rungs_above_a_continued_fit_refit_on_its_chain_and_every_chain_under_be
     ]
 
 
-def _spec(steps: int, seed: int = 0) -> TrialSpec:
+def _spec(steps: int) -> TrialSpec:
     shape = NetShape(2, 4, norm="rms")
     options = {"n_in": 3, "n_train": 256, "n_val": 64, "n_test": 64}
-    return TrialSpec("teacher", options, parse_arm("3"), 0, shape, _cfg(steps), seed, ladder=DEPTHS)
+    return TrialSpec("teacher", options, parse_arm("3"), 0, shape, _cfg(steps), 0, ladder=DEPTHS)
 
 
-def test_a_sweep_at_a_larger_budget_continues_the_stored_trials_and_says_so(tmp_path, capsys):
-    specs = [_spec(SMALL, seed) for seed in (0, 1)]
-    with Store(tmp_path / "run") as store:
-        sweep.run(specs, store, "test", progress=False)
-        more = [_spec(LARGE, seed) for seed in (0, 1)]
-        records = sweep.run(more, store, "test", progress=False)
-    said = capsys.readouterr().err
-    assert f"continuing 2 stored trial(s) from {SMALL} to {LARGE} iterations" in said
-    with Store(tmp_path / "fresh") as store:
-        fresh = sweep.run(more, store, "test", progress=False)
-    for spec, parent in zip(more, specs, strict=True):
-        got, want = records[spec.id]["metrics"], fresh[spec.id]["metrics"]
-        assert got["continued"]["parent"] == parent.id and got["continued"]["from_steps"] == SMALL
-        assert "continued" not in want
-        for a, b in zip(got["ladder"], want["ladder"], strict=True):
-            assert a["metrics"]["train_loss"] == b["metrics"]["train_loss"]
-            assert a["metrics"]["iterations"] == b["metrics"]["iterations"]
-
-
-def test_a_fresh_run_refits_rather_than_continue(tmp_path, capsys):
-    with Store(tmp_path / "run") as store:
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    """A store holding one sweep trial fitted to SMALL iterations, for the tests to copy."""
+    out = tmp_path_factory.mktemp("continuation") / "small"
+    with Store(out) as store:
         sweep.run([_spec(SMALL)], store, "test", progress=False)
-    with Store(tmp_path / "run", reuse="none") as store:
+    return out
+
+
+def test_a_sweep_at_a_larger_budget_continues_the_stored_trials_and_says_so(
+    small_run, tmp_path, capsys
+):
+    with Store(shutil.copytree(small_run, tmp_path / "run")) as store:
+        records = sweep.run([_spec(LARGE)], store, "test", progress=False)
+    said = capsys.readouterr().err
+    assert f"continuing 1 stored trial(s) from {SMALL} to {LARGE} iterations" in said
+    with Store(tmp_path / "fresh") as store:
+        fresh = sweep.run([_spec(LARGE)], store, "test", progress=False)
+    got, want = records[_spec(LARGE).id]["metrics"], fresh[_spec(LARGE).id]["metrics"]
+    assert got["continued"]["parent"] == _spec(SMALL).id
+    assert got["continued"]["from_steps"] == SMALL
+    assert "continued" not in want
+    for a, b in zip(got["ladder"], want["ladder"], strict=True):
+        assert a["metrics"]["train_loss"] == b["metrics"]["train_loss"]
+        assert a["metrics"]["iterations"] == b["metrics"]["iterations"]
+
+
+def test_a_fresh_run_refits_rather_than_continue(small_run, tmp_path, capsys):
+    with Store(shutil.copytree(small_run, tmp_path / "run"), reuse="none") as store:
         records = sweep.run([_spec(LARGE)], store, "test", progress=False)
     assert "continuing" not in capsys.readouterr().err
     assert "continued" not in records[_spec(LARGE).id]["metrics"]

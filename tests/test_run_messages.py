@@ -88,13 +88,7 @@ def test_a_resumed_sweep_says_what_is_stored_and_what_is_left(
     assert capsys.readouterr().err == "analysing 4 trials\n"
 
 
-# test_api's tiny Adam sweep cut to two budgets and 4 steps: what these tests read is what a run
-# says, not its numbers
-TINY = {**test_api.TINY, "budgets": (40, 80), "steps": 4}
-FLAGS = ["--optimizer", "adam", "--degrees", "2", "3", "--baselines", "--budgets", "40", "80"]
-FLAGS += ["--seeds", "2", "--steps", "4", "--lr-grid", "1e-2", "--lr-extend", "0"]
-FLAGS += ["--task-option", "n_train=256", "--task-option", "n_val=64"]
-FLAGS += ["--task-option", "n_test=128", "--workers", "1", "--n-boot", "20"]
+TINY, FLAGS = test_api.TINY, test_api.FLAGS  # a tiny Adam sweep of 8 trials
 
 
 @pytest.mark.slow
