@@ -94,12 +94,35 @@ def reap():
             os.kill(pid, signal.SIGKILL)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system time a process has used (0 once it is gone)."""
+    stat = _stat(pid)
+    return 0.0 if stat is None else (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pool_workers(pid: int) -> list[int]:
+    """The pool workers of a command: the children of its children (of its fork server)."""
+    found = descendants(pid)
+    return [p for p in found if (_stat(p) or ["", ""])[1] != str(pid)]
+
+
+# CPU time each pool worker has used when it is taken to be in the middle of a trial: a worker
+# forked from the server, which imported torch and blocklab, starts with next to none, so most
+# of this is training
+TRAINING = 0.5
+
+
 def test_workers_die_with_a_killed_parent(tmp_path, reap):
     proc = sweep(tmp_path / "run", steps=4000, seeds=2)
     reap.append(proc.pid)
     # two workers, the fork server they were forked from and the resource tracker
     wait_for(lambda: len(descendants(proc.pid)) >= 4, 120, "the pool to start")
-    time.sleep(2)  # workers in the middle of their first trials
+
+    def training() -> bool:  # workers in the middle of their first trials (4000 steps each)
+        workers = pool_workers(proc.pid)
+        return len(workers) >= 2 and all(cpu_seconds(p) >= TRAINING for p in workers)
+
+    wait_for(training, 120, "both workers to be training")
     children = descendants(proc.pid)
     reap.extend(children)
     assert all(running(p) for p in children)
@@ -110,7 +133,9 @@ def test_workers_die_with_a_killed_parent(tmp_path, reap):
 
 def test_a_closed_terminal_stops_the_sweep_and_keeps_what_finished(tmp_path, reap):
     out = tmp_path / "run"
-    proc = sweep(out, steps=300, seeds=8)
+    # trials of 100 steps: the first is stored soon, and the 15 left take several times as long
+    # as the wait for it, so the hangup lands mid-sweep
+    proc = sweep(out, steps=100, seeds=8)
     reap.append(proc.pid)
     # a sweep that exits first fails below, at once, rather than after the wait
     wait_for(lambda: len(stored(out)) >= 1 or proc.poll() is not None, 300, "a finished trial")
