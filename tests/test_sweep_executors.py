@@ -90,7 +90,10 @@ def test_a_worker_killed_mid_trial_leaves_it_rerunnable(reference, tmp_path):
     """Kill a pool worker as soon as the first trial is stored: the sweep stops with the trials
     it finished stored whole, the killed one absent, and a rerun completes all of them with the
     results of an undisturbed sweep."""
-    specs = _specs(steps=150)  # a worker left alone would take a second over the 15 trials left
+    # trials long enough that the 7 left when the first is stored are still running or queued
+    # when the kill lands (a dead worker breaks the pool at once), short enough that the rerun
+    # and the undisturbed sweep stay cheap
+    specs = _specs(steps=60)
     store = Store(tmp_path)
     killed = []
 
