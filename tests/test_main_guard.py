@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-# one rate, no extension and one seed: the rate search's round of the pool trains every trial,
-# and the seeds' round reuses them
+# one rate, no extension, one seed and one budget: the rate search's round of the pool trains
+# every trial, one per degree, two for the two workers, and the seeds' round reuses them
 CALL = (
     'blocklab.run("degree-sweep", out={out!r}, degrees=("2", "3"), baselines=(), '
-    'budgets=(45, 90), seeds=1, steps=4, workers=2, optimizer="adam", n_boot=20, '
+    'budgets=(45,), seeds=1, steps=4, workers=2, optimizer="adam", n_boot=20, '
     "lr_grid=(0.03,), lr_extend=0)"
 )
 
