@@ -231,6 +231,29 @@ def test_interrupt_keeps_finished_trials(tmp_path, sig):
     assert len(_finished(out / "blocklab.sqlite")) >= 2
 
 
+@pytest.mark.parametrize(
+    ("where", "kept"),
+    [("blocklab.experiments.degree_sweep.plan.optimizers", 4),
+     ("blocklab.experiments.degree_sweep.report.write", 8)],
+    ids=["between-sweeps", "analysis"],
+)  # fmt: skip
+def test_a_stop_outside_the_trials_says_what_is_kept(tmp_path, capsys, monkeypatch, where, kept):
+    """Ctrl-C as the fits are planned (after the rate search stored its 4 trials) or in the
+    analysis (all 8 stored): the words of a stop inside a sweep, with what the command stored."""
+    import test_api
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(where, stop)
+    assert main(["degree-sweep", "--out", str(tmp_path), *test_api.FLAGS, "--quiet"]) == 130
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert said == f"blocklab: interrupted; {kept} finished trials are kept; rerun the same " + (
+        "command to resume"
+    )
+    assert len(_finished(tmp_path / "blocklab.sqlite")) == kept
+
+
 ENDING = """
 import atexit, threading, time
 

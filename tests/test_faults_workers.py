@@ -33,6 +33,9 @@ def sweep(out: Path, steps: int, seeds: int) -> subprocess.Popen:
         *("--workers", "2", "--ensemble", "1", "--optimizer", "adam"),
     ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
+    # its temporary files in the test's directory: a command killed with SIGKILL cannot remove
+    # them (the pool's file for a failed start's cause)
+    env["TMPDIR"] = str(out.parent)
     log = open(out.with_suffix(".log"), "w")  # noqa: SIM115 - the child holds it
     return subprocess.Popen(command, env=env, stdout=log, stderr=log, start_new_session=True)
 

@@ -16,7 +16,7 @@ from blocklab import config as cfgmod
 from blocklab import trackers as tracker_mod
 from blocklab.engine.executors import Resources
 from blocklab.engine.progress import Progress
-from blocklab.errors import UserError
+from blocklab.errors import Interrupted, UserError
 from blocklab.experiments import Experiment
 from blocklab.store import DB_NAME, Store
 
@@ -47,6 +47,10 @@ def execute(
         report, page, failed_arms = _run_and_report(
             experiment, cfg, command, progress, out, store, resources, names
         )
+    except KeyboardInterrupt:
+        # a stop outside a sweep's trials (between two sweeps, in the analysis) keeps what the
+        # command stored as well: the same words as one inside them
+        raise Interrupted(store.stored) from None
     finally:
         store.close()  # the last connection to close folds the WAL back into the store file
     payload = {**report.json, "report": str(report.path), "config": config_json(cfg)}
