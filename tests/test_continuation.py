@@ -4,7 +4,9 @@ stored trials of a smaller one and says so, and what may not continue refits."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import shutil
 
 import pytest
@@ -152,26 +154,34 @@ def small_run(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def refitted(small_run, tmp_path_factory):
+    """The stored trial run again at LARGE with reuse "none": a fresh fit of LARGE iterations.
+    Its records and what the sweep said."""
+    said = io.StringIO()
+    out = shutil.copytree(small_run, tmp_path_factory.mktemp("continuation") / "refit")
+    with Store(out, reuse="none") as store, contextlib.redirect_stderr(said):
+        records = sweep.run([_spec(LARGE)], store, "test", progress=False)
+    return records[_spec(LARGE).id], said.getvalue()
+
+
 def test_a_sweep_at_a_larger_budget_continues_the_stored_trials_and_says_so(
-    small_run, tmp_path, capsys
+    small_run, refitted, tmp_path, capsys
 ):
     with Store(shutil.copytree(small_run, tmp_path / "run")) as store:
         records = sweep.run([_spec(LARGE)], store, "test", progress=False)
     said = capsys.readouterr().err
     assert f"continuing 1 stored trial(s) from {SMALL} to {LARGE} iterations" in said
-    with Store(tmp_path / "fresh") as store:
-        fresh = sweep.run([_spec(LARGE)], store, "test", progress=False)
-    got, want = records[_spec(LARGE).id]["metrics"], fresh[_spec(LARGE).id]["metrics"]
+    got, want = records[_spec(LARGE).id]["metrics"], refitted[0]["metrics"]
     assert got["continued"]["parent"] == _spec(SMALL).id
     assert got["continued"]["from_steps"] == SMALL
-    assert "continued" not in want
+    # the continued fit ends where a fresh one of LARGE iterations does
     for a, b in zip(got["ladder"], want["ladder"], strict=True):
         assert a["metrics"]["train_loss"] == b["metrics"]["train_loss"]
         assert a["metrics"]["iterations"] == b["metrics"]["iterations"]
 
 
-def test_a_fresh_run_refits_rather_than_continue(small_run, tmp_path, capsys):
-    with Store(shutil.copytree(small_run, tmp_path / "run"), reuse="none") as store:
-        records = sweep.run([_spec(LARGE)], store, "test", progress=False)
-    assert "continuing" not in capsys.readouterr().err
-    assert "continued" not in records[_spec(LARGE).id]["metrics"]
+def test_a_fresh_run_refits_rather_than_continue(refitted):
+    record, said = refitted
+    assert "continuing" not in said
+    assert "continued" not in record["metrics"]
