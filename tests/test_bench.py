@@ -27,7 +27,7 @@ def test_step_flops_count_every_linear_map():
 
 def test_a_small_bench_measures_both_loops():
     cfg = bench.BenchConfig(
-        members=3, widths=(8, 16), seconds=0.05, repeats=2, threads=1, lm_widths=(8,),
+        members=3, widths=(8, 16), seconds=0.02, repeats=2, threads=1, lm_widths=(8,),
         lm_batch_size=4, lm_seq_len=8, lm_vocab=16, fit_depths=(1,), fit_width=2,
         fit_restarts=2, fit_iterations=4, split_depths=(1, 2),
     )  # fmt: skip
