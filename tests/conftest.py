@@ -171,6 +171,29 @@ def ladder_run(tmp_path_factory, exclusive) -> SharedRun:
     )
 
 
+class TrialsStored(Exception):
+    """What a command raises under `trials_only` once its trials are stored."""
+
+
+@pytest.fixture
+def trials_only(monkeypatch):
+    """Commands run in the test end once their trials are stored, before their analysis and
+    report, which the test does not read (what it reads, the store and what the sweep said, is
+    all there by then); each raises `TrialsStored`, which `trials_only(call)` expects."""
+    from blocklab import launch
+
+    def stored(*args, **kwargs):
+        raise TrialsStored
+
+    monkeypatch.setattr(launch.Display, "analysing", stored)
+
+    def run(call, *args, **kwargs):
+        with pytest.raises(TrialsStored):
+            call(*args, **kwargs)
+
+    return run
+
+
 @pytest.fixture
 def small_matmul_ceiling(monkeypatch):
     """`blocklab bench` measures its matmul ceiling on 256 x 256 matrices: the 2048 x 2048 default,

@@ -214,7 +214,7 @@ def test_runs_list_shows_the_fingerprint_and_marks_stale_trials(tmp_path, plugin
     assert "2 stale" in err
 
 
-def test_the_command_line_takes_fresh_and_reuse_stale(tmp_path, capsys):
+def test_the_command_line_takes_fresh_and_reuse_stale(tmp_path, capsys, trials_only):
     args = ["collapse", "--depth", "2", "--width", "8", "--seq-len", "8", "--n-train", "128"]
     args += ["--seeds", "1", "--variants", "pure", "--out", str(tmp_path), "--quiet"]
     args += ["--steps", "5", "--batch-size", "32", "--eval-points", "2", "--workers", "1"]
@@ -222,11 +222,13 @@ def test_the_command_line_takes_fresh_and_reuse_stale(tmp_path, capsys):
     def finished() -> list[float]:
         return sorted(r["finished_at"] for r in Store(tmp_path).records())
 
-    assert main(args) == 0
+    trials_only(main, args)
     first = finished()
-    assert main(args) == 0 and finished() == first  # resumed: nothing reran
-    assert main([*args, "--reuse-stale"]) == 0 and finished() == first
-    assert main([*args, "--fresh"]) == 0
+    trials_only(main, args)
+    assert finished() == first  # resumed: nothing reran
+    trials_only(main, [*args, "--reuse-stale"])
+    assert finished() == first
+    trials_only(main, [*args, "--fresh"])
     assert all(b > a for a, b in zip(first, finished(), strict=True))
     capsys.readouterr()
     assert main([*args, "--fresh", "--reuse-stale"]) == 2

@@ -47,22 +47,22 @@ def test_tiny_forms_finish_every_trial_in_bf16_on_the_cpu(name, tmp_path, capsys
     assert set(runs["metrics.precision"].dropna()) == {"bf16"}
 
 
-def test_a_store_is_not_reused_across_precisions(tmp_path, capsys):
+def test_a_store_is_not_reused_across_precisions(tmp_path, capsys, trials_only):
     out = ["--out", str(tmp_path)]
-    assert main([*DW, *out]) == 0
+    trials_only(main, [*DW, *out])
     first = blocklab.load_runs(tmp_path)
     assert set(first["metrics.precision"]) == {"float32"}
     capsys.readouterr()
-    assert main([*DW, *out, "--precision", "bf16"]) == 0
+    trials_only(main, [*DW, *out, "--precision", "bf16"])
     err = capsys.readouterr().err
     assert f"{len(first)} stored trial(s) ran at another precision" in err
     assert "float32 where this run asks bf16" in err
     again = blocklab.load_runs(tmp_path)
     assert set(again["id"]) == set(first["id"]) and set(again["metrics.precision"]) == {"bf16"}
     # asked again at bf16, the store answers: nothing reruns
-    assert main([*DW, *out, "--precision", "bf16", "--json"]) == 0
+    trials_only(main, [*DW, *out, "--precision", "bf16"])
     assert "another precision" not in capsys.readouterr().err
-    assert main([*DW, *out, "--precision", "fp32", "--json"]) == 0  # fp32 on the CPU: float32
+    trials_only(main, [*DW, *out, "--precision", "fp32"])  # fp32 on the CPU: float32
     assert "bf16 where this run asks float32" in capsys.readouterr().err
 
 
