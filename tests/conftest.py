@@ -171,15 +171,19 @@ def ladder_run(tmp_path_factory, exclusive) -> SharedRun:
     )
 
 
-class TrialsStored(Exception):
-    """What a command raises under `trials_only` once its trials are stored."""
+class TrialsStored(SystemExit):
+    """What a command raises under `trials_only` once its trials are stored: an exit with
+    status 0, as `_isolated` reads it."""
+
+    def __init__(self):
+        super().__init__(0)
 
 
 @pytest.fixture
 def trials_only(monkeypatch):
     """Commands run in the test end once their trials are stored, before their analysis and
     report, which the test does not read (what it reads, the store and what the sweep said, is
-    all there by then); each raises `TrialsStored`, which `trials_only(call)` expects."""
+    all there by then); each raises `TrialsStored`, which `trials_only(call, ...)` expects."""
     from blocklab import launch
 
     def stored(*args, **kwargs):

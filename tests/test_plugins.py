@@ -299,9 +299,10 @@ def stale_said(err: str, how: str) -> int:
 
 
 @pytest.mark.slow
-def test_an_edited_plugin_reruns_its_trials_and_says_so(tmp_path):
+def test_an_edited_plugin_reruns_its_trials_and_says_so(tmp_path, trials_only):
     """The stale-result scenario: edit a plugin block, rerun the same command: its trials (and
-    only its) rerun, with one line saying so; --reuse-stale keeps them; runs list marks them."""
+    only its) rerun, with one line saying so; --reuse-stale keeps them; runs list marks them.
+    Each command ends once its trials are stored (`trials_only`): its report is not read."""
     plugin = cubic(tmp_path)
     out = tmp_path / "sweep"
     args = ["degree-sweep", "--import", str(plugin), "--baselines", "cubic", "--out", str(out)]
