@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from _plots import check_labels
+from _stops import TrialsStored, trials_only
 from blocklab.experiments.degree_sweep import SHAPE
 
 
@@ -171,28 +172,13 @@ def ladder_run(tmp_path_factory, exclusive) -> SharedRun:
     )
 
 
-class TrialsStored(SystemExit):
-    """What a command raises under `trials_only` once its trials are stored: an exit with
-    status 0, as `_isolated` reads it."""
-
-    def __init__(self):
-        super().__init__(0)
-
-
-@pytest.fixture
-def trials_only(monkeypatch):
-    """Commands run in the test end once their trials are stored, before their analysis and
-    report, which the test does not read (what it reads, the store and what the sweep said, is
-    all there by then); each raises `TrialsStored`, which `trials_only(call, ...)` expects."""
-    from blocklab import launch
-
-    def stored(*args, **kwargs):
-        raise TrialsStored
-
-    monkeypatch.setattr(launch.Display, "analysing", stored)
+@pytest.fixture(name="trials_only")
+def _trials_only():
+    """`trials_only(call, ...)`: the call, a command that `_stops.trials_only` ends once its
+    trials are stored, which it expects to end so."""
 
     def run(call, *args, **kwargs):
-        with pytest.raises(TrialsStored):
+        with trials_only(), pytest.raises(TrialsStored):
             call(*args, **kwargs)
 
     return run
