@@ -219,16 +219,30 @@ def start_pool_sweep(out: Path) -> subprocess.Popen:
     return proc
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
-def test_interrupt_keeps_finished_trials(tmp_path, sig):
+def test_interrupt_keeps_finished_trials(tmp_path):
     out = tmp_path / "int"
     proc = start_pool_sweep(out)
-    proc.send_signal(sig)
+    proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     assert "finished trials are kept" in err.strip().splitlines()[-1]
     assert len(_finished(out / "blocklab.sqlite")) >= 2
+
+
+def test_a_kill_and_a_closed_terminal_stop_a_command_as_ctrl_c_does(capsys):
+    """SIGTERM and SIGHUP raise KeyboardInterrupt in a command, as SIGINT does: what a stop then
+    keeps and says is the test above's (Ctrl-C, a pool's sweep) and test_faults_workers' (a
+    closed terminal's SIGHUP, through the same handler)."""
+    from blocklab.cli.main import _sigterm
+
+    assert main(["theory", "--degrees", "2", "--json"]) == 0
+    capsys.readouterr()
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        handler = signal.getsignal(sig)
+        assert handler is _sigterm
+        with pytest.raises(KeyboardInterrupt):
+            handler(sig, None)
 
 
 @pytest.mark.parametrize(
