@@ -143,12 +143,13 @@ def test_a_sweep_reads_what_another_live_sweep_stores(tmp_path):
 
 
 # runs the command line, logging every trial it trains, and ends once its trials are stored (the
-# race is over then: each command's analysis is its own); the sweeps start together once imported
-# (a loaded machine can start one a second or more after the other, which then trains them all)
+# race is over then: each command's analysis is its own, `_stops`); the sweeps start together once
+# imported (a loaded machine can start one a second or more after the other, which then trains
+# them all)
 TRAIN_LOGGED = """
 import os, sys, time
 from pathlib import Path
-from blocklab import launch
+from _stops import trials_only
 from blocklab.engine import sweep
 from blocklab.cli import main
 train = sweep.run_group
@@ -157,15 +158,13 @@ def logged(specs, device="cpu"):
         log.writelines(s.id + "\\n" for s in specs)
     return train(specs, device)
 sweep.run_group = logged
-def stored(*args):
-    sys.exit(0)
-launch.Display.analysing = stored
 log = Path(os.environ["TRAINED_LOG"])
 log.with_suffix(".ready").touch()
 deadline = time.monotonic() + 60
 while len(list(log.parent.glob("*.ready"))) < 2 and time.monotonic() < deadline:
     time.sleep(0.01)
-sys.exit(main(sys.argv[1:]))
+with trials_only():
+    sys.exit(main(sys.argv[1:]))
 """
 
 
@@ -177,7 +176,7 @@ def test_two_identical_sweeps_at_once_train_each_trial_once(tmp_path):
         *("--lr-grid", "0.01", "0.03", "--lr-extend", "0", "--steps", "50"),
         *("--workers", "1", "--ensemble", "2", "--optimizer", "adam"),
     ]
-    path = os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])
+    path = os.pathsep.join([SRC, str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
     procs = [
         subprocess.Popen(
             command,
