@@ -100,7 +100,9 @@ def referee_rows(rows, ratio=1.02):
     ]
 
 
-def analyze(rows, referee=(), converge_tol=0.03):
+def analyze(rows, referee=(), converge_tol=0.03, answer=False):
+    """The scaling model's status on `rows` (`answer` False: these tests plant its checks;
+    `test_matched` plants the matched answer's)."""
     return capacity.analyze(
         rows,
         {},
@@ -111,6 +113,7 @@ def analyze(rows, referee=(), converge_tol=0.03):
         width=8,
         converge_tol=converge_tol,
         referee=referee,
+        answer=answer,
     )
 
 

@@ -23,6 +23,15 @@ from test_capacity_fits import analyze, fit_rows
 
 NO, INC = capacity.Outcome.NO_VERDICT, capacity.Outcome.INCONCLUSIVE
 
+@pytest.fixture(autouse=True)
+def scaling_status(monkeypatch):
+    """These tests plant the scaling model's checks and read the status they give: the matched
+    answer, which leads wherever arms meet (`test_matched` plants its checks), is off here."""
+    from blocklab.experiments.degree_sweep.analysis import matched
+
+    monkeypatch.setattr(matched, "applies", lambda rows: False)
+
+
 
 def _check(result, name):
     return next(c for c in result.checks if c.name == name)

@@ -28,7 +28,9 @@ def _helps(words: str) -> dict[str, str]:
 def test_the_demo_states_its_own_form_and_degree_sweep_its_defaults():
     demo, sweep = _helps("demo"), _helps("degree-sweep")
     said = {k: demo[k].rsplit("(default: ", 1)[-1] for k in ("steps", "seeds", "teachers")}
-    assert said == {"steps": "512)", "seeds": "1)", "teachers": "3)"}
+    from blocklab.experiments.degree_sweep.config import DEMO_TEACHERS
+
+    assert said == {"steps": "512)", "seeds": "1)", "teachers": f"{DEMO_TEACHERS})"}
     assert demo["baselines"].endswith("(default: none)")
     assert sweep["baselines"].endswith("(default: mlp)") and sweep["steps"].endswith(
         "(default: 1024)"

@@ -263,6 +263,8 @@ def resolve(
         # the defaults chosen for their task (its options, how many targets) are not another's:
         # that one starts from the config's OTHER_TASK (by default, no task options)
         base.update(getattr(cls, "OTHER_TASK", {"task_options": {}}))
+    if hasattr(cls, "yield_to"):  # a form's values that what is given takes the place of
+        cls.yield_to(base, given)
     cfg = options.build(cls, merge(base, given), what="config")
     for key, why in unused(cfg).items():
         if _has(given, key.split(".")):

@@ -32,8 +32,10 @@ class Change:
 
 # a check's outcome: its figure's own 95% band clears the threshold (passed), misses it whole
 # (failed) or straddles it (edge: the run cannot tell, and another machine's rounding could
-# land on either side); a check whose figure is exact is passed or failed
-PASSED, FAILED, EDGE = "passed", "failed", "edge"
+# land on either side); a check whose figure is exact is passed or failed; one that the run's
+# design cannot fail (a width every arm is built at, a count of units the plan fixes) is shown
+# "by design", never "passed": it cannot tell the reader anything the config did not
+PASSED, FAILED, EDGE, BY_DESIGN = "passed", "failed", "edge", "by design"
 
 
 @dataclass(frozen=True)
@@ -47,9 +49,13 @@ class Check:  # a subclass holds what the check measured; the degree report's `c
     threshold: float = field(default=math.nan, kw_only=True)
     band: tuple[float, float] | None = field(default=None, kw_only=True)
     method: str = field(default="exact", kw_only=True)
+    # the run's design holds it whatever the fits do (`BY_DESIGN`); `passed` is then True
+    by_design: bool = field(default=False, kw_only=True)
 
     @property
     def outcome(self) -> str:
+        if self.by_design and self.passed:
+            return BY_DESIGN
         return PASSED if self.passed else EDGE if self.edge else FAILED
 
     def remedy(self, cfg) -> tuple[Change, ...]:
@@ -86,6 +92,30 @@ def wilson(count: int, n: int, level: float = 0.95) -> tuple[float, float]:
         return 0.0, 1.0
     ci = st.binomtest(count, n).proportion_ci(confidence_level=level, method="wilson")
     return float(ci.low), float(ci.high)
+
+
+def cluster_wilson(
+    counts: list[int], sizes: list[int], level: float = 0.95
+) -> tuple[float, float]:
+    """The Wilson interval of a share counted over clusters (a ladder's rungs: `counts[i]` of
+    `sizes[i]` in cluster i), on the effective number of trials: the total over the design
+    effect, the ratio of the clusters' variance of the share (the ratio estimator's, Cochran
+    1977 ch. 6) to the binomial one (Kish 1965). Rungs of one ladder share its fits and its
+    target, so they are not independent trials; a design effect below 1 is taken as 1."""
+    y, m = np.asarray(counts, float), np.asarray(sizes, float)
+    n, k = float(m.sum()), len(m)
+    if n <= 0:
+        return 0.0, 1.0
+    p = float(y.sum() / n)
+    deff = 1.0
+    if k > 1 and 0 < p < 1:
+        between = k / (k - 1) * float(((y - p * m) ** 2).sum()) / n**2
+        deff = max(1.0, between / (p * (1 - p) / n))
+    n_eff = n / deff
+    z = float(st.norm.ppf((1 + level) / 2))
+    centre = (p + z * z / (2 * n_eff)) / (1 + z * z / n_eff)
+    half = z / (1 + z * z / n_eff) * math.sqrt(p * (1 - p) / n_eff + z * z / (4 * n_eff**2))
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def trials_to_clear(share: float, level: float = 0.95) -> int:

@@ -186,6 +186,10 @@ def row(spec: TrialSpec, rec: dict[str, Any], **keys: Any) -> dict[str, Any]:
     compared) come last, so a key of the same name, like depth-width's `budget`, wins."""
     m, curves = rec["metrics"], rec.get("curves") or {}
     counts = m.get("params", {})  # `Net.param_counts()` as the trial stored it
+    chains = m.get("restarts") or []
+    # where the refit rule refitted a ladder's rung (`ladder.Climb.refit`), each chain holds the
+    # first attempt's chain it replaced; rows of older stores lack the fields
+    firsts = [c["first_attempt"] for c in chains if c.get("first_attempt")]
     other = counts["embed"] + counts["readout"] if "embed" in counts else None
     return {
         "id": spec.id,
@@ -225,11 +229,22 @@ def row(spec: TrialSpec, rec: dict[str, Any], **keys: Any) -> dict[str, Any]:
         "train_loss": m.get("train_loss"),
         "converged": m.get("converged"),
         "examples": m.get("examples"),
-        "restart_train_losses": [r["train_loss"] for r in m.get("restarts") or []],
+        "restart_train_losses": [r["train_loss"] for r in chains],
+        # each chain's final validation and test MSE (None: diverged; validation: an older store)
+        "restart_val_losses": [r.get("val_loss") for r in chains],
+        "restart_test_losses": [r.get("test_loss") for r in chains],
+        # each chain at half its iterations (`converge._half`: None where it has no such check)
+        "restart_half_train_losses": [(r.get("half") or {}).get("train_loss") for r in chains],
+        "restart_half_val_losses": [(r.get("half") or {}).get("val_loss") for r in chains],
+        "restart_half_test_losses": [(r.get("half") or {}).get("test_loss") for r in chains],
         # each chain's iterations and certificate: what a larger budget continues
-        "restart_iterations": [r.get("iterations") for r in m.get("restarts") or []],
-        "restart_converged": [r.get("converged") for r in m.get("restarts") or []],
+        "restart_iterations": [r.get("iterations") for r in chains],
+        "restart_converged": [r.get("converged") for r in chains],
         "restart_spread": m.get("restart_spread"),
+        # whether the refit rule refitted the rung, and its first attempt's chains (empty: not)
+        "refit": any(bool(r.get("refit")) for r in chains),
+        "first_attempt_val_losses": [f.get("val_loss") for f in firsts],
+        "first_attempt_test_losses": [f.get("test_loss") for f in firsts],
         # {measure: {"init": summary, "trained": summary}} when the spec asked for measures
         "measures": m.get("measures", {}),
         "curve_step": curves.get("step", []),

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.func import jacrev, vmap
 
-from blocklab.fitting.certify import Certificate, certify
+from blocklab.fitting.certify import Certificate, OnCheck, certify
 from blocklab.fitting.fit import FLOOR, OnStep, marquardt_scale
 from blocklab.jacobian import JACOBIAN_NUMBERS, FlatParams, NotByLayers, gram
 
@@ -259,10 +259,11 @@ def converged_batched(
     tol: float = 0.03,
     on_steps: Sequence[OnStep] | None = None,
     until: int | None = None,
+    on_checks: Sequence[OnCheck] | None = None,
 ) -> list[Certificate]:
     """`certify.converged` for each member of a batched fit, by the same code
     (`certify.certify`): `on_steps[k]` is member k's `on_step`, its iterations numbered across
     every stretch; with `until`, members that have not converged double on while the decided
-    ones stay frozen."""
+    ones stay frozen. `on_checks[k]`, where given, reads member k at each of its checks."""
     on_steps = on_steps or [lambda i, loss: True] * len(fitter.flats)
-    return certify(fitter, iterations, more, tol, on_steps, until)
+    return certify(fitter, iterations, more, tol, on_steps, until, on_checks=on_checks)

@@ -3,18 +3,22 @@ whether that still lowered the loss by more than a tolerance; given a limit, kee
 that has not converged, so an easy fit stops early and a hard one gets the limit. A fit at
 float64's floor (`floored`: Levenberg-Marquardt's step below `fit.FLOOR`, L-BFGS's loss unchanged
 at its rounding for `fit.STALLED_ITERATIONS`) ends there certified.
-`batched.converged_batched` certifies the members of a batched fit by the same rules.
+`batched.converged_batched` certifies the members of a batched fit by the same rules. An optional
+`on_check` reads a fit at each of its checks (`converge` records the one at half the iterations).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from blocklab.fitting.fit import LBFGS, LevenbergMarquardt, OnStep
 
 STATIONARY = 1e-6  # a fit's relative gradient (`stationarity`) below which it sits at a minimum
+# called at each check with the iterations scheduled so far and the fit's training MSE there; it
+# may read the model (after syncing it) but must leave the fit as it found it
+OnCheck = Callable[[int, float], None]
 
 
 def moved(first: float, second: float) -> bool:
@@ -66,6 +70,7 @@ def converged(
     on_step: OnStep = lambda i, loss: True,
     until: int | None = None,
     resume: Certificate | None = None,
+    on_check: OnCheck | None = None,
 ) -> Certificate:
     """Run `fitter` for `iterations`, then continue the same fit for `more` (as many again by
     default): converged when that lowered the loss by less than `tol` of the final loss. With
@@ -75,8 +80,10 @@ def converged(
     stretch) or gone non-finite is not converged; one at float64's floor is, whatever it gained
     last; the model ends where the fit ended. `certify` does this for every member of a batch.
     `resume`, the certificate a smaller `until` ended this fit with (its fitter restored to where
-    it stood), continues the doubling from there as a fit of this `until` would have."""
-    [cert] = certify(_One(fitter), iterations, more, tol, [on_step], until, resume)
+    it stood), continues the doubling from there as a fit of this `until` would have.
+    `on_check(done, loss)` is called after each stretch (`certify`)."""
+    checks = None if on_check is None else [on_check]
+    [cert] = certify(_One(fitter), iterations, more, tol, [on_step], until, resume, checks)
     return cert
 
 
@@ -105,6 +112,7 @@ def certify(
     on_steps: Sequence[OnStep],
     until: int | None = None,
     resume: Certificate | None = None,
+    on_checks: Sequence[OnCheck] | None = None,
 ) -> list[Certificate]:
     """`converged` for each of a batch's members: `fitter.run(k, on_step)` runs k iterations of
     every member still going, `on_step(i, losses)` answering per member whether it goes on (one
@@ -114,11 +122,18 @@ def certify(
     k's own `on_step`. A member is decided at its first doubling that gains less than `tol`,
     at the floor, when stopped, or at `until`; decided members are frozen while the others go
     on, so one computation serves a fit alone and a batch of them alike. `resume` (a lone fit)
-    starts after the check it records, with its loss as the next check's first."""
+    starts after the check it records, with its loss as the next check's first.
+    `on_checks[k](done, loss)`, where given, is called after each stretch member k ran in
+    (undecided when it began), with the iterations scheduled so far and the member's loss: the
+    checks fall at `iterations`, twice that, ..., the last at its certificate's `done`."""
     members = len(on_steps)
     more = iterations if more is None else more
     stopped, decided = [False] * members, [None] * members
     done = 0 if resume is None else resume.done
+
+    def checked(losses: list[float], ran: Sequence[int]) -> None:
+        for k in ran if on_checks is not None else ():
+            on_checks[k](done, losses[k])
 
     def numbered(i: int, losses: list[float]) -> list[bool]:
         go, live = [], fitter.live()
@@ -131,6 +146,7 @@ def certify(
     if resume is None:
         first = [float(v) for v in fitter.run(iterations, numbered)]
         done = iterations
+        checked(first, range(members))
     else:  # the fit continues after the check that ended it: each stretch doubles what ran
         first, more = [resume.second], resume.done
     while True:
@@ -138,8 +154,11 @@ def certify(
         going = any(
             d is None and not s and not f for d, s, f in zip(decided, stopped, floored, strict=True)
         )
+        undecided = [k for k in range(members) if decided[k] is None]
         second = [float(v) for v in fitter.run(more, numbered)] if going else first
         done += more if going else 0
+        if going:
+            checked(second, undecided)
         floored, stationarity, ran = fitter.state()
         last = until is None or 2 * done > until
         for k in range(members):

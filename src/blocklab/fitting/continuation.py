@@ -122,15 +122,18 @@ def state_cert(state: dict) -> Certificate:
     return Certificate(**state["cert"])
 
 
-def chain_state(run: Restart) -> dict:
-    """What continues a chain's fit (`Restart.state`, the network's float64 parameters) and what
-    rebuilds it unchanged (`kept`), as plain values and tensors: a store is read with
-    `torch.load(weights_only=True)`, which runs no code from the file."""
+def chain_state(run: Restart, first_attempt: dict | None = None) -> dict:
+    """What continues a chain's fit (`Restart.state`, the network's float64 parameters, its
+    checks' readings) and what rebuilds it unchanged (`kept`), as plain values and tensors: a
+    store is read with `torch.load(weights_only=True)`, which runs no code from the file.
+    `first_attempt`, where the ladder refitted the chain's rung (`ladder.Climb.refit`), is the
+    record of the chain it replaced, kept with the rung (None: not refitted)."""
     return {
         "params": {k: v.detach().cpu().clone() for k, v in run.model.state_dict().items()},
         "fitter": _cpu(run.state["fitter"]),
         "cert": dataclasses.asdict(run.state["cert"]),
         "monitor": run.state["monitor"],
+        "checks": list(run.state.get("checks") or []),
         "restart": {
             "seed": run.seed,
             "train_loss": run.train_loss,
@@ -138,8 +141,11 @@ def chain_state(run: Restart) -> dict:
             "converged": run.converged,
             "iterations": run.iterations,
             "jacobian": run.jacobian,
+            "val_loss": run.val_loss,
+            "half": run.half,
         },
         "result": dataclasses.asdict(run.result),
+        "first_attempt": first_attempt,
     }
 
 
@@ -155,9 +161,15 @@ def _cpu(value: Any) -> Any:
 
 def load(model: nn.Module, state: dict) -> dict:
     """Put the stored fit's parameters into `model` (built as the fit's network was, in
-    float64) and return what `converge.fit_once` continues it from."""
+    float64) and return what `converge.fit_once` continues it from (a state stored before
+    checks were read has none: the continued fit reads its own from there on)."""
     model.double().load_state_dict(state["params"])
-    return {"fitter": state["fitter"], "cert": state_cert(state), "monitor": state["monitor"]}
+    return {
+        "fitter": state["fitter"],
+        "cert": state_cert(state),
+        "monitor": state["monitor"],
+        "checks": list(state.get("checks") or []),
+    }
 
 
 def kept(model: nn.Module, state: dict) -> Restart:
@@ -174,6 +186,8 @@ def kept(model: nn.Module, state: dict) -> Restart:
         r["iterations"],
         r["jacobian"],
         resume,
+        r.get("val_loss"),
+        r.get("half"),
     )
 
 

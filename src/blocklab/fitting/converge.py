@@ -14,7 +14,10 @@ measured by continuing the same fit. The first check doubles from `certify.first
 a fit that converges early stops there and the iterations go to those that need them; a fit at
 float64's floor (`fit.FLOOR`; L-BFGS's `fit.STALLED_ITERATIONS`) ends there, certified. The
 trial keeps the restart of least training loss (chosen on training data, never on test) and
-stores every restart's losses beside it, so the spread over initializations is in the record.
+stores every restart's losses beside it, so the spread over initializations is in the record:
+each restart's validation loss at its end and its state at half its iterations (`half`: the
+check where its last doubling started), which a robustness check reads as the fit of half the
+iterations.
 """
 
 from __future__ import annotations
@@ -94,8 +97,13 @@ class Restart:
     # the Jacobian's path (`jacobian.FlatParams.jacobian`); None: L-BFGS
     jacobian: str | None = None
     # what continues the fit to a larger budget (`continuation.chain_state`): the fitter's
-    # state, its certificate and its monitor's, as the fit ended
+    # state, its certificate and its monitor's, and its checks' readings (`_checks`), as the
+    # fit ended
     state: dict | None = None
+    val_loss: float | None = None  # the validation MSE where the fit ended; None: diverged
+    # the fit at half its iterations (`_half`): {"iterations", "train_loss", "val_loss",
+    # "test_loss"}; None where diverged, floored at its first check, or resumed without it
+    half: dict | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,11 +123,14 @@ def fit_once(
     seed: int,
     threshold,
     resume: dict | None = None,
+    halves: bool = True,
 ) -> Restart:
     """One restart: an optional Adam warm start (on `data`, as `train.train` trains), then
     at most `cfg.steps` iterations of the fitter, certified at each doubling (`certify`),
-    validation checkpoints on the way (`TrialMonitor`). `resume`, the state a smaller budget
-    ended this fit with (`Restart.state`; `model` holds its parameters), continues it instead."""
+    validation checkpoints on the way (`TrialMonitor`), validation and test read at each check
+    (`_checks`; not with `halves` False, which changes no number of the fit). `resume`, the
+    state a smaller budget ended this fit with (`Restart.state`; `model` holds its parameters),
+    continues it instead."""
     start = time.perf_counter()
     if resume is None:
         monitor = _warm(model, data, cfg, seed, threshold)
@@ -130,6 +141,9 @@ def fit_once(
     if resume is not None:
         fitter.restore(resume["fitter"])
     on_step = _on_step(monitor, fitter.sync, model, sets.val, data.kind)
+    # the readings a resumed fit made before it stopped (a state stored before they were kept
+    # has none)
+    checks = list((resume or {}).get("checks") or [])
     first = first_check(cfg.steps)
     cert = converged(
         fitter,
@@ -139,9 +153,15 @@ def fit_once(
         on_step,
         until=cfg.steps,
         resume=None if resume is None else resume["cert"],
+        on_check=_checks(checks, fitter.sync, model, sets, data.kind) if halves else None,
     )
     fitter.sync()
-    state = {"fitter": fitter.state(), "cert": cert, "monitor": monitor.snapshot()}
+    state = {
+        "fitter": fitter.state(),
+        "cert": cert,
+        "monitor": monitor.snapshot(),
+        "checks": checks,
+    }
     path = fitter.flat.path if hasattr(fitter, "flat") else None
     return _finish(model, data, sets, monitor, cert, seed, start, path, state)
 
@@ -153,10 +173,11 @@ def fit_batched(
     cfgs: list[TrainConfig],
     seeds: list[int],
     thresholds: list[float],
+    halves: bool = True,
 ) -> list[Restart]:
     """`fit_once` on networks of one architecture as one batched Levenberg-Marquardt computation
-    (`batched`), each member warmed, monitored and certified as it would be alone
-    (`certify.certify`), on its own task data, sets and threshold (one entry per member): a
+    (`batched`), each member warmed, monitored, read at its checks and certified as it would be
+    alone (`certify.certify`), on its own task data, sets and threshold (one entry per member): a
     rung's chains share one training set, the units of `units` each fit their own."""
     start = time.perf_counter()
     members = list(zip(models, data, sets, cfgs, seeds, thresholds, strict=True))
@@ -170,19 +191,35 @@ def fit_batched(
         _on_step(mon, functools.partial(fitter.sync, k), m, s.val, d.kind)
         for k, (mon, (m, d, s, *_)) in enumerate(zip(monitors, members, strict=True))
     ]
+    checks: list[list[dict]] = [[] for _ in members]
+    on_checks = [
+        _checks(c, functools.partial(fitter.sync, k), m, s, d.kind)
+        for k, (c, (m, d, s, *_)) in enumerate(zip(checks, members, strict=True))
+    ]
     cfg = cfgs[0]
     first = first_check(cfg.steps)
-    certs = converged_batched(fitter, first, first, cfg.converge_tol, on_steps, until=cfg.steps)
+    certs = converged_batched(
+        fitter,
+        first,
+        first,
+        cfg.converge_tol,
+        on_steps,
+        until=cfg.steps,
+        on_checks=on_checks if halves else None,
+    )
     fitter.sync()
-    return [
-        _finish(
-            m, d, s, mon, cert, seed, start, fitter.path,
-            {"fitter": fitter.member_state(k), "cert": cert, "monitor": mon.snapshot()},
-        )  # fmt: skip
-        for k, ((m, d, s, _, seed, _), mon, cert) in enumerate(
-            zip(members, monitors, certs, strict=True)
-        )
-    ]
+    out = []
+    for k, ((m, d, s, _, seed, _), mon, cert) in enumerate(
+        zip(members, monitors, certs, strict=True)
+    ):
+        state = {
+            "fitter": fitter.member_state(k),
+            "cert": cert,
+            "monitor": mon.snapshot(),
+            "checks": checks[k],
+        }
+        out.append(_finish(m, d, s, mon, cert, seed, start, fitter.path, state))
+    return out
 
 
 def _warm(model: nn.Module, data: TaskData, cfg: TrainConfig, seed: int, threshold):
@@ -210,14 +247,44 @@ def _on_step(monitor: TrialMonitor, sync: Callable, model: nn.Module, val: Split
     return on_step
 
 
+def _checks(readings: list[dict], sync: Callable, model: nn.Module, sets: FitData, kind: str):
+    """A fit's `on_check` (`certify.certify`): at each check, append to `readings` the
+    iterations scheduled so far, the training MSE and the validation and test MSE of `model`
+    once `sync` has put the fit's current parameters in it. Two forward passes per check, of
+    which a fit makes about log2(steps / first check). The fit is left as it was: `sync` writes
+    the parameters the fitter already holds (its `run` wrote them too), and the model is put
+    back in the mode it was in."""
+
+    def on_check(done: int, loss: float) -> None:
+        sync()
+        mode = model.training
+        val, test = evaluate(model, sets.val, kind)[0], evaluate(model, sets.test, kind)[0]
+        model.train(mode)
+        readings.append(
+            {"iterations": done, "train_loss": loss, "val_loss": val, "test_loss": test}
+        )
+
+    return on_check
+
+
+def _half(readings: list[dict], cert) -> dict | None:
+    """The reading at half a fit's iterations: the check where its last doubling started,
+    `cert.done / 2` (a fit that floored inside its last stretch ran fewer than `cert.done`:
+    the check before it still). None where there is none: the fit floored or stopped at its
+    first check, or was resumed from a state that kept no readings."""
+    half = [r for r in readings if 2 * r["iterations"] == cert.done]
+    return dict(half[-1]) if half else None
+
+
 def _finish(
     model, data: TaskData, sets: FitData, monitor, cert, seed, start, path, state
 ) -> Restart:
-    """A certified fit's record: validation at its end, the test scores, the certificate, and
-    the `state` that continues it (taken before this last checkpoint, which a longer fit would
-    not have made here)."""
+    """A certified fit's record: validation at its end, the test scores, the certificate, the
+    reading at half its iterations (`_half`, of the readings `state` holds), and the `state`
+    that continues it (taken before this last checkpoint, which a longer fit would not have made
+    here)."""
     final = cert.second
-    val_metric, test_scores = None, None
+    val_loss, val_metric, test_scores = None, None, None
     if not monitor.diverged and math.isfinite(final):
         val_loss, val_metric = evaluate(model, sets.val, data.kind)
         monitor.checkpoint(cert.iterations, val_loss)  # where the fit ended
@@ -226,8 +293,19 @@ def _finish(
     done = result.status == "done"
     gain = cert.gain if done else None
     passed = done and cert.passed
+    half = _half(state.get("checks") or [], cert) if done else None
     return Restart(
-        seed, model, result, final if done else None, gain, passed, cert.iterations, path, state
+        seed,
+        model,
+        result,
+        final if done else None,
+        gain,
+        passed,
+        cert.iterations,
+        path,
+        state,
+        val_loss if done else None,
+        half,
     )
 
 
@@ -281,17 +359,7 @@ def _best(
         iterations=best.iterations,
         jacobian=best.jacobian,
         batched=batched,
-        restarts=[
-            {
-                "seed": r.seed,
-                "train_loss": r.train_loss,
-                "test_loss": r.result.test_loss,
-                "gain": r.gain,
-                "converged": r.converged,
-                "iterations": r.iterations,
-            }
-            for r in runs
-        ],
+        restarts=[chain_record(r) for r in runs],
         # how much worse than the best the median restart lands, a share of the best; None
         # with fewer than two finished restarts, which measure no spread
         restart_spread=(
@@ -301,6 +369,22 @@ def _best(
         ),
     )
     return copy.deepcopy(best.model).float(), result
+
+
+def chain_record(run: Restart) -> dict:
+    """One restart's (or chain's) entry in its trial's `restarts`: its seed, final training,
+    validation and test MSE, certificate, iterations, and its reading at half the iterations
+    (`Restart.half`)."""
+    return {
+        "seed": run.seed,
+        "train_loss": run.train_loss,
+        "val_loss": run.val_loss,
+        "test_loss": run.result.test_loss,
+        "gain": run.gain,
+        "converged": run.converged,
+        "iterations": run.iterations,
+        "half": None if run.half is None else dict(run.half),
+    }
 
 
 def batch_chains(device: torch.device, cfg: TrainConfig) -> bool:

@@ -2,6 +2,12 @@
 below plus silenced layers (`fit_ladder`, `Climb`), and a ladder continued from a stored one of a
 smaller budget (`fitting.continuation`): its fits kept, continued or fitted again rung by rung.
 `units.fit_ladders` climbs several ladders of one shape as one batched fit per rung.
+
+One refit rule, fixed before any run and blind to the arm (`Climb.refit`): a rung whose chain of
+least validation loss tests above `REFIT_RATIO` times that validation loss is fitted once more
+with fresh chains, from the same starting points with new seeds for what they initialize, and
+that second attempt is the rung's, whatever it gives; each chain's record says so ("refit") and
+keeps the chain it replaced ("first_attempt").
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from blocklab.fitting.converge import (
     _best,
     _f64,
     batch_chains,
+    chain_record,
     check_fits,
     examples,
     fit_batched,
@@ -30,6 +37,12 @@ from blocklab.fitting.converge import (
 from blocklab.fitting.monitor import TrainResult
 from blocklab.specs import TrainConfig
 from blocklab.tasks.base import TaskData
+
+# a rung whose chain of least validation loss tests above this many times that validation loss
+# is refitted once (`Climb.refit`; DESIGN.md, "Analysis"): validation and test are draws of one
+# target, so a chain that far apart on them was chosen by the luck of its validation draw or
+# fits erratically off its training set, and its loss does not read as the rung's capacity
+REFIT_RATIO = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,12 +73,14 @@ def fit_ladder(
     on the training set (staged fitting: Michaud, Liu, Tegmark 2023). A chain that diverged
     starts again from its initialization at the next rung. Each rung fits N = `data_ratio` x its
     parameters, drawn by `seed` (the online draws of smaller N are prefixes of larger ones), is
-    certified like any fit (`fit_once`), and keeps its best chain by training loss. With
-    `cfg.chains` "best", every chain instead continues the best fit of the rung below, and the
-    chains differ in their added layers (each its own initialization). `units.fit_ladders`
-    climbs several ladders of one shape as one batched fit per rung. `prior`, a stored ladder's
-    fit states of a smaller budget (`continuation`), is continued: each fit kept, continued or
-    fitted again as `continuation.actions` says, one at a time."""
+    certified like any fit (`fit_once`), is refitted once where its best chain by validation
+    tests above `REFIT_RATIO` times its validation loss (`Climb.refit`), and keeps its best
+    chain by training loss. With `cfg.chains` "best", every chain instead continues the best fit
+    of the rung below, and the chains differ in their added layers (each its own
+    initialization). `units.fit_ladders` climbs several ladders of one shape as one batched fit
+    per rung. `prior`, a stored ladder's fit states of a smaller budget (`continuation`), is
+    continued: each fit kept, continued or fitted again as `continuation.actions` says, one at a
+    time."""
     return run_climb(Climb(make_model, data, cfg, seed, prior), depths, data, cfg, threshold)
 
 
@@ -77,21 +92,28 @@ def run_climb(
     for depth in depths:
         start = time.perf_counter()
         fits = climb.rung(depth)
-        batched, k = batch_chains(fits.sets.train.x.device, cfg), len(fits.models)
-        batched = batched and prior is None
-        if batched:
-            runs = fit_batched(
-                fits.models, [data] * k, [fits.sets] * k, fits.cfgs, fits.inits, [threshold] * k
-            )
-        else:
-            runs = [
-                kept or fit_once(m, data, fits.sets, c, i, threshold, resume)
-                for m, c, i, kept, resume in zip(
-                    fits.models, fits.cfgs, fits.inits, fits.kept, fits.resumes, strict=True
-                )
-            ]
+        batched = batch_chains(fits.sets.train.x.device, cfg) and prior is None
+        runs = _fit(fits, data, threshold, batched)
+        again = climb.refit(fits, runs)
+        if again is not None:  # the refit rule fired: the second attempt is the rung's
+            fits, runs = again, _fit(again, data, threshold, batched)
         climb.close(fits, runs, start, batched)
     return climb.rungs
+
+
+def _fit(fits: RungFits, data: TaskData, threshold: float, batched: bool) -> list[Restart]:
+    """A rung's chains fitted, as one batched fit or one at a time (a kept one as it was)."""
+    k = len(fits.models)
+    if batched:
+        return fit_batched(
+            fits.models, [data] * k, [fits.sets] * k, fits.cfgs, fits.inits, [threshold] * k
+        )
+    return [
+        kept or fit_once(m, data, fits.sets, c, i, threshold, resume)
+        for m, c, i, kept, resume in zip(
+            fits.models, fits.cfgs, fits.inits, fits.kept, fits.resumes, strict=True
+        )
+    ]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +132,9 @@ class RungFits:
     # as it ended, or the state its fit continues from; None where the chain fits afresh
     kept: list[Restart | None]
     resumes: list[dict | None]
+    # where these fits are the rung's second attempt (`Climb.refit`), or a stored rung that was
+    # refitted carries over: the first attempt's chain records (`converge.chain_record`)
+    first: list[dict] | None = None
 
 
 class Climb:
@@ -137,6 +162,50 @@ class Climb:
         self.rungs: list[Rung] = []
 
     def rung(self, depth: int) -> RungFits:
+        """The next rung's fits: each chain's network built from its seed and continued from
+        the chain's fit below, or a stored fit kept or continued (`continuation.actions`). A
+        stored rung that was refitted and whose fits carry over (any kept or continued) stands
+        refitted: it keeps its first attempt's records, is not refitted again, and a chain of it
+        fitted afresh draws the refit's seed."""
+        i = len(self.rungs)
+        todo = (
+            self.actions[i] if i < len(self.actions) else [continuation.REFIT] * self.cfg.restarts
+        )
+        stored = self.prior[i] if any(a != continuation.REFIT for a in todo) else []
+        firsts = [s.get("first_attempt") for s in stored]
+        first = firsts if firsts and all(f is not None for f in firsts) else None
+        return self._fits(depth, todo, first)
+
+    def refit(self, fits: RungFits, runs: list[Restart]) -> RungFits | None:
+        """The refit rule, blind to the arm: where the rung's chain of least validation loss
+        tests above `REFIT_RATIO` times that loss, the rung's second attempt, to fit in place of
+        `runs` (`close` keeps it, whatever it gives): as many chains, each from the point its
+        chain started from (the chain's fit below plus silenced layers; a fresh network at the
+        first rung) with new seeds for what it initializes (`restart_seed(seed, restarts + r)`,
+        none of the first attempt's), on the same training set. None where the rule does not
+        fire, no chain finished, the rung is a second attempt already (once only, a stored one
+        too) or nothing of it was fitted here (every fit kept from a stored ladder)."""
+        if fits.first is not None or all(k is not None for k in fits.kept):
+            return None
+        finished = [r for r in runs if r.val_loss is not None and r.result.test_loss is not None]
+        if not finished:
+            return None
+        chosen = min(finished, key=lambda r: r.val_loss)
+        if not chosen.result.test_loss > REFIT_RATIO * chosen.val_loss:
+            return None
+        todo = [continuation.REFIT] * self.cfg.restarts  # fresh fits, none resumed
+        return self._fits(fits.depth, todo, [chain_record(r) for r in runs], fits.sets)
+
+    def _fits(
+        self,
+        depth: int,
+        todo: list[str],
+        first: list[dict] | None,
+        sets: FitData | None = None,
+    ) -> RungFits:
+        """The fits of the next rung, each chain as `todo` says (`continuation.actions`), with
+        the refit's seeds where `first` (the first attempt's records) is given, on `sets` (by
+        default the rung's training set, drawn by the ladder's seed)."""
         from blocklab.models import continue_from
 
         cfg, exact = self.cfg, True
@@ -145,9 +214,10 @@ class Climb:
             self.chains = [self.rungs[-1].source] * cfg.restarts
         models, cfgs, inits, kept, resumes = [], [], [], [], []
         i = len(self.rungs)
-        todo = self.actions[i] if i < len(self.actions) else [continuation.REFIT] * cfg.restarts
+        # a second attempt's seeds follow the first attempt's: restarts + r for chain r
+        offset = 0 if first is None else cfg.restarts
         for r in range(cfg.restarts):
-            inits.append(restart_seed(self.seed, r))
+            inits.append(restart_seed(self.seed, offset + r))
             model = self.make_model(depth, inits[-1])
             below = self.chains[r]
             if below is not None:
@@ -163,20 +233,30 @@ class Climb:
             resumes.append(
                 continuation.load(model, state) if todo[r] == continuation.CONTINUED else None
             )
-        params = sum(p.numel() for p in models[0].parameters() if p.requires_grad)
-        train_set = training_set(self.data, examples(cfg, params, self.available), self.seed)
-        sets = FitData(train_set, self.val, self.test)
-        return RungFits(depth, models, cfgs, inits, sets, exact, kept, resumes)
+        if sets is None:
+            params = sum(p.numel() for p in models[0].parameters() if p.requires_grad)
+            train_set = training_set(self.data, examples(cfg, params, self.available), self.seed)
+            sets = FitData(train_set, self.val, self.test)
+        return RungFits(depth, models, cfgs, inits, sets, exact, kept, resumes, first)
 
     def close(
         self, fits: RungFits, runs: list[Restart], start: float, batched: bool, share: int = 1
     ) -> Rung:
-        """The rung fitted: each chain continues its fit (none where it diverged), and the rung
-        keeps the best chain (`_best`; `share` as there)."""
+        """The rung fitted (its second attempt's fits and runs where it was refitted): each
+        chain continues its fit (none where it diverged), and the rung keeps the best chain
+        (`_best`; `share` as there), every chain's record saying whether the rung was refitted
+        ("refit") and, where it was, holding the chain it replaced ("first_attempt")."""
+        first = fits.first or [None] * len(runs)
         for r, run in enumerate(runs):
             self.chains[r] = run.model if run.train_loss is not None else None
-        self.states.append([continuation.chain_state(run) for run in runs])
+        self.states.append(
+            [continuation.chain_state(run, f) for run, f in zip(runs, first, strict=True)]
+        )
         model, result = _best(runs, self.cfg, len(fits.sets.train), start, batched, share)
+        refit = fits.first is not None
+        chains = zip(result.restarts, first, strict=True)
+        restarts = [{**c, "refit": refit, "first_attempt": f} for c, f in chains]
+        result = replace(result, restarts=restarts)
         finished = [r for r in runs if r.train_loss is not None]
         source = min(finished, key=lambda r: r.train_loss).model if finished else None
         self.rungs.append(Rung(fits.depth, model, result, fits.exact, source))

@@ -7,8 +7,10 @@ training set), beside `ladder.fit_ladder`, which climbs one ladder and is their 
 At each rung every unit's chains are members of one fit: each chain is made, warmed, monitored and
 certified as it would be alone (`ladder.Climb`, `converge.fit_batched`), each unit's training
 set drawn as alone (`converge.training_set` of its own data and seed), and each unit keeps its own
-best chain and its own rungs. Which trials climb together is the sweep's choice (`specs.fit_key`,
-`specs.plan_units`), made where batching pays (`batch_units`: a GPU).
+best chain and its own rungs. A unit whose rung the refit rule sends back (`ladder.Climb.refit`)
+fits its second attempt together with the other units' sent back at that rung, as one more batched
+fit, before any unit climbs on. Which trials climb together is the sweep's choice
+(`specs.fit_key`, `specs.plan_units`), made where batching pays (`batch_units`: a GPU).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import torch
 from torch import nn
 
 from blocklab.fitting import converge
-from blocklab.fitting.ladder import Climb
+from blocklab.fitting.ladder import Climb, RungFits
 from blocklab.specs import TrainConfig
 from blocklab.tasks.base import TaskData
 
@@ -47,25 +49,38 @@ def fit_ladders(
 ) -> list[Climb]:
     """`ladder.fit_ladder` for U units at once, unit u climbing with `make_models[u]`,
     `data[u]`, `seeds[u]` and `thresholds[u]`: at each rung its `cfg.restarts` chains and every
-    other unit's are the members of one `fit_batched` computation. Returns each unit's climb:
+    other unit's are the members of one `fit_batched` computation, and the units the refit rule
+    sends back (`Climb.refit`) fit their second attempts as one more. Returns each unit's climb:
     its rungs as `fit_ladder` returns them alone (a rung's seconds the unit's share of the
     rung) and its fits' states (`Climb.states`)."""
     if cfg.optimizer != "lm":
         raise ValueError(f"units fit together by Levenberg-Marquardt alone, not {cfg.optimizer}")
     units = list(zip(make_models, data, seeds, thresholds, strict=True))
     climbs = [Climb(make, d, cfg, seed) for make, d, seed, _ in units]
+    k = cfg.restarts  # each unit's chains, in order: unit u's are members u k to u k + k - 1
     for depth in depths:
         start = time.perf_counter()
         fits = [climb.rung(depth) for climb in climbs]  # unit by unit, as each climbs alone
-        k = cfg.restarts  # each unit's chains, in order: unit u's are members u k to u k + k - 1
-        runs = converge.fit_batched(
-            [m for f in fits for m in f.models],
-            [d for _, d, _, _ in units for _ in range(k)],
-            [f.sets for f in fits for _ in range(k)],
-            [c for f in fits for c in f.cfgs],
-            [i for f in fits for i in f.inits],
-            [t for *_, t in units for _ in range(k)],
-        )
-        for u, (climb, f) in enumerate(zip(climbs, fits, strict=True)):
-            climb.close(f, runs[u * k : (u + 1) * k], start, True, share=len(units))
+        runs = _fit(fits, units, k)
+        chains = [runs[u * k : (u + 1) * k] for u in range(len(units))]
+        again = [climb.refit(f, c) for climb, f, c in zip(climbs, fits, chains, strict=True)]
+        redo = [u for u, a in enumerate(again) if a is not None]
+        if redo:  # the refit rule fired: those units' second attempts, together
+            more = _fit([again[u] for u in redo], [units[u] for u in redo], k)
+            for j, u in enumerate(redo):
+                fits[u], chains[u] = again[u], more[j * k : (j + 1) * k]
+        for climb, f, c in zip(climbs, fits, chains, strict=True):
+            climb.close(f, c, start, True, share=len(units))
     return climbs
+
+
+def _fit(fits: list[RungFits], units: list[tuple], k: int) -> list[converge.Restart]:
+    """Every unit's `k` chains at one rung as the members of one `fit_batched` computation."""
+    return converge.fit_batched(
+        [m for f in fits for m in f.models],
+        [d for _, d, _, _ in units for _ in range(k)],
+        [f.sets for f in fits for _ in range(k)],
+        [c for f in fits for c in f.cfgs],
+        [i for f in fits for i in f.inits],
+        [t for *_, t in units for _ in range(k)],
+    )

@@ -3,7 +3,9 @@
 It measures capacity: what a network of each degree can fit at each budget. Every arm and seed
 fits the same target (teacher 0; `teachers` K repeats the whole comparison on K independent
 targets), seeds vary initialization and batches, and generative tasks draw fresh examples every
-step, so a test loss is approximation plus optimization error and arms pair on one problem.
+step, so a test loss is approximation plus optimization error and arms pair on one problem. The
+negative control (`control`) is a second d=3 arm fitting the same teachers from seeds of its own,
+paired with d=3 by the seed it stands beside: it must come out equal to d=3.
 
 For every (budget, arm) a learning rate is chosen from a grid on the validation split with the
 first seed and teacher (one fixed rate across degrees would favour whichever degree it suits);
@@ -75,6 +77,8 @@ def run(
             # the design checks and counts before any fit, on one network per cell, each said as
             # it begins: a direction lost inside is refused, and a block its ladder cannot continue
             checked = preflight.check(cfg, cells, bar.stage)
+            if (met := preflight.meeting_words(cfg, cells)) is not None:
+                bar.stage(met)
             bar.stage("exact measures of each degree (ranks over a prime field)")
             measured = exact.exact_measures(cfg, cfg.arms())
             if not cfg.train.second_order:

@@ -1,6 +1,7 @@
-"""The degree sweep's config: what a run compares (degrees and baselines, at budgets or depths),
-how each trial fits, and which of its keys a run does not read as it stands (`unused`). Its forms:
-the quick defaults, `demo()` (`blocklab demo`) and `pilot()`."""
+"""The degree sweep's config: what a run compares (degrees and baselines, and with `control` a
+second d=3 arm, at budgets or at depths, each arm's own with `arm_depths`), how each trial fits,
+and which of its keys a run does not read as it stands (`unused`). Its forms: the quick defaults,
+`demo()` (`blocklab demo`) and `pilot()`."""
 
 from __future__ import annotations
 
@@ -9,10 +10,21 @@ from typing import Any, ClassVar
 
 from blocklab.errors import UserError
 from blocklab.experiments import _trials
+from blocklab.experiments.degree_sweep import arm_depths
+from blocklab.experiments.degree_sweep.arm_depths import CONTROL_LABEL, CONTROLLED
 from blocklab.options import build, meta, validate
 from blocklab.specs import Arm, NetShape, TrainConfig
 
 DEMO_BUDGET_TOLERANCE = 0.2
+# the demo's matched design at width 3 (18, 27, 36 parameters a layer): d=2 at 36, 72, 108,
+# d=3 at 27, 54, 108, d=4 at 36, 72, 108; the top rungs are most of a unit's cost
+DEMO_ARM_DEPTHS = ("d=2:2,4,6", "d=3:1,2,4", "d=4:1,2,3")
+DEMO_TEACHERS = 6
+
+# the negative control (`control`): the arm it repeats under a label of its own, fitting the same
+# teachers from seeds of its own: this plus the seed it stands beside (which its rows keep, as
+# arms pair by it), a prime far above any run's seeds, so no control draw is one of d=3's
+CONTROL_SEED_OFFSET = 1_000_003  # the control's trial seeds: the unit's plus this
 
 
 # the shape every arm starts from: each budget solves its depth (width mode) or its width
@@ -61,6 +73,25 @@ class DegreeSweepConfig:
             "costs (the fits read actual counts)",
             ge=1,
             min_len=0,
+        ),
+    )
+    # arms of other degrees meet at equal counts only at depths of their own (a layer's cost
+    # differs), and the matched contrast pairs rungs of equal counts
+    arm_depths: tuple[str, ...] = field(
+        default=(),
+        metadata=meta(
+            "without --budgets: named arms climb depths of their own at --width, each entry "
+            "LABEL:DEPTHS ('d=2:2,4,6 d=3:1,2,4 d=4:1,2,3' puts d=2 and d=4 at 36, 72 and 108 "
+            "parameters and d=3 with them at 108, at width 3); arms not named keep --depths",
+            min_len=0,
+        ),
+    )
+    control: bool = field(
+        default=False,
+        metadata=meta(
+            f"a negative control: a second d=3 arm, {CONTROL_LABEL!r}, climbing d=3's depths "
+            f"on the same teachers from initializations of its own (seed {CONTROL_SEED_OFFSET} "
+            "+ s, its rows paired as seed s); its multiplier against d=3 must be 1"
         ),
     )
     seeds: int = field(default=3, metadata=meta("seeds per configuration (0, 1, ...)", ge=1))
@@ -126,9 +157,10 @@ class DegreeSweepConfig:
     count: str = field(
         default="nominal",
         metadata=meta(
-            "the count the status's multipliers are fitted on: 'nominal' (what a budget pays, "
-            "seed 000's count) or 'functional' (the rank of the parameter Jacobian; a degree-d "
-            "layer of width w has (d-1) w redundant parameters); the report shows both",
+            "the count the scaling-law view is fitted on: 'nominal' (what a budget pays, seed "
+            "000's count) or 'functional' (the rank of the parameter Jacobian; a degree-d layer "
+            "of width w has (d-1) w redundant parameters); the answer is on the nominal count, "
+            "where H_fd words the functional one, and the report shows both",
             choices=("nominal", "functional"),
         ),
     )
@@ -173,14 +205,18 @@ class DegreeSweepConfig:
 
     @classmethod
     def demo(cls) -> DegreeSweepConfig:
-        """`blocklab demo`, chosen by the results log's candidates table: a relu teacher (its
-        fits finish at every depth, where tanh teachers let deep fits creep on or stop in basins
-        of their own), 3 teachers of 1 seed (teachers are the intervals' random effect: 3 on 3
-        targets resolve more than 4 on 2), no mlp control (at width 3 its dead relu units
-        flatten its curve), 512 iterations a rung at most"""
+        """`blocklab demo`: the matched design (`DEMO_ARM_DEPTHS`: all three arms meet at 108
+        block parameters, d=2 and d=4 at 36 and 72 too, d=3 interpolated there) with its
+        negative control, on relu teachers (their fits finish at every depth, where tanh
+        teachers let deep fits creep on or stop in basins of their own), DEMO_TEACHERS teachers
+        of 1 seed (the answer's random effect), no mlp control (at width 3 its dead relu units
+        flatten its curve), 512 iterations a rung at most. Its size: as many teachers as fit in
+        the demo's time on 2 AVX-512 cores, half of its limit on an AVX2 one (the results
+        log measures a unit's cost)"""
         quick = cls()
         return replace(quick, task_options={"activation": "relu"}, baselines=(), seeds=1,
-                       teachers=3, train=replace(quick.train, steps=512))  # fmt: skip
+                       teachers=DEMO_TEACHERS, arm_depths=DEMO_ARM_DEPTHS, control=True,
+                       train=replace(quick.train, steps=512))  # fmt: skip
 
     @classmethod
     def pilot(cls) -> DegreeSweepConfig:
@@ -194,6 +230,8 @@ class DegreeSweepConfig:
         from blocklab.tasks import TASKS
 
         validate(self)
+        if self.arm_depths:  # as one text: the flag's words came split at every comma
+            object.__setattr__(self, "arm_depths", arm_depths.joined(self.arm_depths))
         if not self.degrees and not self.baselines:
             raise ValueError("nothing to compare: give degrees or baselines")
         task = TASKS.get(self.task)  # unknown tasks fail here, and unknown options below
@@ -208,14 +246,23 @@ class DegreeSweepConfig:
                 f"task {self.task!r} is a fixed dataset: it has one target, not teachers"
             )
         self.arms()  # unknown blocks and degrees, and an arm listed twice, fail here
+        if self.arm_depths and (self.budgets or self.mode != "width"):
+            instead = "--budgets solve all shapes" if self.budgets else "--mode depth solves widths"
+            raise UserError(
+                f"--arm-depths sets each arm's depths at --width, and {instead} instead: it "
+                "needs --mode width without --budgets"
+            )
         if not self.budgets and self.mode != "width":
             raise UserError(
                 "--depths fixes depths at --width: it needs --mode width (or --budgets)"
             )
-        if not self.budgets and not self.depths:
-            raise UserError("give --budgets or --depths: nothing sets the shapes")
         if len(set(self.depths)) != len(self.depths):
             raise UserError(f"--depths lists a depth twice: {self.depths}")
+        # unknown labels and bad depths in --arm-depths fail here
+        bare = [] if self.budgets else [a for a, d in self.depths_by_arm().items() if not d]
+        if bare:
+            or_ = "or name them in --arm-depths" if self.arm_depths else "or --budgets"
+            raise UserError(f"nothing sets the depths of {', '.join(bare)}: give --depths {or_}")
         if self.shape.flatten:
             raise UserError(
                 "shape.flatten is not used by the degree sweep: it compares blocks at equal "
@@ -248,8 +295,12 @@ class DegreeSweepConfig:
             out["ladder"] = "it stages second-order fits (--optimizer lm or lbfgs)"
         if self.budgets:
             out["depths"] = "--budgets sets every arm's shapes (give no --budgets to use --depths)"
+            out["arm_depths"] = "--budgets sets every arm's shapes (give no --budgets to use it)"
         else:
             out["budget_tol"] = "it matches shapes to --budgets, and none are given"
+            named = {entry.rpartition(":")[0].strip() for entry in self.arm_depths}
+            if named >= {a.label for a in self.arms() if a.label != CONTROL_LABEL}:
+                out["depths"] = "--arm-depths names the depths of every arm"
         if self.mode == "width":
             out["shape.depth"] = (
                 "in width mode each budget solves the depth (--mode depth fixes it)"
@@ -258,6 +309,7 @@ class DegreeSweepConfig:
             out["shape.width"] = (
                 "in depth mode each budget solves the width (--mode width fixes it)"
             )
+            out["arm_depths"] = "it sets depths at one width (--mode width)"
             out["ladder"] = "a ladder climbs depths at one width (--mode width)"
         if not self.shape.residual:
             out["shape.scaled_residual"] = "it scales the residual branches, and residual is off"
@@ -267,16 +319,48 @@ class DegreeSweepConfig:
         return out
 
     def arms(self) -> list[Arm]:
+        """The run's arms: the degrees, the control beside them (`control`), the baselines."""
         from blocklab.models import parse_arm
 
-        arms = [parse_arm(d) for d in self.degrees] + [parse_arm(b) for b in self.baselines]
-        for b, arm in zip(self.baselines, arms[len(self.degrees) :], strict=True):
+        degrees = [parse_arm(d) for d in self.degrees]
+        baselines = [parse_arm(b) for b in self.baselines]
+        for b, arm in zip(self.baselines, baselines, strict=True):
             if arm.degrees:
                 raise UserError(f"baseline {b!r} is a degree; put it in degrees")
-        labels = [a.label for a in arms]
+        labels = [a.label for a in degrees + baselines]
         if len(set(labels)) != len(labels):
             raise UserError(f"an arm is listed twice: {', '.join(labels)}")
-        return arms
+        controls = []
+        if self.control:
+            repeated = next((a for a in degrees if a.label == CONTROLLED), None)
+            if repeated is None:
+                raise UserError(f"--control repeats the {CONTROLLED} arm: add 3 to --degrees")
+            # built, not parsed: the label is no degree, and the block and its settings are d=3's
+            controls = [replace(repeated, label=CONTROL_LABEL)]
+        return degrees + controls + baselines
+
+    @classmethod
+    def yield_to(cls, base: dict[str, Any], given: dict[str, Any]) -> None:
+        """A form's values that what the user gives takes the place of (`config.resolve`):
+        `arm_depths.yield_to`."""
+        arm_depths.yield_to(base, given)
+
+    def depths_by_arm(self) -> dict[str, tuple[int, ...]]:
+        """Per arm label, the depths it climbs at --width without --budgets, shallowest first:
+        its --arm-depths entry, else --depths; the control climbs d=3's. An entry naming no arm
+        of the run (with a did-you-mean), an arm or a depth twice, or a bad depth, fails."""
+        arms = self.arms()
+        labels = [a.label for a in arms if a.label != CONTROL_LABEL]
+        named: dict[str, tuple[int, ...]] = {}
+        for entry in self.arm_depths:
+            label, depths = arm_depths.entry(entry, labels)
+            if label in named:
+                raise UserError(f"--arm-depths names {label} twice")
+            named[label] = depths
+        out = {a.label: named.get(a.label, tuple(sorted(self.depths))) for a in arms}
+        if self.control:
+            out[CONTROL_LABEL] = out[CONTROLLED]
+        return out
 
     def bias(self, arm: Arm) -> bool:
         """Whether an arm's layers take biases: the polynomial family follows shape.bias, other

@@ -21,7 +21,11 @@ from dataclasses import replace
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
-from blocklab.experiments.degree_sweep.config import DegreeSweepConfig
+from blocklab.experiments.degree_sweep.config import (
+    CONTROL_LABEL,
+    CONTROLLED,
+    DegreeSweepConfig,
+)
 from blocklab.experiments.degree_sweep.plan import Cells, Networks
 
 if TYPE_CHECKING:
@@ -75,7 +79,8 @@ def exact_measures(cfg: DegreeSweepConfig, arms: list[Arm]) -> dict[str, dict[st
     shape: norm, residual, bias; on as many inputs as the width) with the closed form
     1 - (d-1) / (d w) for a poly arm, and for
     integer-degree arms the exact separation rank on two variables at the budget they share
-    (`_common_depths`), the natural log of that rank per parameter and seed 000's d^p + 1."""
+    (`_common_depths`), the natural log of that rank per parameter and seed 000's d^p + 1. The
+    control (`config.CONTROL_LABEL`) is d=3's block at d=3's shapes: its entry is d=3's."""
     from blocklab.budget import functional_params
     from blocklab.experiments._seprank import ANALYZED, build_net
     from blocklab.measures.exact_rank import exact_grid_rank
@@ -87,6 +92,9 @@ def exact_measures(cfg: DegreeSweepConfig, arms: list[Arm]) -> dict[str, dict[st
     budget = (reduce(math.lcm, integer, 1) * width**2) if integer else None
     out: dict[str, dict[str, Any]] = {}
     for arm in arms:
+        if arm.label == CONTROL_LABEL and CONTROLLED in out:  # the same network, measured once
+            out[arm.label] = dict(out[CONTROLLED])
+            continue
         d = int(arm.degrees[0]) if _integer_degree(arm) else None
         # the functional count's depth: the shared budget's for integer arms; the others near it
         depth = depths[d] if d else _depth_near(arm, cfg, budget)
@@ -127,10 +135,12 @@ def _integer_degree(arm: Arm) -> bool:
 
 
 def _depth_near(arm: Arm, cfg: DegreeSweepConfig, budget: int | None) -> int:
-    """The depth whose block count comes closest to `budget` (None: the run's deepest)."""
+    """The depth whose block count comes closest to `budget` (None: the arm's deepest, its
+    --arm-depths entry's where it has one)."""
     from blocklab.models import block_params
 
     if budget is None:
-        return max(cfg.depths or (cfg.shape.depth,))
+        own = cfg.depths_by_arm().get(arm.label) if not cfg.budgets else None
+        return max(own or cfg.depths or (cfg.shape.depth,))
     per_layer = block_params(arm, 1, cfg.shape.width, cfg.bias(arm), cfg.shape.ff, None)
     return max(1, round(budget / per_layer))

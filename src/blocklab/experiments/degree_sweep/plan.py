@@ -2,18 +2,22 @@
 (`shapes`), a cell's trial (`spec`), the trials a run fits (`trials`: a depth ladder's, or every
 cell's at its rate with the referees'), the rates (`rates`: searched for Adam, the config's for a
 fit), the rank of every arm's input Jacobian (`input_ranks`) against what its design lets through
-(`design_bound`), whether every arm's ladder continues (`check_ladders`) and each fit's optimizer
-from its cost (`optimizers`)."""
+(`design_bound`), whether every arm's ladder continues (`check_ladders`), each fit's optimizer
+from its cost (`optimizers`), and where each pair of arms meets (`meetings`). The negative
+control's trials (`config.CONTROL_LABEL`) draw seeds of their own (`trial_seed`) and its rows
+keep the seed they stand beside (`row_keys`)."""
 
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from blocklab.errors import UserError
 from blocklab.experiments import _trials
-from blocklab.experiments.degree_sweep.config import DegreeSweepConfig
+from blocklab.experiments.degree_sweep.config import CONTROL_LABEL as CONTROL
+from blocklab.experiments.degree_sweep.config import CONTROL_SEED_OFFSET, DegreeSweepConfig
 from blocklab.specs import TrialSpec
 
 if TYPE_CHECKING:
@@ -28,11 +32,26 @@ Cells = dict[tuple[int, str], tuple["Arm", "Shape"]]  # (budget, arm label) -> (
 Planned = list[tuple[dict[str, Any], TrialSpec]]  # (row keys, trial)
 
 
+def trial_seed(arm: Arm, seed: int) -> int:
+    """The seed a trial of `arm` draws its initialization and training from for the run's seed
+    `seed`: the control's its own (CONTROL_SEED_OFFSET + seed), so its ids and draws are not
+    d=3's; every other arm's `seed` itself."""
+    return CONTROL_SEED_OFFSET + seed if arm.label == CONTROL else seed
+
+
+def row_keys(arm: Arm, seed: int) -> dict[str, Any]:
+    """The keys a trial of `arm` at the run's seed `seed` puts over its rows: the control's rows
+    name `seed`, not the trial's own (`trial_seed`), since the analysis pairs arms by
+    (teacher, seed) and the control stands beside d=3's trial of that seed."""
+    return {"seed": seed} if arm.label == CONTROL else {}
+
+
 def spec(
     cfg: DegreeSweepConfig, arm: Arm, shape: Shape, lr: float, seed: int, teacher: int = 0
 ) -> TrialSpec:
     """A cell's trial: the config's shape at the cell's depth and width, its fit at rate `lr`,
-    initialized by `seed`, fitting target `teacher`."""
+    initialized by the run's seed `seed` (the control's by its own, `trial_seed`), fitting
+    target `teacher`."""
     return TrialSpec(
         task=cfg.task,
         task_options=dict(cfg.task_options),
@@ -46,7 +65,7 @@ def spec(
             scaled_residual=cfg.shape.scaled_residual and cfg.shape.residual,
         ),
         train=replace(cfg.train, lr=lr),
-        seed=seed,
+        seed=trial_seed(arm, seed),
         data_seed=teacher,
     )
 
@@ -76,12 +95,13 @@ def trials(cfg: DegreeSweepConfig, cells: Cells, lr: dict[tuple[int, str], float
     if cfg.staged:
         return rounded(cfg, ladders(cfg, cells))
     planned = [
-        ({}, spec(cfg, arm, shape, lr[key], seed, teacher))
+        (row_keys(arm, seed), spec(cfg, arm, shape, lr[key], seed, teacher))
         for key, (arm, shape) in cells.items()
         for teacher in range(cfg.teachers)
         for seed in range(cfg.seeds)
     ]
-    return rounded(cfg, planned) + [({"referee": True}, s) for s in referees(cfg, cells)]
+    refits = [({"referee": True, **row_keys(s.arm, 0)}, s) for s in referees(cfg, cells)]
+    return rounded(cfg, planned) + refits
 
 
 def rounded(cfg: DegreeSweepConfig, planned: Planned) -> Planned:
@@ -117,7 +137,8 @@ def ladders(cfg: DegreeSweepConfig, cells: Cells) -> Planned:
         for teacher in range(cfg.teachers):
             for seed in range(cfg.seeds):
                 trial = spec(cfg, arm, top, cfg.train.lr, seed, teacher)
-                planned.append(({"rungs": budgets}, replace(trial, ladder=tuple(depths))))
+                keys = {"rungs": budgets, **row_keys(arm, seed)}
+                planned.append((keys, replace(trial, ladder=tuple(depths))))
     return planned
 
 
@@ -283,9 +304,10 @@ def shapes(cfg: DegreeSweepConfig, task: Task | None = None) -> Cells:
     for arm in arms:
         if mixes_tokens(arm) and seq_len is None:
             raise UserError(f"{arm.label} mixes positions; task {cfg.task!r} has no sequence")
-    if not cfg.budgets:  # every arm at the given depths; a rung's budget is what it costs
+    if not cfg.budgets:  # every arm at its depths (`depths_by_arm`); a rung's budget is its cost
+        depths = cfg.depths_by_arm()
         for arm in arms:
-            for depth in sorted(cfg.depths):
+            for depth in depths[arm.label]:
                 count = block_params(
                     arm, depth, cfg.shape.width, cfg.bias(arm), cfg.shape.ff, seq_len
                 )
@@ -310,6 +332,20 @@ def shapes(cfg: DegreeSweepConfig, task: Task | None = None) -> Cells:
             )
             cells[(b, arm.label)] = (arm, shape)
     return cells
+
+
+def meetings(
+    cfg: DegreeSweepConfig, cells: Cells | None = None
+) -> dict[tuple[str, str], list[int]]:
+    """Per pair of the run's arms (in the order of `cfg.arms()`), the budgets where both have a
+    rung: the block counts both reach exactly without --budgets (at width 3, d=2:2,4,6 and
+    d=4:1,2,3 meet at 36, 72 and 108), every budget with them. A pair that never meets gets
+    an empty list: its contrast can only be interpolated. `cells`: the run's (`shapes`), where
+    the caller has them."""
+    cells = cells if cells is not None else shapes(cfg)
+    budgets = {a.label: {b for b, label in cells if label == a.label} for a in cfg.arms()}
+    pairs = itertools.combinations(budgets, 2)
+    return {(a, b): sorted(budgets[a] & budgets[b]) for a, b in pairs}
 
 
 def referees(cfg: DegreeSweepConfig, cells: Cells) -> list[TrialSpec]:

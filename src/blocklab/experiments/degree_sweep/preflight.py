@@ -1,7 +1,8 @@
 """The degree sweep's checks before any fit, on one network per cell: every cell's network
 (its arm at its depth, seed 0, teacher 0) is built once (`plan.Networks`), and the input-rank check
 (`plan.input_ranks`), the ladder check (`plan.check_ladders`) and the functional count
-(`exact.functional_counts`) all read that one network (`check`)."""
+(`exact.functional_counts`) all read that one network (`check`); and where the pairs the answer
+compares meet, said before any fit (`meeting_words`)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,25 @@ def check(cfg: DegreeSweepConfig, cells: plan.Cells, stage=None) -> Preflight:
     say(f"counting the functional dimension of {len(cells)} cells' networks")
     counts = exact.functional_counts(cfg, cells, nets)
     return Preflight(seen, counts)
+
+
+# the pairs the answer compares, the first arm read at its counts (`analysis.matched.PAIRS`)
+ANSWER_PAIRS = (("d=2", "d=4"), ("d=2", "d=3"), ("d=4", "d=3"), ("d=3 (control)", "d=3"))
+
+
+def meeting_words(cfg: DegreeSweepConfig, cells: plan.Cells | None = None) -> str | None:
+    """Where each pair the answer compares meets, said before any fit: the counts both reach,
+    those where the second arm is read between its rungs (*), and "never" for a pair whose
+    ladders do not overlap (no matched contrast); None where no such pair ran."""
+    cells = cells if cells is not None else plan.shapes(cfg)
+    counts = {a.label: sorted({b for b, label in cells if label == a.label}) for a in cfg.arms()}
+    said = []
+    for a, b in ANSWER_PAIRS:
+        if a not in counts or b not in counts:
+            continue
+        inside = [p for p in counts[a] if counts[b][0] <= p <= counts[b][-1]]
+        at = ", ".join(f"{p}{'' if p in counts[b] else '*'}" for p in inside)
+        said.append(f"{a}/{b} at {at}" if at else f"{a}/{b} never (no matched contrast)")
+    if not said:
+        return None
+    return "where the arms meet (* read between the second arm's rungs): " + "; ".join(said)

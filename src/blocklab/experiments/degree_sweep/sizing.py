@@ -27,6 +27,10 @@ SPREADS_FILE = "spreads.json"
 # on m(d=2) with 9 teachers, docs/results/degree.md)
 NOT_DESIGN = ("teachers", "seeds", "roundings", "target_resolution", "count", "alpha", "n_boot")
 NOT_TRAIN = ("steps", "converge_tol")
+# fields added since runs recorded their designs, at the value they had before: left out of a
+# design there, so a run recorded before them still sizes a run of its design (a run with
+# depths of each arm's own, or with the control, is another design)
+SINCE = {"arm_depths": [], "control": False}
 
 # the demo's run from a fresh clone (docs/results/degree.md, "Checks decided with their own
 # uncertainty", commit 646df17): m(d=2) 0.802 [0.585, 1.1] on the nominal count, 0.859 [0.627,
@@ -44,10 +48,12 @@ DEMO_SPREADS: dict[str, Any] = {
 
 
 def design(cfg: DegreeSweepConfig) -> dict[str, Any]:
-    """What a run's spreads depend on: its config less its size and its reading."""
+    """What a run's spreads depend on: its config less its size and its reading, and less the
+    fields added since at their old value (`SINCE`)."""
     from blocklab.formatting import config_json
 
     out = {k: v for k, v in config_json(cfg).items() if k not in NOT_DESIGN}
+    out = {k: v for k, v in out.items() if k not in SINCE or v != SINCE[k]}
     out["train"] = {k: v for k, v in out["train"].items() if k not in NOT_TRAIN}
     return json.loads(json.dumps(out, sort_keys=True, default=str))
 

@@ -13,12 +13,23 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 from blocklab.analysis.cells import EDGE, FAILED, Check, Invocation, budget_stats, second_order
 from blocklab.analysis.stats import Verdict
-from blocklab.experiments.degree_sweep.analysis import design, fit_checks, multiplier, scaling
+from blocklab.experiments.degree_sweep.analysis import (
+    design,
+    fit_checks,
+    matched,
+    matched_checks,
+    multiplier,
+    scaling,
+)
+from blocklab.experiments.degree_sweep.analysis.answered import (
+    MatchedResult,
+    answer_counts,
+    answer_run,
+)
 from blocklab.experiments.degree_sweep.analysis.cost import next_cost
 from blocklab.experiments.degree_sweep.analysis.counts import (
     COUNTS,
@@ -27,96 +38,20 @@ from blocklab.experiments.degree_sweep.analysis.counts import (
     predictions,
     scaling_fits,
 )
+from blocklab.experiments.degree_sweep.analysis.decision import (  # noqa: F401 (its names)
+    PREDICTED_EFFECT,
+    REFERENCE,
+    Counted,
+    Decision,
+    Finding,
+    Outcome,
+    _finding,
+)
 from blocklab.experiments.degree_sweep.analysis.design import design_checks
 from blocklab.experiments.degree_sweep.analysis.referee import RefereeSummary, referee_summary
 from blocklab.specs import TrainConfig
 from blocklab.theory import predicted_multiplier
 
-REFERENCE = fit_checks.REFERENCE
-# what the theory says separates d = 3 from d = 2 and 4: the resolution a verdict must reach
-PREDICTED_EFFECT = fit_checks.RESOLUTION
-
-
-class Outcome(Enum):  # what the status line says
-    VERDICT = "VERDICT"  # every check passed and the intervals decide the question
-    # no check failed; a check or the shape test is at its edge, or an interval is too wide
-    INCONCLUSIVE = "INCONCLUSIVE"
-    NO_VERDICT = "NO VERDICT"  # a design check failed, or the shared model could not be fitted
-
-
-@dataclass(frozen=True)
-class Finding:  # one multiplier (or m_2 / m_4) beside its prediction
-    name: str  # an arm, or "m2/m4"
-    interval: multiplier.Interval
-    predicted: float | None  # h(3)/h(d); 1 for m_2 / m_4; None for a non-polynomial arm
-    excludes_one: bool
-    excludes_prediction: bool | None
-    # the half width reached, as a share (exp(half width in log) - 1); inf when unbounded
-    resolution: float
-
-    @property
-    def decided(self) -> bool:
-        """The interval tells the prediction from no effect: it excludes 1 or the prediction,
-        or, where the prediction is 1 itself, it is narrower than the predicted effect."""
-        if self.excludes_one or self.excludes_prediction:
-            return True
-        if self.predicted is not None and math.isclose(self.predicted, 1.0):
-            return self.resolution <= PREDICTED_EFFECT
-        return False
-
-
-@dataclass(frozen=True)
-class Decision:  # the status of a run: what its checks and intervals support
-    outcome: Outcome
-    reference: str
-    failed: tuple[Check, ...] = ()  # NO_VERDICT: the failed checks
-    # INCONCLUSIVE: the checks whose figure's band straddles its threshold (`cells.EDGE`), and
-    # whether the shape test names other arms with some unit left out (`ShapeTest.stable`)
-    edges: tuple[Check, ...] = ()
-    shape_edge: bool = False
-    no_model: bool = False  # NO_VERDICT: the shared model could not be fitted
-    shape_rejected: bool = False  # d=2's or d=4's exponent differs: no constant multiplier
-    differs: tuple[str, ...] = ()  # every arm whose exponent differs (`ShapeTest.differs`)
-    findings: tuple[Finding, ...] = ()  # every multiplier but the reference's, then m_2 / m_4
-    decisive: tuple[str, ...] = ()  # the findings the status rests on
-    units: int = 0  # (teacher, seed) units of the run
-    units_for_3pct: int | None = None  # what +-3% on the widest decisive interval needs
-    level: float = math.nan
-    # the widest decisive interval's half width in log units (inf: unbounded; NaN: none), and
-    # the degrees of freedom of the t the intervals read (`MultiplierFit.df`): what a run of
-    # another resolution is sized by (`multiplier.units_for`)
-    widest: float = math.nan
-    df: float = math.inf
-    # NO_VERDICT, INCONCLUSIVE: the command to run next (`design.next_run`); None: the run's
-    # config is not known, or no setting of it is left to change
-    next: design.NextRun | None = None
-
-    def finding(self, name: str) -> Finding | None:
-        return next((f for f in self.findings if f.name == name), None)
-
-    @property
-    def undecided(self) -> tuple[Finding, ...]:
-        return tuple(f for f in self.findings if f.name in self.decisive and not f.decided)
-
-
-def _finding(name: str, interval: multiplier.Interval, predicted: float | None) -> Finding:
-    lo, hi = interval.low, interval.high
-    bounded = interval.bounded
-    excludes_pred = None
-    if predicted is not None and bounded:
-        excludes_pred = not lo <= predicted <= hi
-    hw = interval.half_width_log()
-    return Finding(
-        name=name,
-        interval=interval,
-        predicted=predicted,
-        excludes_one=bounded and not lo <= 1.0 <= hi,
-        excludes_prediction=excludes_pred,
-        resolution=math.expm1(hw) if math.isfinite(hw) else math.inf,
-    )
-
-
-# seed 000's question among integers: d = 3 against 2 and 4, and m_2 / m_4
 DECISIVE = (*fit_checks.DECISIVE, "m2/m4")
 
 
@@ -177,14 +112,6 @@ def decide(
     return Decision(Outcome.VERDICT if decided else Outcome.INCONCLUSIVE, **common)
 
 
-@dataclass(frozen=True)
-class Counted:  # the shared model fitted on one parameter count (COUNTS), and its status
-    count: str
-    model: multiplier.MultiplierFit | None
-    decision: Decision
-    predicted: dict[str, float | None]  # arm -> the theory's multiplier on this count
-
-
 @dataclass
 class CapacityResult:
     budgets: list[int]
@@ -201,6 +128,12 @@ class CapacityResult:
     # rows carry (`Counted`), that one included
     count: str = "nominal"
     counts: dict[str, Counted] = dataclasses.field(default_factory=dict)
+    # the matched answer where some pair of arms meets (`matched`): then `checks` are the ones
+    # it rests on and `decision` its status, and the scaling model's checks stand apart in
+    # `scaling_checks`, a secondary view with its own shape test
+    matched: MatchedResult | None = None
+    scaling_checks: list[Check] = dataclasses.field(default_factory=list)
+    scaling_counts: dict[str, Counted] = dataclasses.field(default_factory=dict)
 
     @property
     def passed(self) -> bool:  # every design check
@@ -270,6 +203,8 @@ def analyze(
     run: Invocation | None = None,
     on_draw=None,
     count: str = "nominal",
+    failed_trials: int = 0,
+    answer: bool = True,
 ):
     """`count`: the parameter count (COUNTS) the status's shared model is fitted on; the other
     is fitted too where the rows carry it, with its own status on the same checks. `width`: the
@@ -278,7 +213,9 @@ def analyze(
     `input_rank`: arm -> the rank of its input Jacobian, measured before the fits; `run`: how
     the run was started, which the next command of a run without a verdict repeats;
     `on_draw(stage, done, total)`: the bootstraps' progress, `stage` naming the analysis module
-    ("multiplier": the shared model, most of the time; "scaling": each arm's own curve)."""
+    ("multiplier": the shared model, most of the time; "scaling": each arm's own curve);
+    `failed_trials`: trials that raised (a design check they leave short is no longer held by
+    design); `answer` False: the scaling model's status even where arms meet (its own tests)."""
 
     def drew(stage: str):  # a bootstrap's own (done, total) callback
         return functools.partial(on_draw, stage) if on_draw is not None else None
@@ -298,15 +235,39 @@ def analyze(
         got = model if c == count else multiplier_fit(rows, n_boot, level, None, c)
         predicted = predictions(rows, degrees, c)
         counts[c] = Counted(c, got, decide(checks, got, degrees, predicted), predicted)
+    scaling_checks: list[Check] = []
+    scaling_counts: dict[str, Counted] = {}
+    answered = None
+    if answer and second_order(rows) and matched.applies(rows):
+        answered = answer_run(rows, n_boot, level, width, checks, converge_tol, failed_trials)
+        # the scaling view keeps its own checks, but none whose slack is the resolution the
+        # run claims (`converged`, `search`): the fits' certificate share at their own
+        # tolerance, clustered by ladder, stands for them there; robustness for the answer
+        scaling_checks = [
+            matched_checks.converged(rows, converge_tol, level) if c.name == "converged" else c
+            for c in checks
+            if c.name not in ("search", "input_rank")
+        ]
+        checks = list(answered.checks)
+        scaling_counts = counts
+        counts = answer_counts(answered, counts, degrees)
+        count = "nominal"
     decision = counts[count].decision
     if run is not None and decision.outcome is not Outcome.VERDICT:
-        # what would settle a check at its edge is what its remedy changes
-        after = design.next_run(decision.failed or decision.edges, run, decision.units_for_3pct)
+        # what would settle a check at its edge is what its remedy changes; with every check
+        # passed, the teachers that would decide m_2 / m_4 (the matched answer's units)
+        why = decision.failed or decision.edges
+        if answered is not None and not why and answered.teachers_needed:
+            why = (matched_checks.Teachers("teachers", passed=False,
+                                           teachers=answered.teachers_needed),)  # fmt: skip
+        after = design.next_run(why, run, decision.units_for_3pct)
         if after is not None:
             chains = getattr(getattr(run.cfg, "train", None), "chains", "own")
             after = dataclasses.replace(after, cost=next_cost(rows, after.changes, chains))
         decision = dataclasses.replace(decision, next=after)
         counts[count] = dataclasses.replace(counts[count], decision=decision)
+    if answered is not None:
+        answered = dataclasses.replace(answered, decision=decision)
     return CapacityResult(
         budgets=sorted(budgets),
         checks=checks,
@@ -320,6 +281,9 @@ def analyze(
         referee=referee_summary(rows, referee),
         count=count,
         counts=counts,
+        matched=answered,
+        scaling_checks=scaling_checks,
+        scaling_counts=scaling_counts,
     )
 
 

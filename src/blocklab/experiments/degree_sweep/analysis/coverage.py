@@ -249,3 +249,77 @@ def simulate_sized(
         )  # fmt: skip
         for q, h in hits.items()
     ]
+
+
+# ---- the matched answer's intervals (`matched`) ------------------------------------------------
+
+# the matched demo's ladders (`DegreeSweepConfig.demo`'s --arm-depths), its control a second d=3
+MATCHED_DEPTHS = {"d=2": (2, 4, 6), "d=3": (1, 2, 4), "d=4": (1, 2, 3), "d=3 (control)": (1, 2, 4)}
+MATCHED_TRUTH = {"d=2": 0.9, "d=3": 1.0, "d=4": 1.05, "d=3 (control)": 1.0}
+SPIKE_EVERY, SPIKE = 20, 30.0  # one unit in 20 has one rung this far off (the stored run's)
+
+
+@dataclass(frozen=True)
+class MatchedDesign:
+    teachers: int  # one seed a teacher, as the demo runs
+    sigma: float  # SD of one rung's log test loss
+    tau: float = 0.1  # SD between teachers of each arm's log multiplier
+    heavy: bool = True  # one unit in SPIKE_EVERY with one rung SPIKE x off
+    floor: bool = False  # L_inf > 0: the law bends, as real curves do
+
+
+def matched_rows(design: MatchedDesign, rng: np.random.Generator) -> list[dict]:
+    """One replication's rung rows (the fields `matched.reading` reads), drawn from L = L_inf +
+    A_t (P / m_{a,t})^-alpha with log m_{a,t} = log m_a + N(0, tau^2), alpha in [1.5, 2.5]."""
+    alpha = rng.uniform(1.5, 2.5)
+    ref = PER_LAYER["d=3"] * max(MATCHED_DEPTHS["d=3"])
+    l_inf = rng.uniform(0, 0.3) * ref**-alpha if design.floor else 0.0
+    rows = []
+    spiked = {t for t in range(design.teachers) if rng.random() < 1 / SPIKE_EVERY}
+    for t in range(design.teachers):
+        a_t = math.exp(rng.normal(0, 0.3))
+        rungs = [(arm, d) for arm, ds in MATCHED_DEPTHS.items() for d in ds]
+        spike = rungs[rng.integers(len(rungs))] if t in spiked else None
+        for arm, depth in rungs:
+            p = PER_LAYER[arm.split(" ")[0]] * depth
+            m = MATCHED_TRUTH[arm] * math.exp(rng.normal(0, design.tau)) if arm != "d=3" else 1.0
+            test = (l_inf + a_t * (p / m) ** -alpha) * math.exp(rng.normal(0, design.sigma))
+            if (arm, depth) == spike:
+                test *= SPIKE ** rng.choice((-1, 1))
+            rows.append({"arm": arm, "teacher": t, "seed": 0, "block_params": p, "budget": p,
+                         "status": "done", "test_loss": test, "train_loss": test,
+                         "restart_test_losses": [test], "restart_val_losses": [test],
+                         "restart_train_losses": [test]})  # fmt: skip
+    return rows
+
+
+MATCHED_QUANTITIES = ("m(d=2)", "m(d=4)", "m2/m4", "control")
+
+
+def simulate_matched(design: MatchedDesign, replications: int, n_boot: int = 100, seed: int = 0):
+    """Coverage of the matched answer's 95% intervals (trimmed: Yuen's with alpha's bootstrap;
+    plain: the mean's t) of the population's multipliers, and the median half width of m_2 /
+    m_4's: {(quantity, "trimmed" | "plain"): (coverage, Monte Carlo se)}, "width": ..."""
+    from blocklab.experiments.degree_sweep.analysis import matched as mt
+
+    rng = np.random.default_rng(seed)
+    truth = {"m(d=2)": MATCHED_TRUTH["d=2"], "m(d=4)": MATCHED_TRUTH["d=4"],
+             "m2/m4": MATCHED_TRUTH["d=2"] / MATCHED_TRUTH["d=4"], "control": 1.0}  # fmt: skip
+    hits: dict[tuple[str, str], list[bool]] = {}
+    widths = []
+    for _ in range(replications):
+        got = mt.matched(matched_rows(design, rng), n_boot=n_boot)
+        for q in MATCHED_QUANTITIES:
+            e = got.control if q == "control" else got.get(q)
+            if e is None:
+                continue
+            hits.setdefault((q, "trimmed"), []).append(e.low <= truth[q] <= e.high)
+            hits.setdefault((q, "plain"), []).append(e.plain_low <= truth[q] <= e.plain_high)
+        if (e := got.get("m2/m4")) is not None:
+            widths.append(e.half_width)
+    out: dict = {}
+    for key, v in hits.items():
+        p = float(np.mean(v))
+        out[key] = (p, math.sqrt(p * (1 - p) / len(v)))
+    out["width"] = float(np.expm1(np.median(widths))) if widths else math.nan
+    return out

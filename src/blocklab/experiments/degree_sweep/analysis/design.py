@@ -24,8 +24,9 @@ checks, in order:
 - `search` (fits with restarts or chains): per arm, the best of the first half of the K restarts
   lands within SEARCH_SHARE of the best of all K (geometric mean over cells): more restarts
   would not move the losses by more than that;
-- `generalization` (fits): in every (arm, budget) cell the mean test loss is at most
-  GENERALIZATION_RATIO times the mean training loss, so the training loss a fit reaches reads as
+- `generalization` (fits): in every (arm, budget) cell the geometric mean over its units of test
+  over training loss (its band: the t interval of their log ratios) is at most
+  GENERALIZATION_RATIO, so the training loss a fit reaches reads as
   approximation error, not as a small training set memorized;
 - `lr_not_at_edge` (Adam): no chosen learning rate lies at an edge of the rates tried (the sweep
   extends the grid past an edge before it gives up);
@@ -241,33 +242,36 @@ def _plateau(rows, stats, tol: float) -> Plateau:
     )
 
 
-def _generalization(rows, stats) -> Generalization:
-    """Per cell, mean test loss over mean training loss, its band from the spread of the
-    units' own ratios (a t interval of their log ratios, about the cell's figure)."""
+def _generalization(rows, stats=None) -> Generalization:
+    """Per cell the geometric mean over its units of test / training loss (`generalized`)."""
     units: dict[tuple[str, int], list[float]] = defaultdict(list)
     for r in rows:
         test, train = loss(r), r.get("train_loss")
         if test is not None and train is not None and test > 0 and train > 0:
             units[(r["arm"], int(r["budget"]))].append(math.log(test / train))
-    # a cell with no finished trial has no ratio: the converged check counts it already
+    return generalized(units)
+
+
+def generalized(units: dict[tuple[str, int], list[float]], level: float = 0.95) -> Generalization:
+    """The generalization check from each cell's units' log(test / training loss): the cell's
+    figure is their geometric mean, its band their t interval about it, both on the same
+    scale (a mean of losses beside a band of log ratios mixes one spiky fit into the figure
+    and not into the band)."""
     cells = []
-    for a, by_b in stats.items():
-        for b, s in by_b.items():
-            if not (math.isfinite(s["mean"]) and math.isfinite(s["train_mean"])):
-                continue
-            ratio = s["mean"] / s["train_mean"] if s["train_mean"] > 0 else math.inf
-            m, lo, hi = log_band(units.get((a, b), []))
-            low, high = (ratio * math.exp(lo - m), ratio * math.exp(hi - m)) if (
-                math.isfinite(m) and math.isfinite(ratio)) else (ratio, ratio)  # fmt: skip
-            cells.append((a, b, ratio, low, high, side(low, high, GENERALIZATION_RATIO, False)))
+    for (a, b), logs in sorted(units.items()):
+        m, lo, hi = log_band(logs, level)
+        if not math.isfinite(m):
+            continue
+        ratio, low, high = math.exp(m), math.exp(lo), math.exp(hi)
+        cells.append((a, b, ratio, low, high, side(low, high, GENERALIZATION_RATIO, False)))
     failing = sorted((c[:5] for c in cells if c[5] == FAILED), key=lambda c: -c[2])
     edges = sorted((c[:5] for c in cells if c[5] == EDGE), key=lambda c: -c[4])
     top = max(cells, key=lambda c: c[4], default=None)  # the band nearest the limit
     return Generalization(
         name="generalization",
-        **judged(worst(c[5] for c in cells), figure=top[2] if top else math.nan,
-                 threshold=GENERALIZATION_RATIO, band=top[3:5] if top else None,
-                 method=T_UNITS),  # fmt: skip
+        **judged(worst(c[5] for c in cells) if cells else FAILED,
+                 figure=top[2] if top else math.nan, threshold=GENERALIZATION_RATIO,
+                 band=top[3:5] if top else None, method=T_UNITS),  # fmt: skip
         worst=max((c[2] for c in cells), default=math.nan),
         failing=tuple((a, b, r) for a, b, r, _, _ in failing),
         bands=tuple(failing + edges),

@@ -38,7 +38,14 @@ from blocklab.experiments.degree_sweep.analysis.claims import claims as word_cla
 from blocklab.experiments.degree_sweep.analysis.pilot import Pilot, Plan, Spreads
 from blocklab.experiments.degree_sweep.analysis.pilot import pilot as measure_spreads
 from blocklab.experiments.degree_sweep.analysis.pilot import size as size_for
-from blocklab.experiments.degree_sweep.report import claims, exact, plots, referee, roundings
+from blocklab.experiments.degree_sweep.report import (
+    answer,
+    claims,
+    exact,
+    plots,
+    referee,
+    roundings,
+)
 from blocklab.experiments.degree_sweep.report.capacity import (
     capacity_json,
     capacity_section,
@@ -47,6 +54,7 @@ from blocklab.experiments.degree_sweep.report.capacity import (
 )
 from blocklab.experiments.degree_sweep.report.claims import DECIDING
 from blocklab.experiments.degree_sweep.report.curves import efficiency, fit_curves, scaling_curves
+from blocklab.experiments.degree_sweep.report.loss_table import _metric_cell, table
 from blocklab.experiments.degree_sweep.report.multipliers import multiplier_lines, other_count_lines
 from blocklab.experiments.degree_sweep.report.pilot import pilot_json, pilot_lines
 
@@ -56,7 +64,7 @@ from blocklab.experiments.degree_sweep.report.pilot import size as size
 from blocklab.experiments.degree_sweep.report.status import status as run_status
 from blocklab.experiments.degree_sweep.report.status_line import next_lines
 from blocklab.experiments.degree_sweep.report.theory import question, theory_section
-from blocklab.formatting import config_json, markdown_table, plain, short, with_spread
+from blocklab.formatting import config_json, markdown_table, plain, short
 from blocklab.reports import Report
 from blocklab.reports.markdown import failures, require_finished
 from blocklab.reports.verdicts import claim, verdict_json
@@ -76,17 +84,6 @@ COLUMNS = (
 )
 
 
-def _metric_cell(s, named=True):
-    name = f"{s.metric} " if named else ""
-    if s.n == 0:
-        return f"{s.metric}: no finished seed"
-    if s.n == 1:
-        return f"{name}{short(s.mean)} (n=1)"
-    # every metric here is a loss (>= 0) or an accuracy (in [0, 1])
-    cap = 1.0 if s.metric == "accuracy" else None
-    return f"{name}{with_spread(s.mean, s.std, s.lo, s.hi, 0.0, cap)} (n={s.n})"
-
-
 def _steps_cell(s):
     if s.n == 0:
         return "-"
@@ -102,36 +99,6 @@ def _cells(s, steps=True):
     shape = (str(s.budget), s.arm, str(s.depth), str(s.width), str(s.block_params))
     counts = (str(s.other_params), _metric_cell(s), f"{s.n_diverged}/{s.n_seeds}")
     return (s.task, *shape, *counts, *(_steps_cell(s),) * steps)
-
-
-def table(summaries) -> str:
-    """The terminal's table, one line per (budget, arm), in 100 columns: the run's task and
-    metric named once above it, and report.md's other columns (embedding and readout, steps to
-    threshold) left to the report and the page."""
-    tasks = list(dict.fromkeys(s.task for s in summaries))
-    metrics = list(dict.fromkeys(s.metric for s in summaries))
-    several = len(tasks) > 1 or len(metrics) > 1  # then each row names its own
-    metric = "metric" if several else metrics[0]
-    head = ("task",) * several + ("budget", "arm", "depth", "width", "params", f"test {metric}")
-    head += ("diverged",)
-    body = [
-        (s.task,) * several
-        + (str(s.budget), s.arm, str(s.depth), str(s.width), str(s.block_params))
-        + (_metric_cell(s, named=several), f"{s.n_diverged}/{s.n_seeds}")
-        for s in summaries
-    ]
-    numeric = {"budget", "depth", "width", "params", "diverged"}
-    widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
-
-    def line(cells):
-        return "  ".join(
-            c.rjust(w) if name in numeric else c.ljust(w)
-            for name, c, w in zip(head, cells, widths, strict=True)
-        ).rstrip()
-
-    title = f"{', '.join(tasks)}: test {', '.join(metrics)}, mean ± std [95% interval] over seeds"
-    rule = "  ".join("-" * w for w in widths)
-    return "\n".join([title, "", line(head), rule, *map(line, body)])
 
 
 @dataclass
@@ -370,6 +337,10 @@ def write(out_dir, cfg, trials) -> Report:
     if result.roundings:
         payload["roundings"] = roundings.Across(cap, result.roundings).json()
     lines = [table(result.tables.summaries)]
+    if cap.matched is not None:  # the answer at equal counts first; the scaling law beside it
+        lines += ["", *answer.answer_lines(cap)]
+        if cap.model is not None:
+            lines += ["", "the scaling-law view (secondary):"]
     if cap.model is not None:
         lines += ["", *multiplier_lines(cap), *other_count_lines(cap)]
     if result.exact:

@@ -6,22 +6,21 @@ and for second-order fits the referee's comparison (the figures are in `curves`)
 import math
 from typing import Any
 
-from blocklab.analysis.cells import EDGE, FAILED, PASSED, Check
+from blocklab.analysis.cells import BY_DESIGN, EDGE, FAILED, PASSED, Check
 from blocklab.experiments.degree_sweep.analysis import design, fit_checks
 from blocklab.experiments.degree_sweep.analysis.capacity import PREDICTED_EFFECT
-from blocklab.experiments.degree_sweep.report import referee
-from blocklab.experiments.degree_sweep.report.intervals import after, cell, computed, spread
+from blocklab.experiments.degree_sweep.report import answer, referee
+from blocklab.experiments.degree_sweep.report.intervals import after, computed, spread
 from blocklab.experiments.degree_sweep.report.loss_table import loss_table
 from blocklab.experiments.degree_sweep.report.multipliers import (
     counts_json,
+    fit_table,
     inf_or,
     multiplier_json,
     multiplier_section,
     other_count_lines,
 )
 from blocklab.experiments.degree_sweep.report.status_line import next_lines, status_line
-from blocklab.formatting import markdown_table
-from blocklab.formatting import short as fmt
 from blocklab.reports.markdown import criterion
 
 
@@ -120,7 +119,7 @@ def _generalization(c: design.Generalization) -> str:
     nearest += x(c.worst)
     if c.passed:
         return (
-            f"every cell's mean test loss within {limit} its training loss, the whole band "
+            f"every cell's geometric-mean test / training loss within {limit}, the whole band "
             f"({nearest})"
         )
     listed = ", ".join(
@@ -128,7 +127,7 @@ def _generalization(c: design.Generalization) -> str:
     )
     what = "above" if c.failing else "at its edge against"
     return (
-        f"mean test loss {what} {limit} the mean training loss: {listed}{_more(cells)}; "
+        f"geometric-mean test / training loss {what} {limit}: {listed}{_more(cells)}; "
         f"{_at(c)}grow N (--data-ratio, --max-examples) or shrink P"
     )
 
@@ -285,6 +284,7 @@ DETAIL = {
     design.LrEdge: _lr_edge,
     design.WidthMatch: _width,
     design.Replicates: _replicates,
+    **answer.DETAIL,
 }
 
 
@@ -294,11 +294,18 @@ def detail(check: Check) -> str:
 
 
 def check_lines(capacity) -> list[str]:
-    """The design checks, one line each."""
-    return [f"- {WORD[c.outcome]}: {c.name}: {detail(c)}" for c in capacity.checks]
+    """The design checks, one line each; with a matched answer, the checks it rests on and then
+    the scaling view's (`answer.check_lines`)."""
+    out = [f"- {WORD[c.outcome]}: {c.name}: {detail(c)}" for c in capacity.checks]
+    if capacity.scaling_checks:
+        out += ["", "the scaling-law view's checks (secondary: they gate its own fit, not the "
+                "answer):"]  # fmt: skip
+        out += [f"- {WORD[c.outcome]}: {c.name}: {detail(c)}" for c in capacity.scaling_checks]
+    return out
 
 
-WORD = {PASSED: "passed", EDGE: "EDGE", FAILED: "FAILED"}  # each outcome as a check line says it
+# each outcome as a check line says it
+WORD = {PASSED: "passed", EDGE: "EDGE", FAILED: "FAILED", BY_DESIGN: "by design"}
 
 
 def check_json(c: Check) -> dict[str, Any]:
@@ -333,6 +340,9 @@ def capacity_json(capacity) -> dict[str, Any]:
     return {
         "budgets": capacity.budgets,
         "design_checks": [check_json(c) for c in capacity.checks],
+        # with a matched answer: the scaling view's own checks (secondary), else empty
+        "scaling_checks": [check_json(c) for c in capacity.scaling_checks],
+        **answer.json(capacity),
         "verdict": said if verdict else None,
         # the command to run next where the run reached no verdict (None: none to give)
         "next_command": capacity.decision.next.command if capacity.decision.next else None,
@@ -363,7 +373,7 @@ def capacity_section(capacity):
         lines += _fit_curves_text(capacity.referee is not None)
     if capacity.referee is not None:
         lines += referee.section(capacity.referee)
-    return lines + _fit_table(capacity.fit)
+    return lines + fit_table(capacity.fit)
 
 
 def _fit_curves_text(refereed: bool) -> list[str]:
@@ -375,25 +385,3 @@ def _fit_curves_text(refereed: bool) -> list[str]:
         "",
         "![loss against iterations](fit_curves.png)",
     ]
-
-
-def _fit_table(fit) -> list[str]:
-    lines = [
-        "",
-        "## Each arm's own curve",
-        "",
-        "Beside the shared model: per arm, L(P) = L_inf + a P^-alpha fit by least squares on "
-        "log loss to the per-budget means against the actual parameter counts (SciPy); intervals: "
-        f"{fit.level:.0%} bootstrap percentiles over {fit.n_boot} draws that resample teachers, "
-        "then seeds within them, the same draws for every arm (paired).",
-        "",
-    ]
-    if not fit.fits:  # an empty table would only repeat its header
-        return lines + ["No arm's own curve could be fitted (it needs 3 budgets or more).", ""]
-    body = [
-        (arm, fmt(f.L_inf), cell(*f.ci["L_inf"], fmt), fmt(f.a), fmt(f.alpha),
-         cell(*f.ci["alpha"], fmt))
-        for arm, f in fit.fits.items()
-    ]  # fmt: skip
-    lines += markdown_table(("arm", "L_inf", "95% CI", "a", "alpha", "95% CI"), body)
-    return lines + [""]

@@ -5,7 +5,7 @@ trials got, and the spread within and between teachers (`analysis.cells.budget_s
 import math
 
 from blocklab.experiments.degree_sweep.report.intervals import cell
-from blocklab.formatting import markdown_table
+from blocklab.formatting import markdown_table, short, with_spread
 from blocklab.formatting import short as fmt
 
 # how far the trials got: Adam runs by their plateau, second-order fits by their training loss,
@@ -82,3 +82,44 @@ def loss_table(stats, second_order: bool) -> list[str]:
         + ("within", "between")
     )
     return lines + markdown_table(header, body)
+
+
+def _metric_cell(s, named=True):
+    name = f"{s.metric} " if named else ""
+    if s.n == 0:
+        return f"{s.metric}: no finished seed"
+    if s.n == 1:
+        return f"{name}{short(s.mean)} (n=1)"
+    # every metric here is a loss (>= 0) or an accuracy (in [0, 1])
+    cap = 1.0 if s.metric == "accuracy" else None
+    return f"{name}{with_spread(s.mean, s.std, s.lo, s.hi, 0.0, cap)} (n={s.n})"
+
+
+def table(summaries) -> str:
+    """The terminal's table, one line per (budget, arm), in 100 columns: the run's task and
+    metric named once above it, and report.md's other columns (embedding and readout, steps to
+    threshold) left to the report and the page."""
+    tasks = list(dict.fromkeys(s.task for s in summaries))
+    metrics = list(dict.fromkeys(s.metric for s in summaries))
+    several = len(tasks) > 1 or len(metrics) > 1  # then each row names its own
+    metric = "metric" if several else metrics[0]
+    head = ("task",) * several + ("budget", "arm", "depth", "width", "params", f"test {metric}")
+    head += ("diverged",)
+    body = [
+        (s.task,) * several
+        + (str(s.budget), s.arm, str(s.depth), str(s.width), str(s.block_params))
+        + (_metric_cell(s, named=several), f"{s.n_diverged}/{s.n_seeds}")
+        for s in summaries
+    ]
+    numeric = {"budget", "depth", "width", "params", "diverged"}
+    widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
+
+    def line(cells):
+        return "  ".join(
+            c.rjust(w) if name in numeric else c.ljust(w)
+            for name, c, w in zip(head, cells, widths, strict=True)
+        ).rstrip()
+
+    title = f"{', '.join(tasks)}: test {', '.join(metrics)}, mean ± std [95% interval] over seeds"
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([title, "", line(head), rule, *map(line, body)])

@@ -9,6 +9,7 @@ from blocklab.experiments.degree_sweep.report.edges import names, shape_edge_wor
 from blocklab.experiments.degree_sweep.report.intervals import after, cell, interval_words, p_value
 from blocklab.experiments.degree_sweep.report.intervals import level as _level
 from blocklab.formatting import markdown_table
+from blocklab.formatting import short as fmt
 from blocklab.theory import predicted_multiplier
 
 
@@ -20,8 +21,21 @@ def pct(share: float) -> str:
     return "inf" if math.isinf(share) else f"{share:.1%}"
 
 
+def scaling_view(capacity):
+    """The capacity result as the scaling law's view sees it: where a matched answer leads,
+    its `decision` and `counts` are the answer's, and the law's own stand in `scaling_counts`."""
+    import dataclasses
+
+    if getattr(capacity, "matched", None) is None or not capacity.scaling_counts:
+        return capacity
+    own = capacity.scaling_counts
+    got = own.get(capacity.count) or next(iter(own.values()))
+    return dataclasses.replace(capacity, decision=got.decision, counts=own, matched=None)
+
+
 def multiplier_rows(capacity) -> list[tuple[str, ...]]:
     """The multipliers as a short table's rows: arm, m, interval, predicted, what it says."""
+    capacity = scaling_view(capacity)
     d = capacity.decision
     rows = [(d.reference, "1", "-", "1", "reference")]
     for arm in d.differs:
@@ -47,6 +61,7 @@ MULTIPLIER_HEAD = ("arm", "m", "95% interval", "predicted", "")
 
 def multiplier_lines(capacity) -> list[str]:
     """The terminal's multiplier table and the shared model's exponent and shape test."""
+    capacity = scaling_view(capacity)
     model = capacity.model
     if model is None:
         return []
@@ -94,6 +109,7 @@ COUNT_WORDS = {
 def other_count_lines(capacity) -> list[str]:
     """The shared model on each count the status is not fitted on: its outcome, exponent and
     multipliers beside the theory's prediction on that count."""
+    capacity = scaling_view(capacity)
     out = []
     for count in capacity.counts:
         if count == capacity.count or (other := on_count(capacity, count)) is None:
@@ -194,3 +210,25 @@ def counts_json(capacity) -> dict[str, Any]:
         if got:
             out["outcomes"][count] = got.decision.outcome.value
     return out
+
+
+def fit_table(fit) -> list[str]:
+    lines = [
+        "",
+        "## Each arm's own curve",
+        "",
+        "Beside the shared model: per arm, L(P) = L_inf + a P^-alpha fit by least squares on "
+        "log loss to the per-budget means against the actual parameter counts (SciPy); intervals: "
+        f"{fit.level:.0%} bootstrap percentiles over {fit.n_boot} draws that resample teachers, "
+        "then seeds within them, the same draws for every arm (paired).",
+        "",
+    ]
+    if not fit.fits:  # an empty table would only repeat its header
+        return lines + ["No arm's own curve could be fitted (it needs 3 budgets or more).", ""]
+    body = [
+        (arm, fmt(f.L_inf), cell(*f.ci["L_inf"], fmt), fmt(f.a), fmt(f.alpha),
+         cell(*f.ci["alpha"], fmt))
+        for arm, f in fit.fits.items()
+    ]  # fmt: skip
+    lines += markdown_table(("arm", "L_inf", "95% CI", "a", "alpha", "95% CI"), body)
+    return lines + [""]

@@ -7,6 +7,7 @@ from typing import Any
 
 from blocklab.experiments.degree_sweep.analysis import capacity as cap
 from blocklab.experiments.degree_sweep.analysis.capacity import PREDICTED_EFFECT
+from blocklab.experiments.degree_sweep.report import answer
 from blocklab.experiments.degree_sweep.report.edges import edge_words, names, shape_edge_words
 from blocklab.experiments.degree_sweep.report.intervals import after
 from blocklab.experiments.degree_sweep.report.multipliers import inf_or, pct
@@ -115,7 +116,10 @@ def status_line(capacity, action: bool = True) -> tuple[bool, str]:
     verdict says what to run next (`next_lines`), where its place (last in the terminal, first
     on the page) makes no "above" or "below" right. `action` False: the status alone, whole,
     without what to change and in no set width (the page's banner gives the next command a
-    line of its own, `change`)."""
+    line of its own, `change`). A run whose arms meet leads with its matched answer
+    (`answer.status_line`)."""
+    if getattr(capacity, "matched", None) is not None:
+        return _matched_line(capacity, action)
     d = capacity.decision
     if d.outcome is cap.Outcome.NO_VERDICT:
         if d.failed:
@@ -167,6 +171,36 @@ def status_line(capacity, action: bool = True) -> tuple[bool, str]:
         return False, _first_fitting([f"{line}; to change: {a}" for a in _actions(d)] or [line])
     said = "; ".join(_finding_said(f, d.reference) for f in d.findings if f.name in d.decisive)
     return True, f"VERDICT: {said}"
+
+
+def _matched_line(capacity, action: bool) -> tuple[bool, str]:
+    """The matched status (`answer`): VERDICT with the comparisons and the hypotheses' words,
+    INCONCLUSIVE with the checks at their edge or the teachers that would decide m_2 / m_4,
+    or NO VERDICT with the failed checks and what to change (the words of any run)."""
+    res = capacity.matched
+    d = res.decision
+    if d.outcome is cap.Outcome.NO_VERDICT:
+        if d.no_model:
+            return False, "NO VERDICT: no pair of arms meets at an equal count (--arm-depths)"
+        if not action:
+            return False, f"NO VERDICT: checks failed: {', '.join(c.name for c in d.failed)}"
+        return False, _no_verdict(d)
+    said = answer.versus_said(res.answer)
+    if d.outcome is cap.Outcome.VERDICT:
+        return True, "VERDICT: " + "; ".join(said + answer.hypotheses_said(res.answer))
+    if d.edges:
+        line = f"INCONCLUSIVE: at its edge: {', '.join(c.name for c in d.edges)}; {said[0]}"
+    else:
+        line = f"INCONCLUSIVE: {said[0]}"
+        e = res.estimates.get("m2/m4")
+        if e is not None and res.teachers_needed:
+            line = (
+                f"INCONCLUSIVE: m_2/m_4 = {e.m:.3g} [{e.low:.3g}, {e.high:.3g}] undecided; "
+                f"about {res.teachers_needed} teachers would decide it (this run: {e.teachers})"
+            )
+    if not action:
+        return False, line
+    return False, _first_fitting([f"{line}; to settle: {a}" for a in _actions(d)] + [line])
 
 
 def change(capacity) -> tuple[str | None, str | None]:
