@@ -257,9 +257,10 @@ def analyze(
         # what would settle a check at its edge is what its remedy changes; with every check
         # passed, the teachers that would decide m_2 / m_4 (the matched answer's units)
         why = decision.failed or decision.edges
-        if answered is not None and not why and answered.teachers_needed:
-            why = (matched_checks.Teachers("teachers", passed=False,
-                                           teachers=answered.teachers_needed),)  # fmt: skip
+        if answered is not None and not decision.failed and answered.teachers_needed:
+            # with the checks at their edge settled, the teachers m_2 / m_4 then needs
+            why = (*why, matched_checks.Teachers("teachers", passed=False,
+                                                 teachers=answered.teachers_needed))  # fmt: skip
         after = design.next_run(why, run, decision.units_for_3pct)
         if after is not None:
             chains = getattr(getattr(run.cfg, "train", None), "chains", "own")

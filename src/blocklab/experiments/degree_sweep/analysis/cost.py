@@ -10,7 +10,11 @@ measure:
 - more (teacher, seed) units (`seeds`, `teachers`): each new unit at this run's measured cost of
   a unit (`pilot.core_seconds_per_unit`'s sum: every rung of every arm).
 
-Both are upper bounds in core-seconds (fits that certify early cost less). Any other change
+- more chains (`train.restarts`): a ladder's chains cannot be added to a stored one, so every
+  unit fits again from the start, at this run's measured cost of a unit times the ratio of the
+  chains (and of the iterations, where those change too).
+
+All are upper bounds in core-seconds (fits that certify early cost less). Any other change
 (budgets, depths, widths) builds networks this run never fitted: not estimated.
 """
 
@@ -41,12 +45,14 @@ def next_cost(rows: list[dict[str, Any]], changes, chains: str = "own") -> Cost 
     where a change is one this module does not estimate, or the rows carry no per-chain
     iterations."""
     by_key = {c.key: c for c in changes}
-    known = {"train.steps", "seeds", "teachers"}
+    known = {"train.steps", "train.restarts", "seeds", "teachers"}
     if not by_key or set(by_key) - known:
         return None
     done = [r for r in rows if r.get("status") == "done" and r.get("restart_iterations")]
     if not done:
         return None
+    if "train.restarts" in by_key:
+        return _afresh(done, by_key)
     cost = Cost(0.0)
     if "train.steps" in by_key:
         c = by_key["train.steps"]
@@ -64,6 +70,22 @@ def next_cost(rows: list[dict[str, Any]], changes, chains: str = "own") -> Cost 
         seconds = cost.core_seconds + added * per_unit * scale
         cost = Cost(seconds, cost.continued, cost.refit, cost.kept, added)
     return cost
+
+
+def _afresh(rows: list[dict[str, Any]], by_key: dict) -> Cost:
+    """Every unit of the next run fitted from the start: this run's cost of a unit, times the
+    chains' ratio and the iterations' ratio, times the next run's units."""
+    units = {(r.get("teacher"), r.get("seed")) for r in rows}
+    per_unit = sum(r.get("seconds") or 0.0 for r in rows) / len(units)
+    scale = 1.0
+    for key in ("train.restarts", "train.steps"):
+        if key in by_key:
+            scale *= by_key[key].new / by_key[key].old
+    teachers = len({t for t, _ in units})
+    seeds = len({s for _, s in units})
+    new_t = by_key["teachers"].new if "teachers" in by_key else teachers
+    new_s = by_key["seeds"].new if "seeds" in by_key else seeds
+    return Cost(new_t * new_s * per_unit * scale, units=max(0, new_t * new_s - len(units)))
 
 
 def _more_iterations(rows: list[dict[str, Any]], old: int, new: int, best: bool) -> Cost:

@@ -92,7 +92,10 @@ def reading(r: dict[str, Any], *, half: bool = False, chains: int | None = None)
 
 def by_validation(rows) -> bool:
     """Whether the rows carry each chain's validation loss (the estimator's choice of chain)."""
-    return bool(rows) and all(r.get("restart_val_losses") for r in rows if loss(r) is not None)
+    done = [r for r in rows if loss(r) is not None]
+    return bool(done) and all(
+        any(v is not None for v in r.get("restart_val_losses") or []) for r in done
+    )
 
 
 # ---- ladders and where they meet ---------------------------------------------------------------

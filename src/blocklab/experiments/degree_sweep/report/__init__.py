@@ -341,8 +341,9 @@ def write(out_dir, cfg, trials) -> Report:
         lines += ["", *answer.answer_lines(cap)]
         if cap.model is not None:
             lines += ["", "the scaling-law view (secondary):"]
-    if cap.model is not None:
-        lines += ["", *multiplier_lines(cap), *other_count_lines(cap)]
+    if cap.model is not None:  # with an answer, the functional count is H_fd's, worded there
+        lines += ["", *multiplier_lines(cap)]
+        lines += other_count_lines(cap) if cap.matched is None else []
     if result.exact:
         lines += ["", *exact.lines(result.exact, cfg.shape.width)]
     if cap.second_order:

@@ -19,7 +19,8 @@ SHORT = {"m(d=2)": "m(d=2)", "m(d=4)": "m(d=4)", "m2/m4": "m_2/m_4"}
 
 
 def _m(x: float) -> str:
-    return f"{x:.3g}" if math.isfinite(x) else "inf"
+    """A figure to 3 digits; "-" where there is none to show (NaN: too few teachers)."""
+    return "-" if math.isnan(x) else f"{x:.3g}" if math.isfinite(x) else "inf"
 
 
 def _band(lo: float, hi: float) -> str:
@@ -75,6 +76,13 @@ def versus_said(answer: hy.Answer) -> list[str]:
     return [said(v) for v in got]
 
 
+def _aligned(head: tuple[str, ...], body: list[tuple[str, ...]]) -> list[str]:
+    """A terminal table: each column as wide as its widest cell."""
+    widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+            for r in [head, *body]]  # fmt: skip
+
+
 def answer_lines(capacity, markdown: bool = False) -> list[str]:
     """The answer first in words, then its table (each quantity, its interval, the plain mean,
     the median, tau, the prediction interval, and each hypothesis's value and word)."""
@@ -90,30 +98,28 @@ def answer_lines(capacity, markdown: bool = False) -> list[str]:
         "",
         f"matched contrast: per (teacher, seed) unit the mean over the counts where two arms "
         f"meet of log L_a - log L_b (test loss, the chain {how}); m = exp(contrast / alpha), "
-        f"alpha = {est.alpha:.3g} (pooled within ladders, bootstrap se over teachers "
-        f"{est.alpha_se:.2g}); primary: the {mt.TRIM:.0%} trimmed mean over teachers with "
+        f"alpha = {_m(est.alpha)} (pooled within ladders, bootstrap se over teachers "
+        f"{_m(est.alpha_se)}); primary: the {mt.TRIM:.0%} trimmed mean over teachers with "
         "Yuen's 95% interval; PI: 95% prediction interval for a new teacher; tau: the spread "
         "between teachers (log scale)",
     ]
     head = ("quantity", "m", "95% interval", "plain mean [95%]", "median", "tau", "95% PI",
-            "teachers", "h(d)", "H_fd", "no difference")  # fmt: skip
-    body = []
-    for e in ans.entries:
-        hyp = [
-            f"{h['predicted']:.3g} {h['word']}" if (h := e["hypotheses"].get(n)) else "-"
-            for n in hy.HYPOTHESES
-        ]
-        body.append((
-            SHORT[e["quantity"]], _m(e["estimate"]), _band(e["ci_low"], e["ci_high"]),
-            f"{_m(e['plain'])} {_band(*e['plain_ci'])}", _m(e["median"]), f"{e['tau']:.3g}",
-            _band(e["pi_low"], e["pi_high"]), str(e["teachers"]), *hyp,
-        ))  # fmt: skip
-    if markdown:
-        lines += ["", *markdown_table(head, body)]
-    else:
-        widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
-        lines += ["", *("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-                        for r in [head, *body])]  # fmt: skip
+            "teachers")  # fmt: skip
+    body = [
+        (SHORT[e["quantity"]], _m(e["estimate"]), _band(e["ci_low"], e["ci_high"]),
+         f"{_m(e['plain'])} {_band(*e['plain_ci'])}", _m(e["median"]), _m(e["tau"]),
+         _band(e["pi_low"], e["pi_high"]), str(e["teachers"]))
+        for e in ans.entries
+    ]  # fmt: skip
+    hyp_head = ("quantity", *(NAMES[n] for n in hy.HYPOTHESES))
+    hyp_body = [
+        (SHORT[e["quantity"]], *(
+            f"{h['predicted']:.3g}: {h['word']}" if (h := e["hypotheses"].get(n)) else "-"
+            for n in hy.HYPOTHESES))
+        for e in ans.entries
+    ]  # fmt: skip
+    for h, b in ((head, body), (hyp_head, hyp_body)):
+        lines += ["", *(markdown_table(h, b) if markdown else _aligned(h, b))]
     where = []
     for q in mt.QUANTITIES:
         e = est.get(q)

@@ -359,10 +359,14 @@ def capacity_section(capacity):
     """Markdown: the status, the scaling plot and the multipliers first, then the design checks,
     per-budget losses and each arm's own curve."""
     lines = []  # the status line leads the report already (`markdown.put_status`)
+    if capacity.matched is not None:  # the answer first; the scaling law a secondary view
+        lines += ["## The answer at equal counts", "", *answer.answer_lines(capacity, True), ""]
+        lines += ["## The scaling-law view (secondary)", ""]
     if capacity.model is not None:
         lines += ["![test loss against parameters](scaling.png)", ""]
         lines += multiplier_section(capacity)
-        if other := other_count_lines(capacity):  # its word, its model's line, its table
+        # its word, its model's line, its table; with an answer, H_fd words the functional count
+        if capacity.matched is None and (other := other_count_lines(capacity)):
             lines += ["## Multipliers on the other count", "", other[1], "", other[2], "",
                       *other[3:], ""]  # fmt: skip
     lines += ["## Design checks", "", *check_lines(capacity), ""]
