@@ -32,18 +32,17 @@ NOT_TRAIN = ("steps", "converge_tol")
 # depths of each arm's own, or with the control, is another design)
 SINCE = {"arm_depths": [], "control": False}
 
-# the demo's run from a fresh clone (docs/results/degree.md, "Checks decided with their own
-# uncertainty", commit 646df17): m(d=2) 0.802 [0.585, 1.1] on the nominal count, 0.859 [0.627,
-# 1.18] on the functional one, d=4 with an exponent of its own, 3 teachers of 1 seed (t, df 2),
-# 220 core-seconds a unit from a fresh clone
+# the demo's run from a fresh clone (docs/results/degree.md, "Seed 000 at equal counts", commit
+# 057573a): the matched design, 6 teachers of 1 seed (Yuen's t, df 3), m_2 / m_4 the widest
+# decisive interval, 0.746 [0.505, 1.1]; its spreads.json as the report recorded it
 DEMO_SPREADS: dict[str, Any] = {
-    "widest": 0.31416,
-    "units": 3,
-    "teachers": 3,
-    "df": 2.0,
+    "widest": 0.3896431354734754,
+    "units": 6,
+    "teachers": 6,
+    "df": 3.0,
     "level": 0.95,
-    "core_seconds_per_unit": 220.0,
-    "source": "the demo's recorded run (docs/results/degree.md, 2026-11-28, commit 646df17)",
+    "core_seconds_per_unit": 93.35960368083313,
+    "source": "the demo's recorded run (docs/results/degree.md, 2026-11-29, commit 057573a)",
 }
 
 
