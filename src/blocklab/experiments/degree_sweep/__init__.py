@@ -112,12 +112,12 @@ def pilot_time() -> str:
     from blocklab.engine.devices import GPU_OVER_CORE
 
     core_seconds = DEMO_CORE_SECONDS * 4 * 8
+    hours, gpu_minutes = core_seconds / 2 / 3600, core_seconds / GPU_OVER_CORE / 60
     return (
-        f"estimated, not measured: about {core_seconds / 2 / 3600:.1f} h on 2 CPU cores (the "
-        f"demo's {DEMO_CORE_SECONDS:g} core-seconds per (teacher, seed) unit at 2 chains, times 4 "
-        f"for 8 chains, times 8 units) and about {core_seconds / GPU_OVER_CORE / 60:.0f} min on "
-        f"one H100 or H200 (a ladder trial ran {GPU_OVER_CORE:g}x faster on an H200 than on one "
-        "CPU core)"
+        f"estimated, not measured: about {hours:.1f} h on 2 CPU cores (the demo's "
+        f"{DEMO_CORE_SECONDS:.0f} core-seconds per (teacher, seed) unit at 2 chains, times 4 for "
+        f"8 chains, times 8 units) and about {gpu_minutes:.0f} min on one H100 or H200 (a ladder "
+        f"trial ran {GPU_OVER_CORE:g}x faster on an H200 than on one CPU core)"
     )
 
 
