@@ -1,5 +1,5 @@
 """Per-arm depths (`--arm-depths`): each named arm climbs depths of its own at --width, so arms of
-other degrees meet at equal block counts (`plan.meetings`); and the negative control
+other degrees meet at equal block counts (`preflight.meeting_words`); and the negative control
 (`--control`): a second d=3 arm fitting d=3's teachers from seeds of its own, its rows paired with
 d=3's by the seed they stand beside. Planned, not fitted: no test here trains."""
 
@@ -59,18 +59,17 @@ def test_the_flag_takes_comma_lists_as_toml_does():
     assert spaced.depths_by_arm()["d=2"] == (2, 4, 6)
 
 
-def test_meetings_are_the_counts_both_arms_reach():
-    met = plan.meetings(config(arm_depths=MEETING, control=True, baselines=("mlp",)))
-    assert met[("d=2", "d=4")] == [36, 72, 108]
-    assert met[("d=2", "d=3")] == [108]
-    assert met[("d=3", "d=4")] == [108]
-    assert met[("d=3", CONTROL_LABEL)] == [27, 54, 108]  # the control climbs d=3's depths
-    assert met[("d=2", "mlp")] == []  # 12 per layer: it meets no poly rung
-    assert len(met) == 10  # every pair of the five arms, once
-    # one depth list for all (1, 2, 4, 8): d=3 meets neither, d=2 and d=4 where 2 L = 4 L'
-    shared = plan.meetings(config())
-    assert shared[("d=2", "d=3")] == shared[("d=3", "d=4")] == []
-    assert shared[("d=2", "d=4")] == [36, 72, 144]
+def test_the_plan_says_where_each_pair_the_answer_compares_meets():
+    from blocklab.experiments.degree_sweep import preflight
+
+    said = preflight.meeting_words(config(arm_depths=MEETING, control=True, baselines=("mlp",)))
+    assert "d=2/d=4 at 36, 72, 108;" in said
+    assert "d=2/d=3 at 36*, 72*, 108;" in said and "d=4/d=3 at 36*, 72*, 108;" in said
+    assert said.endswith(f"{CONTROL_LABEL}/d=3 at 27, 54, 108")  # it climbs d=3's depths
+    assert "mlp" not in said  # the answer compares degrees only
+    # one depth list for all (1, 2, 4, 8): d=3 meets the others only between its rungs
+    shared = preflight.meeting_words(config())
+    assert "d=2/d=4 at 36, 72, 144;" in shared and "d=2/d=3 at 36*, 72*, 144*;" in shared
 
 
 def test_ladders_planned_trials_and_their_rows_read_the_arms_depths():

@@ -269,6 +269,13 @@ def layer_degrees(arm, degree):
     return (float(degree),)
 
 
+# the degree sweep's negative control (a second d=3 arm of its own initializations), and the
+# pairs of arms its answer compares, the first read at its own counts: named with seed 000's
+# predictions, below both the experiment that plans them and the analysis that reads them
+CONTROL_LABEL = "d=3 (control)"
+ANSWER_PAIRS = (("d=2", "d=4"), ("d=2", "d=3"), ("d=4", "d=3"))
+
+
 def predicted_multiplier(arm: str, degree: float | None) -> float | None:
     """Seed 000's prediction of an arm's parameter multiplier against d = 3: equal degree proxy
     (eq. 17) means B_X h(X) = B_3 h(3), so B_X / B_3 = h(3) / h(X). None for non-polynomial arms,

@@ -8,8 +8,8 @@ import difflib
 from typing import Any
 
 from blocklab.errors import UserError
+from blocklab.theory import CONTROL_LABEL
 
-CONTROL_LABEL = "d=3 (control)"  # the negative control: d=3's block, its own initializations
 CONTROLLED = "d=3"  # the arm the control repeats
 # what sets every arm's shapes, in place of a form's --arm-depths
 SHAPES = ("budgets", "depths", "mode")

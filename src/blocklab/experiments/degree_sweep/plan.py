@@ -2,15 +2,14 @@
 (`shapes`), a cell's trial (`spec`), the trials a run fits (`trials`: a depth ladder's, or every
 cell's at its rate with the referees'), the rates (`rates`: searched for Adam, the config's for a
 fit), the rank of every arm's input Jacobian (`input_ranks`) against what its design lets through
-(`design_bound`), whether every arm's ladder continues (`check_ladders`), each fit's optimizer
-from its cost (`optimizers`), and where each pair of arms meets (`meetings`). The negative
-control's trials (`config.CONTROL_LABEL`) draw seeds of their own (`trial_seed`) and its rows
-keep the seed they stand beside (`row_keys`)."""
+(`design_bound`), whether every arm's ladder continues (`check_ladders`) and each fit's
+optimizer from its cost (`optimizers`). The negative control's trials (`theory.CONTROL_LABEL`)
+draw seeds of their own (`trial_seed`) and its rows keep the seed they stand beside
+(`row_keys`)."""
 
 from __future__ import annotations
 
 import functools
-import itertools
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -332,20 +331,6 @@ def shapes(cfg: DegreeSweepConfig, task: Task | None = None) -> Cells:
             )
             cells[(b, arm.label)] = (arm, shape)
     return cells
-
-
-def meetings(
-    cfg: DegreeSweepConfig, cells: Cells | None = None
-) -> dict[tuple[str, str], list[int]]:
-    """Per pair of the run's arms (in the order of `cfg.arms()`), the budgets where both have a
-    rung: the block counts both reach exactly without --budgets (at width 3, d=2:2,4,6 and
-    d=4:1,2,3 meet at 36, 72 and 108), every budget with them. A pair that never meets gets
-    an empty list: its contrast can only be interpolated. `cells`: the run's (`shapes`), where
-    the caller has them."""
-    cells = cells if cells is not None else shapes(cfg)
-    budgets = {a.label: {b for b, label in cells if label == a.label} for a in cfg.arms()}
-    pairs = itertools.combinations(budgets, 2)
-    return {(a, b): sorted(budgets[a] & budgets[b]) for a, b in pairs}
 
 
 def referees(cfg: DegreeSweepConfig, cells: Cells) -> list[TrialSpec]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from blocklab.experiments.degree_sweep import exact, plan
 from blocklab.experiments.degree_sweep.config import DegreeSweepConfig
+from blocklab.theory import ANSWER_PAIRS, CONTROL_LABEL
 
 
 @dataclass(frozen=True)
@@ -38,10 +39,6 @@ def check(cfg: DegreeSweepConfig, cells: plan.Cells, stage=None) -> Preflight:
     return Preflight(seen, counts)
 
 
-# the pairs the answer compares, the first arm read at its counts (`analysis.matched.PAIRS`)
-ANSWER_PAIRS = (("d=2", "d=4"), ("d=2", "d=3"), ("d=4", "d=3"), ("d=3 (control)", "d=3"))
-
-
 def meeting_words(cfg: DegreeSweepConfig, cells: plan.Cells | None = None) -> str | None:
     """Where each pair the answer compares meets, said before any fit: the counts both reach,
     those where the second arm is read between its rungs (*), and "never" for a pair whose
@@ -49,7 +46,7 @@ def meeting_words(cfg: DegreeSweepConfig, cells: plan.Cells | None = None) -> st
     cells = cells if cells is not None else plan.shapes(cfg)
     counts = {a.label: sorted({b for b, label in cells if label == a.label}) for a in cfg.arms()}
     said = []
-    for a, b in ANSWER_PAIRS:
+    for a, b in (*ANSWER_PAIRS, (CONTROL_LABEL, "d=3")):
         if a not in counts or b not in counts:
             continue
         inside = [p for p in counts[a] if counts[b][0] <= p <= counts[b][-1]]

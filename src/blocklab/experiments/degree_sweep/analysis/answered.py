@@ -107,7 +107,7 @@ class MatchedResult:
     teachers_needed: int | None = None  # the teachers that would decide m_2 / m_4
 
 
-def answer_run(rows, n_boot, level, width, checks, converge_tol, failed_trials=0):
+def answer_run(rows, n_boot, level, width, checks, failed_trials=0):
     """The matched answer of `rows` with the checks it rests on: the input rank measured before
     the fits (from the scaling view's `checks`), robustness, generalization, the negative
     control, and the checks the design holds (`matched_checks`)."""

@@ -15,7 +15,15 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from blocklab.analysis.cells import EDGE, FAILED, Check, Invocation, budget_stats, second_order
+from blocklab.analysis.cells import (
+    EDGE,
+    FAILED,
+    Change,
+    Check,
+    Invocation,
+    budget_stats,
+    second_order,
+)
 from blocklab.analysis.stats import Verdict
 from blocklab.experiments.degree_sweep.analysis import (
     design,
@@ -239,7 +247,7 @@ def analyze(
     scaling_counts: dict[str, Counted] = {}
     answered = None
     if answer and second_order(rows) and matched.applies(rows):
-        answered = answer_run(rows, n_boot, level, width, checks, converge_tol, failed_trials)
+        answered = answer_run(rows, n_boot, level, width, checks, failed_trials)
         # the scaling view keeps its own checks, but none whose slack is the resolution the
         # run claims (`converged`, `search`): the fits' certificate share at their own
         # tolerance, clustered by ladder, stands for them there; robustness for the answer
@@ -254,14 +262,14 @@ def analyze(
         count = "nominal"
     decision = counts[count].decision
     if run is not None and decision.outcome is not Outcome.VERDICT:
-        # what would settle a check at its edge is what its remedy changes; with every check
-        # passed, the teachers that would decide m_2 / m_4 (the matched answer's units)
-        why = decision.failed or decision.edges
+        # what would settle a check at its edge is what its remedy changes; with no check
+        # failed, the teachers that would decide m_2 / m_4 too (the matched answer's units)
+        more: tuple[Change, ...] = ()
         if answered is not None and not decision.failed and answered.teachers_needed:
-            # with the checks at their edge settled, the teachers m_2 / m_4 then needs
-            why = (*why, matched_checks.Teachers("teachers", passed=False,
-                                                 teachers=answered.teachers_needed))  # fmt: skip
-        after = design.next_run(why, run, decision.units_for_3pct)
+            teachers = getattr(run.cfg, "teachers", 1)
+            more = (Change("teachers", teachers, answered.teachers_needed),)
+        why = decision.failed or decision.edges
+        after = design.next_run(why, run, decision.units_for_3pct, more)
         if after is not None:
             chains = getattr(getattr(run.cfg, "train", None), "chains", "own")
             after = dataclasses.replace(after, cost=next_cost(rows, after.changes, chains))

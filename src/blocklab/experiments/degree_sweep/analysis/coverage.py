@@ -29,6 +29,7 @@ import numpy as np
 
 from blocklab.experiments.degree_sweep.analysis import multiplier
 from blocklab.experiments.degree_sweep.analysis.scaling import Observation
+from blocklab.theory import CONTROL_LABEL
 
 PER_LAYER = {"d=2": 18, "d=3": 27, "d=4": 36, "mlp": 12}
 DEPTHS = (1, 2, 4, 8)
@@ -254,8 +255,8 @@ def simulate_sized(
 # ---- the matched answer's intervals (`matched`) ------------------------------------------------
 
 # the matched demo's ladders (`DegreeSweepConfig.demo`'s --arm-depths), its control a second d=3
-MATCHED_DEPTHS = {"d=2": (2, 4, 6), "d=3": (1, 2, 4), "d=4": (1, 2, 3), "d=3 (control)": (1, 2, 4)}
-MATCHED_TRUTH = {"d=2": 0.9, "d=3": 1.0, "d=4": 1.05, "d=3 (control)": 1.0}
+MATCHED_DEPTHS = {"d=2": (2, 4, 6), "d=3": (1, 2, 4), "d=4": (1, 2, 3), CONTROL_LABEL: (1, 2, 4)}
+MATCHED_TRUTH = {"d=2": 0.9, "d=3": 1.0, "d=4": 1.05, CONTROL_LABEL: 1.0}
 SPIKE_EVERY, SPIKE = 20, 30.0  # one unit in 20 has one rung this far off (the stored run's)
 
 

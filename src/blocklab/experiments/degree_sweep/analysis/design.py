@@ -242,7 +242,7 @@ def _plateau(rows, stats, tol: float) -> Plateau:
     )
 
 
-def _generalization(rows, stats=None) -> Generalization:
+def _generalization(rows) -> Generalization:
     """Per cell the geometric mean over its units of test / training loss (`generalized`)."""
     units: dict[tuple[str, int], list[float]] = defaultdict(list)
     for r in rows:
@@ -320,7 +320,7 @@ def design_checks(
             converged_check(rows, converge_tol, multiplier),
             search_check(rows, multiplier),
             curve,
-            _generalization(rows, stats),
+            _generalization(rows),
         ]  # fmt: skip
     else:
         middle = [_plateau(rows, stats, tol), curve, _lr_edge(lr_choice)]
@@ -347,15 +347,18 @@ def _further(a, b):
     return max(a, b)
 
 
-def next_run(failed, run: Invocation, units_needed: int | None = None) -> NextRun | None:
-    """What to run next: the remedies of the `failed` checks, merged (the furthest value of a
-    key two pick), and with no failed check the (teacher, seed) units `units_needed` a +-3%
-    interval needs, as seeds. Changes the new config would not read are dropped; None where
-    nothing is left to change or the config refuses the changes."""
+def next_run(
+    failed, run: Invocation, units_needed: int | None = None, more: tuple[Change, ...] = ()
+) -> NextRun | None:
+    """What to run next: the remedies of the `failed` checks and the changes `more` (the
+    matched answer's teachers), merged (the furthest value of a key two pick), and with neither
+    the (teacher, seed) units `units_needed` a +-3% interval needs, as seeds. Changes the new
+    config would not read are dropped; None where nothing is left to change or the config
+    refuses the changes."""
     cfg = run.cfg
     picked: dict[str, Change] = {}
-    found = [c for check in failed for c in check.remedy(cfg)]
-    if not failed:
+    found = [c for check in failed for c in check.remedy(cfg)] + list(more)
+    if not found:
         seeds = math.ceil((units_needed or 2 * cfg.teachers * cfg.seeds) / cfg.teachers)
         found.append(Change("seeds", cfg.seeds, max(cfg.seeds + 1, seeds)))
     for c in found:

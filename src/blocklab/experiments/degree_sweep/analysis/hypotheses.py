@@ -109,8 +109,8 @@ def answer(m: Matched, predicted: dict[str, dict[str, float]], silenced: bool) -
         entries.append({
             "quantity": q, "estimate": e.m, "ci_low": e.low, "ci_high": e.high,
             "pi_low": e.pi_low, "pi_high": e.pi_high, "tau": e.tau, "units": e.units,
-            "teachers": e.teachers, "plain": e.plain, "plain_ci": [e.plain_low, e.plain_high],
-            "median": e.median, "hypotheses": hyp,
+            "teachers": e.teachers, "plain": e.plain, "plain_ci_low": e.plain_low,
+            "plain_ci_high": e.plain_high, "median": e.median, "hypotheses": hyp,
         })  # fmt: skip
     for a, b, q in VERSUS:
         e = m.get(q)

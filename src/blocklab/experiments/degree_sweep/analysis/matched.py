@@ -39,11 +39,14 @@ import numpy as np
 from scipy import stats as st
 
 from blocklab.analysis.cells import loss
+from blocklab.theory import ANSWER_PAIRS, CONTROL_LABEL
 
 # (first arm, second arm, quantity): m is the first arm's multiplier against the second
-PAIRS = (("d=2", "d=4", "m2/m4"), ("d=2", "d=3", "m(d=2)"), ("d=4", "d=3", "m(d=4)"))
+PAIRS = tuple(
+    (a, b, q) for (a, b), q in zip(ANSWER_PAIRS, ("m2/m4", "m(d=2)", "m(d=4)"), strict=True)
+)
 QUANTITIES = ("m(d=2)", "m(d=4)", "m2/m4")  # the answer's order
-CONTROL = "d=3 (control)"  # the negative control: a second d=3 arm of its own initializations
+CONTROL = CONTROL_LABEL  # the negative control: a second d=3 arm of its own initializations
 REFERENCE = "d=3"
 COMPARED = ("d=2", "d=3", "d=4")  # the arms the pooled exponent reads
 TRIM = 0.2  # the trimmed mean's share cut from each end

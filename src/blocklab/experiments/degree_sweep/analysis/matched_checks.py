@@ -11,14 +11,17 @@ in, each with its own 95% band, and the answer's status.
 - `generalization`: per (arm, count) cell, the geometric mean over units of test / training
   loss (the chain the estimator reads), with a t band of the units' log ratios about it; at
   most GENERALIZATION_RATIO.
-- `converged`: the share of rungs whose certificate holds (doubling the iterations gained less
-  than the fits' own tolerance), at least CONVERGED_SHARE, with a Wilson band on the effective
-  number of rungs (`cells.cluster_wilson`: the rungs of one ladder are clustered).
 - `negative_control`: the second d=3 arm, of its own initializations, against d=3: m = 1 must
   lie in its interval (passed); both its intervals, trimmed and plain, excluding 1 fail it; one
   of them excluding 1 is its edge. A run without the control arm cannot pass it: "not run".
 - `width_matched` and `replicates`: in width mode every arm is built at one width, and the plan
   fixes the units: "by design" unless a trial failed to finish.
+
+And one for the scaling-law view beside the answer, in place of its checks whose slack is the
+resolution a run claims: `converged`, the share of rungs whose certificate holds (doubling the
+iterations gained less than the fits' own tolerance), at least CONVERGED_SHARE, with a Wilson
+band on the effective number of rungs (`cells.cluster_wilson`: the rungs of one ladder are
+clustered).
 
 Outcomes: PASSED, EDGE, FAILED, BY_DESIGN (`cells`). A failed check: NO VERDICT; one at its
 edge: INCONCLUSIVE; every check passed and m_2 / m_4 decided (beats, loses to or equivalent):
@@ -115,16 +118,6 @@ class ByDesign(Check):
         if self.name == "replicates":
             return (Change("teachers", cfg.teachers, max(cfg.teachers + 1, MIN_REPLICATES)),)
         return ()
-
-
-@dataclass(frozen=True)
-class Teachers(Check):
-    """Not a check: the teachers a decided m_2 / m_4 needs, as a next run's change."""
-
-    teachers: int
-
-    def remedy(self, cfg) -> tuple[Change, ...]:
-        return (Change("teachers", cfg.teachers, self.teachers),)
 
 
 def robustness(rows, full: mt.Matched, n_boot: int, level: float = mt.LEVEL) -> Robustness:

@@ -107,8 +107,8 @@ def answer_lines(capacity, markdown: bool = False) -> list[str]:
             "teachers")  # fmt: skip
     body = [
         (SHORT[e["quantity"]], _m(e["estimate"]), _band(e["ci_low"], e["ci_high"]),
-         f"{_m(e['plain'])} {_band(*e['plain_ci'])}", _m(e["median"]), _m(e["tau"]),
-         _band(e["pi_low"], e["pi_high"]), str(e["teachers"]))
+         f"{_m(e['plain'])} {_band(e['plain_ci_low'], e['plain_ci_high'])}", _m(e["median"]),
+         _m(e["tau"]), _band(e["pi_low"], e["pi_high"]), str(e["teachers"]))
         for e in ans.entries
     ]  # fmt: skip
     hyp_head = ("quantity", *(NAMES[n] for n in hy.HYPOTHESES))
@@ -193,11 +193,8 @@ def json(capacity) -> dict[str, Any]:
     if res is None:
         return {"answer": [], "versus": [], "contrasts": []}
     est = res.estimates
-    answer = [{k: v for k, v in e.items() if k not in ("plain_ci",)} | {
-        "plain_ci_low": e["plain_ci"][0], "plain_ci_high": e["plain_ci"][1]}
-        for e in res.answer.entries]  # fmt: skip
     return {
-        "answer": answer,
+        "answer": res.answer.entries,
         "versus": res.answer.versus,
         "contrasts": [c.json() for c in est.contrasts],
         "matched": {

@@ -295,7 +295,7 @@ def detail(check: Check) -> str:
 
 def check_lines(capacity) -> list[str]:
     """The design checks, one line each; with a matched answer, the checks it rests on and then
-    the scaling view's (`answer.check_lines`)."""
+    the scaling view's, secondary (`answer.DETAIL` words the answer's own)."""
     out = [f"- {WORD[c.outcome]}: {c.name}: {detail(c)}" for c in capacity.checks]
     if capacity.scaling_checks:
         out += ["", "the scaling-law view's checks (secondary: they gate its own fit, not the "

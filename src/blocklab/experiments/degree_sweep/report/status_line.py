@@ -117,7 +117,7 @@ def status_line(capacity, action: bool = True) -> tuple[bool, str]:
     on the page) makes no "above" or "below" right. `action` False: the status alone, whole,
     without what to change and in no set width (the page's banner gives the next command a
     line of its own, `change`). A run whose arms meet leads with its matched answer
-    (`answer.status_line`)."""
+    (`_matched_line`)."""
     if getattr(capacity, "matched", None) is not None:
         return _matched_line(capacity, action)
     d = capacity.decision
