@@ -1,7 +1,9 @@
 """Check a machine's accelerator in one command: every training experiment's tiny form and the bench
 on one device, a line each (trials done / failed, seconds); every registered measure on a network
 there; the host reads of an ensemble's training (on CUDA: the syncs torch reports, which may grow
-with the steps by the reads and copies the design schedules, no more: `sync_line`); then seed
+with the steps by the reads and copies the design schedules, no more: `sync_line`); the ensemble
+optimizer's two paths timed on the device (`optimizer_line`: which one the device takes, and
+whether it is the faster there); then seed
 001's quick and medium depth-width forms and the token suite's width sweep (`mad --sweep-width`,
 its zoology claim's line printed) timed, with `--workers` processes sharing the device, each form
 with the device's busy share while it ran (`busy.Busy`: the driver's utilization samples). It
@@ -197,6 +199,42 @@ def sync_line(counts: dict[int, int], eval_points: int = SYNC_EVAL_POINTS) -> tu
     )
 
 
+def optimizer_line(device: str, width: int = 256, members: int = 16, steps: int = 50) -> str:
+    """The ensemble optimizer's paths (`stacked_adamw.PATHS`) timed on the device, milliseconds
+    per step (the fastest of three runs of `steps`), on the parameters of the bench's MLP row at
+    `width` with E = `members`; gradients are fixed random numbers and every member lives."""
+    from blocklab import bench
+    from blocklab.fitting.ensemble import Ensemble
+    from blocklab.fitting.stacked_adamw import PATHS, StackedAdamW, default_path
+
+    cfg = dataclasses.replace(bench.BenchConfig(), device=device)
+    ms = {}
+    for path in PATHS:
+        ens = Ensemble([bench._net(cfg, width, seed) for seed in range(members)])
+        params = [p for p in ens.params.values() if p.requires_grad]
+        opt = StackedAdamW(params, [1e-3] * members, 0.01, path=path)
+        for g in opt.grads:
+            g.normal_()
+        live = torch.ones(members, dtype=torch.bool, device=device)
+        norms = torch.ones(members, device=device)
+        best = float("inf")
+        for _ in range(3):
+            bench.sync(device)
+            start = time.perf_counter()
+            for _ in range(steps):
+                opt.step(1.0, live, norms, 1.0)
+            bench.sync(device)
+            best = min(best, time.perf_counter() - start)
+        ms[path] = best / steps * 1e3
+    taken = default_path(torch.device(device))
+    fastest = min(ms, key=ms.get)
+    return (
+        f"{'ok  ' if taken == fastest else 'SLOW'} ensemble optimizer at width {width}, E = "
+        f"{members}: " + ", ".join(f"{p} {t:.2f} ms a step" for p, t in ms.items())
+        + f"; {device} takes {taken}"
+    )
+
+
 def check(device: str, precision: str | None, forms: bool, workers: int) -> bool:
     ok = True
     extra = ["--device", device, "--workers", "1", "--quiet"]
@@ -225,6 +263,7 @@ def check(device: str, precision: str | None, forms: bool, workers: int) -> bool
             good, line = sync_line({steps: syncs(device, steps) for steps in SYNC_STEPS})
             ok &= good
             print(line, flush=True)
+        print(optimizer_line(device), flush=True)  # measured, not a pass or fail
         if forms:
             shared = [*extra[:2], "--workers", str(workers), *extra[4:]]
             for form in ([], ["--medium"]):

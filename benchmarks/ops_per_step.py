@@ -6,7 +6,11 @@ the CPU under torch.profiler, the aten operators of one step of `ensemble.train_
 (forward, loss, backward, gradient norms, the divergence mask, AdamW), after a warm-up step, on
 the "stacked" path:
 
-    PYTHONPATH=src python benchmarks/ops_per_step.py [--members 1 4 16] [--rates 1] [--json]
+    PYTHONPATH=src python benchmarks/ops_per_step.py [--members 1 4 16] [--rates 1]
+        [--paths skip mask] [--json]
+
+Each of the optimizer's paths is counted (`stacked_adamw.PATHS`: "skip", a CPU's, and "mask", a
+GPU's), whatever the device that counts.
 
 "dispatched" counts the operators the step calls (those not called by another aten operator);
 "nested" adds those the CPU's kernels call inside them (a foreach operator runs on the CPU as one
@@ -27,6 +31,7 @@ from blocklab.experiments.depth_width import shape as lm_shape
 from blocklab.fitting import ensemble
 from blocklab.fitting.ensemble import Ensemble, StackedAdamW
 from blocklab.fitting.monitor import DeviceMonitors, TrialMonitor
+from blocklab.fitting.stacked_adamw import PATHS
 from blocklab.fitting.network import init_model, task_data
 from blocklab.fitting.train import autocast, backward, lr_factor
 from blocklab.models import parse_arm
@@ -62,15 +67,16 @@ def specs(case: str, members: int, rates: int = 1) -> list[TrialSpec]:
     ]
 
 
-def training_step(group: list[TrialSpec]):
-    """One step of `train_ensemble`'s loop on the group, as a function of the step number."""
+def training_step(group: list[TrialSpec], path: str):
+    """One step of `train_ensemble`'s loop on the group, its optimizer on `path`, as a function
+    of the step number."""
     datas = [task_data(s.task, s.task_options, s.seed) for s in group]
     models = [init_model(s, d, "cpu", s.seed) for s, d in zip(group, datas, strict=True)]
     cfg, seeds = group[0].train, [s.seed for s in group]
     ens = Ensemble(models, "stacked")
     draw, device = ensemble._batches(datas, cfg.batch_size, seeds)
     trained = [p for p in ens.params.values() if p.requires_grad]
-    opt = StackedAdamW(trained, [s.train.lr for s in group], cfg.weight_decay)
+    opt = StackedAdamW(trained, [s.train.lr for s in group], cfg.weight_decay, path=path)
     monitors = [TrialMonitor(cfg, 0.0) for _ in group]
     pending = DeviceMonitors(monitors, cfg.blowup, device)
     cast = autocast(device, cfg.precision)
@@ -101,32 +107,37 @@ def count(events) -> dict[str, int]:
     return {"dispatched": sum(outermost(e) for e in aten), "nested": len(aten)}
 
 
-def step_ops(case: str, members: int, rates: int = 1) -> dict[str, int]:
+def step_ops(case: str, members: int, rates: int = 1, path: str = "skip") -> dict[str, int]:
     """The operator counts of the second step of an ensemble of `members` members."""
     torch.manual_seed(0)
-    step = training_step(specs(case, members, rates))
+    step = training_step(specs(case, members, rates), path)
     step(1)  # warm-up: the first step allocates the gradients and the optimizer's state
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         step(2)
     return count(prof.events())
 
 
-def main(argv: list[str] | None = None) -> dict[str, dict[int, dict[str, int]]]:
+def main(argv: list[str] | None = None) -> dict[str, dict[str, dict[int, dict[str, int]]]]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--members", type=int, nargs="+", default=list(MEMBERS))
     p.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
     p.add_argument("--rates", type=int, default=1, help="distinct learning rates (default 1)")
+    p.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
     p.add_argument("--json", action="store_true", help="print the counts as JSON")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
-    table = {c: {m: step_ops(c, m, args.rates) for m in args.members} for c in args.cases}
+    table = {
+        path: {c: {m: step_ops(c, m, args.rates, path) for m in args.members} for c in args.cases}
+        for path in args.paths
+    }
     if args.json:
         print(json.dumps(table, indent=1))
         return table
-    print(f"{'case':<8} {'members':>7} {'dispatched':>10} {'nested':>7}")
-    for case, rows in table.items():
-        for m, n in rows.items():
-            print(f"{case:<8} {m:>7} {n['dispatched']:>10} {n['nested']:>7}")
+    print(f"{'path':<5} {'case':<8} {'members':>7} {'dispatched':>10} {'nested':>7}")
+    for path, cases in table.items():
+        for case, rows in cases.items():
+            for m, n in rows.items():
+                print(f"{path:<5} {case:<8} {m:>7} {n['dispatched']:>10} {n['nested']:>7}")
     return table
 
 

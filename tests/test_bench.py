@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from blocklab import bench
+from blocklab.cli import bench as bench_cli
 from blocklab.cli import main
 from blocklab.fitting.ensemble import Ensemble
 from blocklab.models import Net, parse_arm
@@ -23,6 +24,16 @@ def test_step_flops_count_every_linear_map():
     # embedding 32x32, four fused degree-3 projections 32x96, readout 32x1
     macs = 32 * 32 + 4 * 32 * 96 + 32
     assert bench.step_flops(net, 128) == 6 * 128 * macs
+
+
+def test_a_language_models_flops_count_attentions_products():
+    cfg = bench.BenchConfig(lm_vocab=16, lm_seq_len=8)
+    net = bench._lm_net(cfg, 8, 0)
+    # per layer q, k, v, o 8x8 and the feed-forward 8x32, 32x8; the readout 8x16
+    per_token = 2 * (4 * 8 * 8 + 2 * 8 * 32) + 8 * 16
+    # per layer and sequence: scores and weighted values, T^2 x 8 each (2 heads of 4)
+    per_sequence = 2 * 2 * 8 * 8 * 8
+    assert bench.lm_step_flops(net, 4, 8) == 6 * (4 * 8 * per_token + 4 * per_sequence)
 
 
 def test_a_small_bench_measures_both_loops():
@@ -49,10 +60,16 @@ def test_a_small_bench_measures_both_loops():
         assert 0 < w["matmul_share"] <= 1
     assert [w["width"] for w in r["lm_widths"]] == [8]
     for w in r["lm_widths"]:
-        assert set(w) == {"width", "sequential", "ensemble", "speedup", "precision"}
+        assert set(w) == {
+            "width", "sequential", "ensemble", "speedup", "precision", "ensemble_gflops",
+            "flops_per_step", "fraction_of_ceiling",
+        }  # fmt: skip
         assert w["precision"] == "float32"  # the CPU's default step
         assert w["sequential"] > 0 and w["ensemble"] > 0
         assert w["speedup"] == pytest.approx(w["ensemble"] / w["sequential"])
+        gflops = w["ensemble"] * w["flops_per_step"] / 1e9
+        assert w["ensemble_gflops"] == pytest.approx(gflops)
+        assert w["fraction_of_ceiling"] == pytest.approx(gflops / r["matmul_ceiling_gflops"])
     assert r["lm"] == {"depth": 2, "heads": 2, "vocab": 16, "seq_len": 8, "batch_size": 4}
     assert r["fit"] == {
         "task": "teacher", "degree": 3, "width": 2, "restarts": 2, "iterations": 4,
@@ -95,6 +112,12 @@ def test_bench_command_prints_json(capsys):
     assert main([*argv, *fits]) == 0
     text = capsys.readouterr().out
     assert "converged fits: K = 2 restarts" in text and "one Levenberg-Marquardt iteration" in text
+    # each row says where the ensemble trained slower than one by one in that run (planted)
+    out["widths"][0]["speedup"], out["lm_widths"][0]["speedup"] = 0.55, 1.5
+    lines = bench_cli._table(out).splitlines()
+    [mlp] = [line for line in lines if "0.55x" in line]
+    [lm] = [line for line in lines if "1.50x" in line]
+    assert mlp.endswith("ensemble slower than one by one") and "slower" not in lm
     assert [s["params"] for s in out["fit_split"]] == [out["fit_depths"][0]["params"]]
     # none: no language-model rows, no fit rows
     assert main([*argv[:-4], "--lm-widths", "--fit-depths", "--split-depths"]) == 0

@@ -3,18 +3,13 @@ samples; none measured where no sampler runs (this CPU machine)."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "busy.py"
+from _scripts import load
 
 
 def _busy():
-    spec = importlib.util.spec_from_file_location("busy", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.Busy
+    return load("busy").Busy
 
 
 def test_the_share_is_the_mean_of_the_samples_and_a_bad_reading_is_skipped():

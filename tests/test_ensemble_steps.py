@@ -1,5 +1,6 @@
 """An ensemble step on the device: one optimizer pass for members at different rates, a
-diverged member frozen by a mask, and no host reads between checkpoints."""
+diverged member frozen (left out of the kernel's calls, or put back by a mask), and on the
+"mask" path, a GPU's, no host reads between checkpoints."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ from torch import nn
 
 from _specs import small_trial
 from blocklab.engine import trial
-from blocklab.fitting import ensemble, monitor
+from blocklab.fitting import ensemble, monitor, stacked_adamw
 from blocklab.fitting.ensemble import StackedAdamW
 from blocklab.fitting.monitor import eval_steps
 from blocklab.specs import TrainConfig
 
 
-def test_one_pass_at_each_members_rate_is_torchs_adamw_and_a_masked_member_stays_put():
+@pytest.mark.parametrize("path", stacked_adamw.PATHS)
+def test_one_pass_at_each_members_rate_is_torchs_adamw_and_a_frozen_member_stays_put(path):
     torch.manual_seed(0)
     shapes = [(3, 4, 5), (3, 5)]  # (E, ...) for E = 3
     lrs, clip, wd = [1e-2, 3e-3, 1e-1], 0.5, 0.01
@@ -26,7 +28,7 @@ def test_one_pass_at_each_members_rate_is_torchs_adamw_and_a_masked_member_stays
     torch_opts = [
         torch.optim.AdamW(ps, lr=lr, weight_decay=wd) for ps, lr in zip(alone, lrs, strict=True)
     ]
-    opt = StackedAdamW(stacked, lrs, wd)
+    opt = StackedAdamW(stacked, lrs, wd, path=path)
     frozen_at = [p.detach()[2].clone() for p in stacked]
     for step in range(6):
         grads = [torch.randn(s) for s in shapes]
@@ -72,12 +74,14 @@ def _specs(steps: int):
 READS = ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "numpy", "cpu")
 
 
-def _host_reads(monkeypatch, steps: int) -> int:
-    """How often a tensor is read back to the host while an ensemble trains `steps` steps."""
+def _host_reads(monkeypatch, steps: int, path: str = "mask") -> int:
+    """How often a tensor is read back to the host while an ensemble trains `steps` steps, its
+    optimizer on `path`."""
     specs = _specs(steps)
     prepared = [trial._prepare(s, "cpu") for s in specs]
     count = [0]
     with monkeypatch.context() as patch:
+        patch.setattr(stacked_adamw, "default_path", lambda device: path)
         for name in READS:
             original = getattr(torch.Tensor, name)
 
@@ -106,6 +110,15 @@ def test_host_reads_do_not_grow_with_the_steps_between_checkpoints(monkeypatch, 
         return sum(s % read_every == 0 and s not in due for s in range(1, steps + 1))
 
     assert long - short == extra(80) - extra(20)
+
+
+def test_the_cpus_skip_path_reads_which_members_live_once_a_step(monkeypatch):
+    """The "skip" path, a CPU's, reads the (E,) mask every step, and nothing else more: 60 steps
+    more, 60 reads more than the "mask" path makes (which would fail the test above)."""
+    monkeypatch.setattr(monitor, "READ_EVERY", 10_000)
+    skip = _host_reads(monkeypatch, 80, "skip") - _host_reads(monkeypatch, 20, "skip")
+    mask = _host_reads(monkeypatch, 80, "mask") - _host_reads(monkeypatch, 20, "mask")
+    assert skip - mask == 80 - 20
 
 
 def test_the_branch_free_long_way_of_the_cross_entropy_is_torchs():

@@ -3,19 +3,12 @@ experiment (its run on a device is a timing, not a test: docs/scale.md)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
+from _scripts import load
 from blocklab.experiments import EXPERIMENTS
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("gpu_check")
 
 
 def test_it_runs_every_training_experiments_tiny_form():
@@ -60,3 +53,10 @@ def test_the_width_sweeps_line_reads_zoologys_claim_or_says_it_found_none():
                                                "evidence": "width 16 for 4 pairs"}]}  # fmt: skip
     assert check.zoology_line(found) == "zoology's claim: agrees (width 16 for 4 pairs)"
     assert check.zoology_line({}) == "zoology's claim: not in the run's JSON"
+
+
+def test_the_optimizer_line_times_both_paths_and_names_the_devices():
+    check = _load()
+    line = check.optimizer_line("cpu", width=8, members=2, steps=2)
+    assert "skip " in line and "mask " in line and line.endswith("cpu takes skip")
+    assert line.startswith(("ok  ", "SLOW"))  # a timing: which, this test cannot promise

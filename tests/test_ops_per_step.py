@@ -4,33 +4,28 @@ members would show."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
+import pytest
 import torch
 
-from blocklab.fitting.stacked_adamw import StackedAdamW
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "ops_per_step.py"
+from _scripts import load
+from blocklab.fitting.stacked_adamw import PATHS, StackedAdamW
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("ops_per_step", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("ops_per_step")
 
 
-def _dispatched(bench, members: int, rates: int = 1) -> int:
-    return bench.step_ops("teacher", members, rates)["dispatched"]
+def _dispatched(bench, members: int, rates: int = 1, path: str = "skip") -> int:
+    return bench.step_ops("teacher", members, rates, path)["dispatched"]
 
 
-def test_a_step_dispatches_as_many_operators_at_1_4_and_16_members():
+@pytest.mark.parametrize("path", PATHS)
+def test_a_step_dispatches_as_many_operators_at_1_4_and_16_members(path):
     bench = _load()
-    counts = [_dispatched(bench, m) for m in (1, 4, 16)]
+    counts = [_dispatched(bench, m, path=path) for m in (1, 4, 16)]
     assert counts[0] == counts[1] == counts[2], counts
     # the fused AdamW kernel takes one rate: one more call per rate, not per member
-    assert _dispatched(bench, 4, rates=2) == counts[0] + 1
+    assert _dispatched(bench, 4, rates=2, path=path) == counts[0] + 1
 
 
 class _PerMember(StackedAdamW):
@@ -41,7 +36,8 @@ class _PerMember(StackedAdamW):
             torch._foreach_zero_([g[e] for g in self.grads])
 
 
-def test_a_loop_over_the_members_fails_the_check(monkeypatch):
+@pytest.mark.parametrize("path", PATHS)
+def test_a_loop_over_the_members_fails_the_check(monkeypatch, path):
     bench = _load()
     monkeypatch.setattr(bench, "StackedAdamW", _PerMember)
-    assert _dispatched(bench, 1) < _dispatched(bench, 4)
+    assert _dispatched(bench, 1, path=path) < _dispatched(bench, 4, path=path)

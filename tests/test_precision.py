@@ -3,13 +3,11 @@ form in it; and a store never answers one precision with another."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
 import blocklab
+from _scripts import load
 from blocklab.cli import main
 from blocklab.fitting.train import autocast, precision
 
@@ -20,10 +18,7 @@ DW += ["--steps", "6", "--batch-size", "16", "--eval-points", "2", "--quiet", "-
 
 def _tiny_forms() -> dict[str, list[str]]:
     """benchmarks/gpu_check.py's tiny form of every training experiment, one list for both."""
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
-    spec = importlib.util.spec_from_file_location("gpu_check", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load("gpu_check")
     # the degree sweep's fits are float64 second-order ones: --precision leaves them as they are
     return {k: v for k, v in module.TINY.items() if k != "degree-sweep"}
 

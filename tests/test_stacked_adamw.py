@@ -1,12 +1,13 @@
-"""The ensemble's optimizer (`fitting.stacked_adamw`): its step is, bit for bit, torch's fused AdamW
-kernel called for each member alone with a frozen member skipped, and its flat buffers hold the
-parameters in place."""
+"""The ensemble's optimizer (`fitting.stacked_adamw`): its step, on either path, is bit for bit
+torch's fused AdamW kernel called for each member alone with a frozen member skipped, and its flat
+buffers hold the parameters in place."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from blocklab.fitting.stacked_adamw import StackedAdamW, packed
+from blocklab.fitting.stacked_adamw import PATHS, StackedAdamW, default_path, packed
 
 SHAPES = [(4, 5, 7), (4, 7), (4, 3, 3, 2), (4, 16)]  # (E, ...): lengths with and without a tail
 LRS = [1e-2, 3e-3, 1e-2, 1e-1]  # two members at one rate
@@ -38,12 +39,13 @@ def _per_member(params, state, lrs, t, factor, live, norms, clip, wd):
         )
 
 
-def test_a_step_is_the_kernel_called_for_each_member_alone_to_the_bit():
+@pytest.mark.parametrize("path", PATHS)
+def test_a_step_is_the_kernel_called_for_each_member_alone_to_the_bit(path):
     gen = torch.Generator().manual_seed(0)
     stacked = [torch.randn(s, generator=gen).requires_grad_() for s in SHAPES]
     alone = [p.detach().clone() for p in stacked]
     state = [[torch.zeros(s) for s in SHAPES] for _ in range(3)]
-    opt = StackedAdamW(stacked, LRS, weight_decay=0.01)
+    opt = StackedAdamW(stacked, LRS, weight_decay=0.01, path=path)
     for step in range(1, 7):
         grads = [torch.randn(s, generator=gen) for s in SHAPES]
         if step >= 4:  # member 1 diverged at step 4: a NaN gradient, frozen from then on
@@ -77,3 +79,10 @@ def test_packed_moves_tensors_into_one_buffer_once_and_keeps_them():
     assert again.data_ptr() == flat.data_ptr() and again.shape == flat.shape
     again.fill_(2.0)
     assert all((v == 2.0).all() for v in views)
+
+
+def test_a_cpu_skips_and_a_gpu_masks():
+    assert default_path(torch.device("cpu")) == "skip"
+    assert default_path(torch.device("cuda", 0)) == "mask"
+    with pytest.raises(ValueError, match="path must be one of"):
+        StackedAdamW([torch.zeros(2, 3, requires_grad=True)], [1e-3, 1e-3], 0.0, path="loop")

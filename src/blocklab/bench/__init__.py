@@ -12,6 +12,7 @@
 (d) the same two loops for small transformer language models (token ids, learned positions,
     causal softmax attention, a ReLU 4x feed-forward, layer norm), per width: the networks of
     the depth-width experiment, which run on the ensemble's stacked path like the polynomial ones;
+    their GFLOP/s count attention's two (T, T) products beside the linear maps;
 (e) certified Levenberg-Marquardt fits per minute (`fitting.fit`, each fit `converged` over its
     iterations, as `fitting.converge` fits a trial's restarts): the restarts of a small degree-3
     network on the teacher task, fitted one after another vs as one batched computation
@@ -35,6 +36,7 @@ import torch
 from torch import nn
 
 from blocklab.bench.fits import FIT_TASK, fit_rows, split_rows
+from blocklab.blocks.softmax_attention import SoftmaxAttention
 from blocklab.fitting.ensemble import train_ensemble
 from blocklab.fitting.plan import matmul_rate, sync
 from blocklab.fitting.train import precision, train
@@ -148,6 +150,18 @@ def step_flops(net: nn.Module, batch: int) -> int:
     return 6 * batch * macs
 
 
+def lm_step_flops(net: nn.Module, sequences: int, seq_len: int) -> int:
+    """A language model's `step_flops`: its linear maps at every token, and per sequence each
+    softmax attention's two (T, T) products per head, the scores and the weighted values (all
+    T^2 of them: the causal mask is applied to full products)."""
+    attention = sum(
+        2 * seq_len**2 * m.heads * m.head_dim
+        for m in net.modules()
+        if isinstance(m, SoftmaxAttention)
+    )
+    return step_flops(net, sequences * seq_len) + 6 * sequences * attention
+
+
 def _time_sequential(load: _Load, steps: int) -> float:
     train_cfg, nets, device = load.train_cfg(steps), load.nets(), load.cfg.device
     sync(device)
@@ -236,12 +250,15 @@ def lm_rows(cfg: BenchConfig) -> list[dict]:
         loops["ensemble"] = _Timing(load, _time_ensemble)
         _interleaved(loops, cfg.repeats)
         seq, ens = loops["sequential"].rate, loops["ensemble"].rate
+        flops = lm_step_flops(_lm_net(cfg, width, 0), cfg.lm_batch_size, cfg.lm_seq_len)
         rows.append(
             {
                 "width": width,
                 "sequential": seq,
                 "ensemble": ens,
                 "speedup": ens / seq,
+                "ensemble_gflops": ens * flops / 1e9,
+                "flops_per_step": flops,
                 "precision": precision(cfg.device),
             }
         )
@@ -288,7 +305,7 @@ def run_bench(cfg: BenchConfig) -> dict:
         threads = torch.get_num_threads()
     # the ceiling is measured before and after every width; the machine's best is the ceiling
     ceiling = max(ceilings)
-    for row in rows:
+    for row in rows + lm:
         row["fraction_of_ceiling"] = row["ensemble_gflops"] / ceiling
     return {
         "device": _device_name(cfg.device),

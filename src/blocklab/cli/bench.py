@@ -96,6 +96,7 @@ def _table(r: dict) -> str:
             f"{w['ensemble_steps_per_s']:>8.0f}  {w['speedup']:>7.2f}x  "
             f"{w['ensemble_gflops']:>16.1f}  {w['fraction_of_ceiling']:>9.0%}  "
             f"{'-' if w['matmul_share'] is None else format(w['matmul_share'], '.0%'):>12}"
+            f"{_slower(w['speedup'])}"
         )
     if r["lm_widths"]:
         lm = r["lm"]
@@ -104,12 +105,13 @@ def _table(r: dict) -> str:
             f"language models: depth {lm['depth']}, {lm['heads']} heads of causal softmax "
             f"attention, ReLU 4x feed-forward, layer norm; vocabulary {lm['vocab']}, "
             f"{lm['seq_len']} tokens, batch {lm['batch_size']}",
-            "width  sequential  ensemble  speed-up",
+            "width  sequential  ensemble  speed-up  ensemble GFLOP/s  of ceiling",
             "       (model-steps per second)",
         ]
         lines += [
             f"{w['width']:>5}  {w['sequential']:>10.0f}  {w['ensemble']:>8.0f}  "
-            f"{w['speedup']:>7.2f}x"
+            f"{w['speedup']:>7.2f}x  {w['ensemble_gflops']:>16.1f}  "
+            f"{w['fraction_of_ceiling']:>9.0%}{_slower(w['speedup'])}"
             for w in r["lm_widths"]
         ]
     if r["fit_depths"]:
@@ -144,3 +146,8 @@ def _table(r: dict) -> str:
             for w in r["fit_split"]
         ]
     return "\n".join(lines)
+
+
+def _slower(speedup: float) -> str:
+    """A row's words where the ensemble trained its members slower than one by one in the run."""
+    return "  ensemble slower than one by one" if speedup < 1 else ""

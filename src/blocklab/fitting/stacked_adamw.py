@@ -2,15 +2,22 @@
 a number of operators that does not grow with the members (`blocklab.fitting.ensemble`).
 
 The parameters, their gradients and the two moments lie end to end in flat buffers (`packed`),
-so what acts on every member at once is one operator on a buffer: zeroing the gradients, scaling
-them by each member's clipping factor, putting back the members a step must not move. The update
-itself is torch's fused AdamW kernel on each member's views of the buffers, the computation the
-kernel makes for that member alone; a kernel takes one learning rate, so it is one call for all
-the members at one rate: one for a sweep over seeds, one per rate for a grid of rates.
+so zeroing the gradients is one operator on a buffer. The update itself is torch's fused AdamW
+kernel on each member's views of the buffers, the computation the kernel makes for that member
+alone; a kernel takes one learning rate, so it is one call for all the members at one rate: one
+for a sweep over seeds, one per rate for a grid of rates. Each member's gradients are scaled by
+its clipping factor through (E, 1, ...) views of the factors, one operator for every tensor.
 
-A member that a step must not move (`live` False: it diverged, its gradient may be NaN) is put
-back where it stood from a copy the step takes first, selected on the device: nothing is read
-back to the host.
+A member that a step must not move (`live` False: it diverged, its gradient may be NaN) stays
+where it stood, by one of two paths, chosen by the device:
+- "skip" (a CPU): the kernel's calls leave its views out. Which members live is read on the host,
+  which costs a CPU nothing, and a step touches no number twice.
+- "mask" (a GPU): reading `live` back would wait for every step queued before it, so the step
+  takes a copy of the parameters and moments first and puts a frozen member's numbers back from
+  it, selected on the device. On a CPU that copy and selection are three more passes over every
+  buffer, each as long as the kernel's own: the cost that made the ensemble slower there than
+  training its members one by one (docs/results/scale.md).
+Both give the same numbers, bit for bit (tests/test_stacked_adamw.py).
 """
 
 from __future__ import annotations
@@ -71,49 +78,83 @@ def views(flat: Tensor, like: list[Tensor]) -> list[Tensor]:
     return [flat[at : at + t.numel()].view(t.shape) for t, at in zip(like, offsets, strict=True)]
 
 
+PATHS = ("skip", "mask")  # how a step keeps a frozen member still (see above)
+
+
+def default_path(device: torch.device) -> str:
+    """The path a step on `device` takes: "skip" on a CPU, "mask" where reading back waits."""
+    return "skip" if device.type == "cpu" else "mask"
+
+
 class StackedAdamW:
     """AdamW over stacked parameters [E, ...], each member at its own learning rate: torch's fused
-    AdamW kernel on every member's views, one call per learning rate. Everything a step reads lives
-    on the device: each member's clipping factor (its gradient norm over all its parameters), the
-    rates (`lr`) and which members move (`live`), so a step reads nothing back to the host.
-    Gradients stay in place between steps (`zero_grad`), so the views stay valid."""
+    AdamW kernel on every member's views, one call per learning rate. Each member's clipping factor
+    (its gradient norm over all its parameters), the rates (`lr`) and which members move (`live`)
+    live on the device; on the "mask" path a step reads nothing back to the host. Gradients stay
+    in place between steps (`zero_grad`), so the views stay valid."""
 
-    def __init__(self, params: list[Tensor], lrs: list[float], weight_decay: float, eps=1e-8):
+    def __init__(
+        self,
+        params: list[Tensor],
+        lrs: list[float],
+        weight_decay: float,
+        eps=1e-8,
+        path: str | None = None,
+    ):
         self.params, self.weight_decay, self.eps = params, weight_decay, eps
         self.betas = (0.9, 0.999)  # torch's defaults, as `train.train`'s AdamW
         size, device = params[0].shape[0], params[0].device
+        self.path = default_path(device) if path is None else path
+        if self.path not in PATHS:
+            raise ValueError(f"path must be one of {PATHS}, got {path!r}")
         self.flat = packed(params)  # (N,) every member's parameters
         self.flat_grad = torch.zeros_like(self.flat)  # (N,)
         self.moments = torch.zeros(2, *self.flat.shape, dtype=self.flat.dtype, device=device)
-        # (3, N) the parameters and moments as a step found them
-        self.saved = torch.empty(3, *self.flat.shape, dtype=self.flat.dtype, device=device)
-        self.saved_params, self.saved_moments = self.saved[0], self.saved[1:]
         self.grads = views(self.flat_grad, params)  # the tensors the member views below read
         for p, g in zip(params, self.grads, strict=True):
             p.grad = g
         self.exp_avg, self.exp_avg_sq = (views(m, params) for m in self.moments)
-        # (N,) the member each number of a buffer belongs to (the padding: member 0's)
-        self.member = torch.zeros(self.flat.shape, dtype=torch.int32, device=device)
-        ids = torch.arange(size, dtype=torch.int32, device=device)  # (E,)
-        for view in views(self.member, params):
-            view.copy_(ids.view(-1, *[1] * (view.dim() - 1)))
         # the kernels read float32 scalars where the parameters live, whatever their dtype
         like = {"dtype": torch.float32, "device": device}
         # the rate: a CPU kernel reads it as a double, a GPU kernel as a float32 on the GPU
         rate = {**like, "dtype": torch.float64 if device.type == "cpu" else torch.float32}
-        rates = list(dict.fromkeys(lrs))  # the distinct rates, in order of the members
-        self.base = torch.tensor(rates, **rate)  # (R,)
-        self.lr = torch.zeros(len(rates), **rate)  # (R,) this step's rates
-        # (E,) each member's clipping factor, its gradients multiplied by it in their own dtype
+        self.lrs = lrs
+        self.rates = list(dict.fromkeys(lrs))  # the distinct rates, in order of the members
+        self.base = torch.tensor(self.rates, **rate)  # (R,)
+        self.lr = torch.zeros(len(self.rates), **rate)  # (R,) this step's rates
+        # (E,) each member's clipping factor, its gradients multiplied by it in their own dtype,
+        # through a view of it shaped (E, 1, ...) for each gradient
         self.coef = torch.ones(size, dtype=params[0].dtype, device=device)
+        self.coefs = [self.coef.view(-1, *[1] * (g.dim() - 1)) for g in self.grads]
         self.count = torch.zeros((), **like)  # the step the kernels read, not advance
         self.t = 0  # members step together until they stop, so one count serves all
-        self.calls = []  # per rate: the views of its members' tensors, for one kernel call
-        for r, lr in enumerate(rates):
-            members = [e for e, m in enumerate(lrs) if m == lr]
-            groups = [params, self.grads, self.exp_avg, self.exp_avg_sq]
+        everyone = (True,) * size
+        self.calls = {everyone: self._calls(everyone)}  # the kernels' calls, by who moves
+        if self.path == "mask":
+            self._masking(size, device)
+
+    def _calls(self, moving: tuple[bool, ...]) -> list[tuple]:
+        """Per rate: the views of its moving members' tensors, for one kernel call."""
+        calls = []
+        for r, lr in enumerate(self.rates):
+            members = [e for e, m in enumerate(self.lrs) if m == lr and moving[e]]
+            if not members:
+                continue
+            groups = [self.params, self.grads, self.exp_avg, self.exp_avg_sq]
             lists = [[t.detach()[e] for e in members for t in group] for group in groups]
-            self.calls.append((*lists, [self.count] * len(lists[0]), self.lr[r]))
+            calls.append((*lists, [self.count] * len(lists[0]), self.lr[r]))
+        return calls
+
+    def _masking(self, size: int, device: torch.device) -> None:
+        """The "mask" path's buffers: the copy a step takes, and each number's member."""
+        # (3, N) the parameters and moments as a step found them
+        self.saved = torch.empty(3, *self.flat.shape, dtype=self.flat.dtype, device=device)
+        self.saved_params, self.saved_moments = self.saved[0], self.saved[1:]
+        # (N,) the member each number of a buffer belongs to (the padding: member 0's)
+        self.member = torch.zeros(self.flat.shape, dtype=torch.int32, device=device)
+        ids = torch.arange(size, dtype=torch.int32, device=device)  # (E,)
+        for view in views(self.member, self.params):
+            view.copy_(ids.view(-1, *[1] * (view.dim() - 1)))
 
     def snapshot(self) -> list[Tensor | int]:
         """Copies of the parameters and the optimizer's state, for `restore`."""
@@ -146,10 +187,22 @@ class StackedAdamW:
         torch.mul(self.base, factor, out=self.lr)
         # nn.utils.clip_grad_norm_'s factor
         torch.clamp(clip / (norms.to(self.coef.dtype) + 1e-6), max=1.0, out=self.coef)
-        self.flat_grad.mul_(self.coef.index_select(0, self.member))
+        torch._foreach_mul_(self.grads, self.coefs)
+        if self.path == "skip":
+            moving = tuple(live.tolist())
+            if moving not in self.calls:  # a member froze: from now on its views are left out
+                self.calls[moving] = self._calls(moving)
+            self._update(self.calls[moving])
+            return
         self.saved_params.copy_(self.flat)
         self.saved_moments.copy_(self.moments)
-        for ps, grads, exp_avg, exp_avg_sq, counts, lr in self.calls:
+        self._update(self.calls[(True,) * len(self.lrs)])
+        keep = live.index_select(0, self.member)  # (N,) the numbers this step may move
+        torch.where(keep, self.flat, self.saved_params, out=self.flat)
+        torch.where(keep, self.moments, self.saved_moments, out=self.moments)
+
+    def _update(self, calls: list[tuple]) -> None:
+        for ps, grads, exp_avg, exp_avg_sq, counts, lr in calls:
             torch._fused_adamw_(
                 ps,
                 grads,
@@ -165,6 +218,3 @@ class StackedAdamW:
                 amsgrad=False,
                 maximize=False,
             )
-        keep = live.index_select(0, self.member)  # (N,) the numbers this step may move
-        torch.where(keep, self.flat, self.saved_params, out=self.flat)
-        torch.where(keep, self.moments, self.saved_moments, out=self.moments)
