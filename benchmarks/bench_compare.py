@@ -18,7 +18,8 @@ minute; per split depth, iterations per second. For each, over the rounds:
 - spread: the two sides' run-to-run spreads added, each (max - min) / median over its rounds;
 - a row fails where ratio < 1 - spread: it got slower by more than its figures move between runs.
 With one round there is no spread and nothing fails. The exit status is 1 where a row failed, 0
-otherwise; 2 for bad input.
+otherwise; 2 for bad input or a bench that failed. `--json` is written after every run, so a
+comparison stopped part way keeps the runs it finished.
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ def checkout(commit: str) -> Iterator[Path]:
         subprocess.run(
             ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(path), commit],
             check=True,
+            capture_output=True,
         )
         try:
             yield path
@@ -109,12 +111,16 @@ def bench(src: Path, threads: int, flags: list[str]) -> dict:
     cmd = [sys.executable, "-m", "blocklab", "bench", "--json", "--threads", str(threads), *flags]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"{src}: {' '.join(cmd[2:])} failed: {done.stderr.strip()[-500:]}")
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise RuntimeError(f"{src}: {' '.join(cmd[2:])} exited {done.returncode}: {last}")
     return json.loads(done.stdout)
 
 
-def run(sides: dict[str, Path], threads: list[int], rounds: int, flags: list[str]) -> dict:
-    """Every side's bench results, by thread count, in rounds."""
+def run(
+    sides: dict[str, Path], threads: list[int], rounds: int, flags: list[str], save=None
+) -> dict:
+    """Every side's bench results, by thread count, in rounds; `save(results)` after each run, so
+    an interrupted comparison keeps every run it finished."""
     order = list(sides)
     results = {t: {s: [] for s in sides} for t in threads}
     for r in range(rounds):
@@ -122,6 +128,8 @@ def run(sides: dict[str, Path], threads: list[int], rounds: int, flags: list[str
             for s in order if r % 2 == 0 else order[::-1]:
                 print(f"round {r + 1}/{rounds}, {t} thread(s): {s}", file=sys.stderr, flush=True)
                 results[t][s].append(bench(sides[s], t, flags))
+                if save is not None:
+                    save(results)
     return results
 
 
@@ -169,8 +177,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch threads (1 2)")
     p.add_argument("--json", type=Path, help="write every run's bench result here")
     args = p.parse_args(own)
-    # a stopped comparison still removes its worktrees: the exit runs the context's cleanup
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.rounds < 1 or min(args.threads) < 1:
         p.error("--rounds and --threads take positive integers")
     with contextlib.ExitStack() as stack:
@@ -181,13 +187,21 @@ def main(argv: list[str] | None = None) -> int:
             except subprocess.CalledProcessError:
                 print(f"error: cannot check out {commit!r}", file=sys.stderr)
                 return 2
-        results = run(sides, args.threads, args.rounds, extra)
-    if args.json:
-        args.json.write_text(json.dumps({"flags": extra, "results": results}, indent=1))
+
+        def save(results: dict) -> None:
+            args.json.write_text(json.dumps({"flags": extra, "results": results}, indent=1))
+
+        try:
+            results = run(sides, args.threads, args.rounds, extra, save if args.json else None)
+        except RuntimeError as e:  # a side's bench failed: its reason, in one line
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     lines, failed = report(results, args.commit, _machine())
     print("\n".join(lines))
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
+    # a stopped comparison still removes its worktrees: the exit runs the context's cleanup
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sys.exit(main())

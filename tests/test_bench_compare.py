@@ -5,6 +5,8 @@ percent, and one run in 20 slowed by 30%."""
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from _scripts import load
@@ -70,3 +72,28 @@ def test_its_error_rates_at_three_rounds():
     assert _simulated(cmp, 1.0, 2000, rng) < 0.02
     assert _simulated(cmp, 0.8, 2000, rng) > 0.6
     assert _simulated(cmp, 0.5, 2000, rng) > 0.95  # the loss this guard was made for
+
+
+def test_each_finished_run_is_saved_and_a_failed_bench_is_one_line(monkeypatch, tmp_path, capsys):
+    cmp = _load()
+    result = {"widths": [], "lm_widths": [], "fit_depths": [], "fit_split": []}
+    monkeypatch.setattr(cmp, "bench", lambda src, threads, flags: result)
+    saved = []
+    sides = {"tree": tmp_path, "abc1234": tmp_path}
+    cmp.run(
+        sides,
+        [1, 2],
+        2,
+        [],
+        lambda r: saved.append(sum(len(v) for t in r.values() for v in t.values())),
+    )
+    assert saved == list(range(1, 9))  # 2 rounds x 2 thread counts x 2 sides, one save each
+
+    def fails(src, threads, flags):
+        raise RuntimeError("tree: bench exited 2: error: --widths takes positive integers")
+
+    monkeypatch.setattr(cmp, "bench", fails)
+    monkeypatch.setattr(cmp, "checkout", lambda commit: contextlib.nullcontext(tmp_path))
+    assert cmp.main(["HEAD", "--rounds", "1", "--threads", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: tree: bench exited 2") and "Traceback" not in "".join(err)
