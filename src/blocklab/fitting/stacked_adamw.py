@@ -5,18 +5,20 @@ The parameters, their gradients and the two moments lie end to end in flat buffe
 so zeroing the gradients is one operator on a buffer. The update itself is torch's fused AdamW
 kernel on each member's views of the buffers, the computation the kernel makes for that member
 alone; a kernel takes one learning rate, so it is one call for all the members at one rate: one
-for a sweep over seeds, one per rate for a grid of rates. Each member's gradients are scaled by
-its clipping factor through (E, 1, ...) views of the factors, one operator for every tensor.
+for a sweep over seeds, one per rate for a grid of rates.
 
 A member that a step must not move (`live` False: it diverged, its gradient may be NaN) stays
 where it stood, by one of two paths, chosen by the device:
 - "skip" (a CPU): the kernel's calls leave its views out. Which members live is read on the host,
-  which costs a CPU nothing, and a step touches no number twice.
+  which costs a CPU nothing, and a step touches no number twice; each member's gradients are
+  scaled by its clipping factor through (E, 1, ...) views of the factors, one operator.
 - "mask" (a GPU): reading `live` back would wait for every step queued before it, so the step
   takes a copy of the parameters and moments first and puts a frozen member's numbers back from
-  it, selected on the device. On a CPU that copy and selection are three more passes over every
-  buffer, each as long as the kernel's own: the cost that made the ensemble slower there than
-  training its members one by one (docs/results/scale.md).
+  it, selected on the device; the clipping factors are spread to one a number (`member`), two
+  launches, where a foreach over broadcast shapes falls back to a launch a tensor. On a CPU the
+  copy, the selection and the spread are three more passes over every buffer, each as long as
+  the kernel's own: the cost that made the ensemble slower there than training its members one
+  by one (docs/results/scale.md).
 Both give the same numbers, bit for bit (tests/test_stacked_adamw.py).
 """
 
@@ -122,14 +124,14 @@ class StackedAdamW:
         self.rates = list(dict.fromkeys(lrs))  # the distinct rates, in order of the members
         self.base = torch.tensor(self.rates, **rate)  # (R,)
         self.lr = torch.zeros(len(self.rates), **rate)  # (R,) this step's rates
-        # (E,) each member's clipping factor, its gradients multiplied by it in their own dtype,
-        # through a view of it shaped (E, 1, ...) for each gradient
+        # (E,) each member's clipping factor, its gradients multiplied by it in their own dtype;
+        # on the "skip" path through a view of it shaped (E, 1, ...) for each gradient
         self.coef = torch.ones(size, dtype=params[0].dtype, device=device)
         self.coefs = [self.coef.view(-1, *[1] * (g.dim() - 1)) for g in self.grads]
         self.count = torch.zeros((), **like)  # the step the kernels read, not advance
         self.t = 0  # members step together until they stop, so one count serves all
-        everyone = (True,) * size
-        self.calls = {everyone: self._calls(everyone)}  # the kernels' calls, by who moves
+        self.everyone = (True,) * size
+        self.calls = {self.everyone: self._calls(self.everyone)}  # the kernels' calls, by who moves
         if self.path == "mask":
             self._masking(size, device)
 
@@ -187,16 +189,17 @@ class StackedAdamW:
         torch.mul(self.base, factor, out=self.lr)
         # nn.utils.clip_grad_norm_'s factor
         torch.clamp(clip / (norms.to(self.coef.dtype) + 1e-6), max=1.0, out=self.coef)
-        torch._foreach_mul_(self.grads, self.coefs)
         if self.path == "skip":
+            torch._foreach_mul_(self.grads, self.coefs)
             moving = tuple(live.tolist())
             if moving not in self.calls:  # a member froze: from now on its views are left out
                 self.calls[moving] = self._calls(moving)
             self._update(self.calls[moving])
             return
+        self.flat_grad.mul_(self.coef.index_select(0, self.member))
         self.saved_params.copy_(self.flat)
         self.saved_moments.copy_(self.moments)
-        self._update(self.calls[(True,) * len(self.lrs)])
+        self._update(self.calls[self.everyone])
         keep = live.index_select(0, self.member)  # (N,) the numbers this step may move
         torch.where(keep, self.flat, self.saved_params, out=self.flat)
         torch.where(keep, self.moments, self.saved_moments, out=self.moments)
