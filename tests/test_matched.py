@@ -156,6 +156,19 @@ def test_robustness_passes_a_stable_fit_and_fails_a_biased_half(half, outcome):
     assert variants == {"half iterations", "half the chains"}
 
 
+@pytest.mark.parametrize("bias, outcome", [(0.01, PASSED), (0.03, FAILED)])
+def test_robustness_stops_tightening_at_a_quarter_of_the_margin(bias, outcome):
+    # 60 teachers read m to about +-1.5%: a quarter of that half width (0.4%) would fail any
+    # bias at all; the floor, a quarter of the equivalence margin (1.2%), lets a 1% bias of the
+    # half-iteration fits pass and fails a 3% one, at any number of teachers
+    rows = rows_of(PLANTED, teachers=60, half={"d=2": (1 + bias) ** 1.6})
+    full = mt.matched(rows, n_boot=0)
+    assert mc.ROBUST_SHARE * full.get("m(d=2)").half_width < 0.01
+    check = mc.robustness(rows, full, 0)
+    assert check.outcome == outcome
+    assert check.threshold == pytest.approx(mc.ROBUST_SHARE * math.log1p(hy.MARGIN))
+
+
 def test_robustness_at_its_edge_when_the_half_moves_by_noise():
     rows = rows_of(PLANTED, sigma=0.05)
     rng = np.random.default_rng(3)
@@ -242,3 +255,41 @@ def test_teachers_to_decide_grows_as_the_interval_must_shrink():
     e = mt.matched(rows_of({**PLANTED, "d=2": 0.97}, teachers=4, sigma=0.2), n_boot=0).get("m2/m4")
     need = mc.teachers_to_decide(e, 4)
     assert need is None or need > 4
+
+
+def test_the_contrasts_figure_draws_each_teacher_and_each_interval(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from blocklab.experiments.degree_sweep.analysis.answered import answer_run
+    from blocklab.experiments.degree_sweep.report import curves
+
+    kept = {}
+    monkeypatch.setattr(curves, "save", lambda fig, path: kept.setdefault("fig", fig))
+    res = answer_run(rows_of(PLANTED, teachers=7, tau=0.1), 50, 0.95, 3, [])
+    curves.contrasts(SimpleNamespace(matched=res), tmp_path / "c.png")
+    ax = kept["fig"].axes[0]
+    lines = {}
+    for ln in ax.get_lines():
+        lines.setdefault(ln.get_label(), []).append(ln)
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels == ["m(d=2)", "m(d=4)", "m_2 / m_4", "control"]
+    teachers = lines["each teacher"]
+    assert [len(ln.get_ydata()) for ln in teachers] == [7] * 4
+    # the grey points are each teacher's multiplier; the filled point, their trimmed mean
+    got = res.estimates.get("m(d=2)")
+    assert sorted(teachers[0].get_ydata()) == pytest.approx(sorted(np.exp(got.per_teacher)))
+    trimmed = [ln for ln in ax.get_lines() if ln.get_marker() == "o" and ln.get_mfc() != "white"]
+    assert trimmed[0].get_ydata()[0] == pytest.approx(math.exp(got.log_m))
+    # each hypothesis's prediction where it has one: h(d) and H_fd on the three quantities
+    assert len(lines["the note's h(d)"]) == len(lines["H_fd"]) == 3
+
+
+def test_a_run_is_sized_by_the_wider_of_m2_over_m4_and_m_d2():
+    from blocklab.experiments.degree_sweep.analysis.answered import SIZED_BY, answer_run
+
+    # teachers spread by tau 0.3: m(d=2), which reads d=3 between its rungs, comes out wider
+    res = answer_run(rows_of({**PLANTED, "d=3": 1.0}, teachers=8, tau=0.3), 0, 0.95, 3, [])
+    widths = {f.name: f.interval.half_width_log() for f in res.decision.findings}
+    assert set(SIZED_BY) <= set(widths) and res.decision.decisive == ("m2/m4",)
+    assert res.decision.widest == max(widths[n] for n in SIZED_BY)
+    assert widths["d=2"] > widths["m2/m4"]  # so m_2 / m_4 alone would size it short

@@ -48,9 +48,21 @@ def test_the_demos_design_is_sized_from_its_recorded_run(tmp_path):
     demo = sizing.DEMO_SPREADS
     need = multiplier.units_for(demo["widest"], demo["units"], 0.1, df=demo["df"])
     assert sized.teachers == plan.teachers == need and plan.spreads.source == demo["source"]
-    # more iterations a rung is the same design; another width is not, and is not sized
-    longer = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=2048))
-    assert size_run(longer, tmp_path)[0].teachers == need
+    # more iterations a rung is the same design, sized by the demo's teachers recorded at its
+    # own iterations where there is such a run (2,048), else by the demo's
+    steps = lambda n: dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=n))  # noqa: E731
+    assert size_run(steps(1024), tmp_path)[0].teachers == need
+    at = sizing.RECORDED_SPREADS[2048]
+    longer, plan = size_run(steps(2048), tmp_path)
+    assert longer.teachers == multiplier.units_for(at["widest"], at["units"], 0.1, df=at["df"])
+    assert plan.spreads.source == at["source"] and longer.teachers != need
+    # more chains too: the same size, at the cost per unit scaled by the chains
+    chains = dataclasses.replace(longer.train, restarts=2 * at["restarts"])
+    more, doubled = size_run(dataclasses.replace(steps(2048), train=chains), tmp_path)
+    assert more.teachers == longer.teachers
+    assert doubled.core_seconds == pytest.approx(2 * plan.core_seconds)
+    assert "scaled from 2 chains to 4" in doubled.spreads.source
+    # another width is not the same design, and is not sized
     wider = dataclasses.replace(cfg, shape=dataclasses.replace(cfg.shape, width=4))
     with pytest.raises(UserError, match="holds none"):
         size_run(wider, tmp_path)
@@ -75,6 +87,12 @@ def test_a_run_in_out_sizes_it_and_a_run_never_shrinks(tmp_path):
     # teachers given on the command line stay as given; the plan still says what R needs
     pinned, plan = size_run(dataclasses.replace(cfg, teachers=7), tmp_path, pinned=True)
     assert pinned.teachers == 7 and plan.teachers == multiplier.units_for(0.02, 30, 0.1, df=29)
+    # a record written before chains left the design (its train holds them) is still read
+    _record(tmp_path, cfg, widest=0.2, units=5, teachers=5, df=4)
+    entry = json.loads((tmp_path / sizing.SPREADS_FILE).read_text())
+    entry["design"]["train"]["restarts"] = cfg.train.restarts
+    (tmp_path / sizing.SPREADS_FILE).write_text(json.dumps(entry))
+    assert size_run(cfg, tmp_path)[1].spreads.source == "the run in out"
     # a record of another design is not read
     other = dataclasses.replace(cfg, depths=(1, 2, 4))
     _record(tmp_path, other, widest=0.2, units=5, teachers=5, df=4)

@@ -1,8 +1,9 @@
 """What a degree run sized to a resolution (`--target-resolution R`) is sized from: the spreads
 of a finished run of the same design, the run in --out where its report recorded them
-(`SPREADS_FILE`, written by every degree report), else the demo's recorded run (`DEMO_SPREADS`)
-where the design is the demo's. The report module sizes the run from them (`size` there: the
-power calculation of `degree_sweep.analysis.pilot`).
+(`SPREADS_FILE`, written by every degree report), else, where the design is the demo's, the
+recorded run of the demo's teachers at the run's own iteration count (`RECORDED_SPREADS`), or the
+demo's (`DEMO_SPREADS`) where none was recorded at it. The report module sizes the run from them
+(`size` there: the power calculation of `degree_sweep.analysis.pilot`).
 
 The size is fixed before any fit of the run it sizes, and a run grows but never shrinks: the
 teachers already fitted in --out stay in it. Sized from a run in the same store, the finished
@@ -26,7 +27,9 @@ SPREADS_FILE = "spreads.json"
 # spreads between teachers measured at 512 and 1,024 iterations a rung agree: +-8.8% and +-9.0%
 # on m(d=2) with 9 teachers, docs/results/degree.md)
 NOT_DESIGN = ("teachers", "seeds", "roundings", "target_resolution", "count", "alpha", "n_boot")
-NOT_TRAIN = ("steps", "converge_tol")
+# Chains leave the spread between teachers, which dominates it, as it is, but not the cost: a
+# unit's recorded cost is scaled by the chains (`scaled`), each chain a fit of its own
+NOT_TRAIN = ("steps", "converge_tol", "restarts")
 # fields added since runs recorded their designs, at the value they had before: left out of a
 # design there, so a run recorded before them still sizes a run of its design (a run with
 # depths of each arm's own, or with the control, is another design)
@@ -42,7 +45,29 @@ DEMO_SPREADS: dict[str, Any] = {
     "df": 3.0,
     "level": 0.95,
     "core_seconds_per_unit": 93.35960368083313,
+    "restarts": 2,
     "source": "the demo's recorded run (docs/results/degree.md, 2026-11-29, commit 057573a)",
+}
+
+# Runs of the demo's teachers recorded at an iteration count of their own, by --steps. 2,048: the
+# stored 10-teacher run (docs/results/degree.md, "The demo's design sized to +-10%", fitted at
+# fdb20c6), read by the matched estimator at 2026-11-29's sizing rule (the widest of m_2 / m_4
+# and m(d=2): m(d=2) 0.904 [0.779, 1.05], Yuen's t with df 5). Its arms ran at depths 1, 2, 4, 8
+# (the matched design's are the demo's), so its cost is not a matched unit's: that is the
+# 2,048-iteration matched unit's of 2 teachers fitted alone on 2 AVX-512 cores (118.7
+# core-seconds, 2 chains, the same entry).
+RECORDED_SPREADS: dict[int, dict[str, Any]] = {
+    2048: {
+        "widest": 0.14861136105630823,
+        "units": 10,
+        "teachers": 10,
+        "df": 5.0,
+        "level": 0.95,
+        "core_seconds_per_unit": 118.6625468759994,
+        "restarts": 2,
+        "source": "the demo's teachers at 2,048 iterations (docs/results/degree.md, 2026-11-28, "
+        "the 10-teacher run read by the matched estimator)",
+    },
 }
 
 
@@ -72,25 +97,49 @@ def record(out_dir: str | Path, cfg: DegreeSweepConfig, pilot, source: str) -> N
         "df": number(pilot.df),
         "level": pilot.level,
         "core_seconds_per_unit": number(pilot.core_seconds_per_unit),
+        "restarts": cfg.train.restarts,
         "source": source,
     }
     (Path(out_dir) / SPREADS_FILE).write_text(json.dumps(entry, indent=2) + "\n")
 
 
 def measured(cfg: DegreeSweepConfig, out_dir: str | Path) -> dict[str, Any]:
-    """The recorded spreads a run of `cfg`'s design is sized by: --out's run, else the demo's."""
+    """The recorded spreads a run of `cfg`'s design is sized by: --out's run, else the demo's
+    teachers' at the run's iterations, else the demo's; its cost per unit `scaled` to its
+    chains."""
     path = Path(out_dir) / SPREADS_FILE
     if path.is_file():
         try:
             entry = json.loads(path.read_text())
         except (OSError, ValueError):
             entry = {}
-        if entry.get("design") == design(cfg):
-            return entry
+        if _as_now(entry.get("design")) == design(cfg):
+            return scaled(entry, cfg)
     if design(cfg) == design(DegreeSweepConfig.demo()):
-        return DEMO_SPREADS
+        return scaled(RECORDED_SPREADS.get(cfg.train.steps, DEMO_SPREADS), cfg)
     raise UserError(
         f"--target-resolution sizes a run from a finished run of its design: {out_dir} holds "
         "none and the design is not the demo's; run it once at a size of its own into that "
         "--out, then add --target-resolution"
     )
+
+
+def _as_now(recorded: Any) -> Any:
+    """A recorded design less the training fields left out of designs since it was written (a
+    store of 2026-11-28 holds its chains in its design)."""
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("train"), dict):
+        return recorded
+    train = {k: v for k, v in recorded["train"].items() if k not in NOT_TRAIN}
+    return recorded | {"train": train}
+
+
+def scaled(entry: dict[str, Any], cfg: DegreeSweepConfig) -> dict[str, Any]:
+    """`entry` with its cost per unit at `cfg`'s chains (an entry that records none: as is)."""
+    chains, cost = entry.get("restarts"), entry.get("core_seconds_per_unit")
+    if not chains or cost is None or chains == cfg.train.restarts:
+        return entry
+    now = cfg.train.restarts
+    return entry | {
+        "core_seconds_per_unit": cost * now / chains,
+        "source": f"{entry['source']}; its cost scaled from {chains} chains to {now}",
+    }

@@ -39,6 +39,10 @@ class MatchedFinding(Finding):
 
 # the matched answer's findings by the names the scaling model's carry
 FINDING_OF = {"m(d=2)": "d=2", "m(d=4)": "d=4", "m2/m4": "m2/m4"}
+# what a run is sized by (`Decision.widest`, the power calculation's half width): the widest of
+# m_2 / m_4, which the status decides on, and m(d=2), the multiplier the note's h(d) and H_fd
+# part on most (1.057 against 0.933), so a run sized to +-R reads both to +-R
+SIZED_BY = ("m2/m4", "d=2")
 
 
 def matched_findings(
@@ -77,7 +81,8 @@ def decide_matched(
     names = [f.name for f in findings]
     decisive = tuple(n for n in ("m2/m4",) if n in names) or tuple(names)
     units = max((e.units for e in est.estimates.values()), default=0)
-    widest = max((f.interval.half_width_log() for f in findings if f.name in decisive),
+    sized = tuple(n for n in SIZED_BY if n in names) or decisive
+    widest = max((f.interval.half_width_log() for f in findings if f.name in sized),
                  default=math.nan)  # fmt: skip
     common = dict(
         reference=matched.REFERENCE, findings=findings, decisive=decisive, units=units,

@@ -4,10 +4,14 @@ in, each with its own 95% band, and the answer's status.
 - `input_rank` (`fit_checks`): every arm sees every input, measured before any fit.
 - `robustness`: each estimand (the trimmed mean log m of every quantity) recomputed from the
   fits at half their iterations, and from the best (by validation) of the first half of the
-  chains, moves by less than ROBUST_SHARE of its own half width. The band is Yuen's interval
-  of the teachers' shifts about the aggregate's shift: per-fit noise that is the same in every
-  arm averages out over teachers, so the check tightens only against a bias that would move the
-  answer. With one chain there is no half of the chains: that part is not measured.
+  chains, moves by less than ROBUST_SHARE of its own half width, or of the equivalence margin
+  (log(1 + MARGIN)) where the interval is narrower than that. The band is Yuen's interval of the
+  teachers' shifts about the aggregate's shift: per-fit noise that is the same in every arm
+  averages out over teachers, so the check tightens only against a bias that would move the
+  answer. The floor keeps it from defeating itself: a half width shrinks as 1 / sqrt(teachers)
+  while a fixed bias does not, so without it any bias at all fails a large enough run, though a
+  bias under a quarter of the margin cannot turn one word into another by more than that
+  quarter. With one chain there is no half of the chains: that part is not measured.
 - `generalization`: per (arm, count) cell, the geometric mean over units of test / training
   loss (the chain the estimator reads), with a t band of the units' log ratios about it; at
   most GENERALIZATION_RATIO.
@@ -144,7 +148,7 @@ def robustness(rows, full: mt.Matched, n_boot: int, level: float = mt.LEVEL) -> 
             tr = mt.yuen(d)
             half = mt.t_quantile(tr.df, level) * tr.se if math.isfinite(tr.se) else 0.0
             shift = o.log_m - e.log_m
-            allowed = ROBUST_SHARE * e.half_width
+            allowed = ROBUST_SHARE * max(e.half_width, math.log1p(MARGIN))
             lo, hi = shift - half, shift + half
             shifts.append((q, name, shift, lo, hi, allowed))
             outcomes.append(

@@ -53,7 +53,12 @@ from blocklab.experiments.degree_sweep.report.capacity import (
     converged_line,
 )
 from blocklab.experiments.degree_sweep.report.claims import DECIDING
-from blocklab.experiments.degree_sweep.report.curves import efficiency, fit_curves, scaling_curves
+from blocklab.experiments.degree_sweep.report.curves import (
+    contrasts,
+    efficiency,
+    fit_curves,
+    scaling_curves,
+)
 from blocklab.experiments.degree_sweep.report.loss_table import _metric_cell, table
 from blocklab.experiments.degree_sweep.report.multipliers import multiplier_lines, other_count_lines
 from blocklab.experiments.degree_sweep.report.pilot import pilot_json, pilot_lines
@@ -148,6 +153,8 @@ def write_report(
     plots.ranking_vs_theory(summaries, out / "ranking_vs_theory.png")
     if capacity is not None:
         scaling_curves(capacity, out / "scaling.png", plots.loss_unit({r["task"] for r in rows}))
+        if capacity.matched is not None:
+            contrasts(capacity, out / "contrasts.png")
         if capacity.model is not None:
             efficiency(capacity, out / "efficiency.png")
         if capacity.second_order:

@@ -361,6 +361,7 @@ def capacity_section(capacity):
     lines = []  # the status line leads the report already (`markdown.put_status`)
     if capacity.matched is not None:  # the answer first; the scaling law a secondary view
         lines += ["## The answer at equal counts", "", *answer.answer_lines(capacity, True), ""]
+        lines += ["![each teacher's matched multipliers](contrasts.png)", ""]
         lines += ["## The scaling-law view (secondary)", ""]
     if capacity.model is not None:
         lines += ["![test loss against parameters](scaling.png)", ""]

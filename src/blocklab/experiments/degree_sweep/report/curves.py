@@ -154,6 +154,64 @@ def efficiency(capacity, path):
     return save(fig, path)
 
 
+# how each hypothesis's prediction is drawn in `contrasts` (1, "no difference", is the dotted line)
+MULTIPLIER_TICKS = (0.25, 0.33, 0.5, 0.6, 0.7, 0.8, 0.9, 1, 1.1, 1.25, 1.5, 2, 3, 4)
+PREDICTION_MARKS = {"h(d)": ("x", "C3", "the note's h(d)"), "H_fd": ("+", "C1", "H_fd")}
+
+
+def contrasts(capacity, path):
+    """The matched answer (`capacity.matched`) teacher by teacher: each quantity's per-teacher
+    multiplier (grey, one dot a teacher), the trimmed mean with Yuen's 95% interval, the plain
+    mean with its t interval, the 95% prediction interval for a new teacher, and the hypotheses'
+    predictions; the negative control beside them, whose prediction is 1."""
+    res = capacity.matched
+    est = res.estimates
+    entries = {e["quantity"]: e for e in res.answer.entries}
+    shown = [(q, est.get(q)) for q in entries if est.get(q) is not None]
+    if est.control is not None:
+        shown.append(("control", est.control))
+    if not shown:
+        return None
+    values = [v for _, e in shown for v in (*np.exp(e.per_teacher), e.pi_low, e.pi_high)]
+    values = [v for v in values if math.isfinite(v) and v > 0]
+    bottom, top = min(values + [0.8]) / 1.1, max(values + [1.25]) * 1.1
+    fig, ax = plt.subplots(figsize=(7.5, 4.4), layout="constrained")
+    for k, (q, e) in enumerate(shown):
+        per = np.exp(np.asarray(e.per_teacher))
+        jitter = np.linspace(-0.16, 0.16, len(per)) if len(per) > 1 else np.zeros(1)
+        ax.plot(k - 0.22 + jitter * 0.6, per, ls="none", marker=".", color="0.5", alpha=0.6,
+                label="each teacher")  # fmt: skip
+        m = math.exp(e.log_m)
+        ax.errorbar([k], [m], yerr=[[m - e.low], [e.high - m]], color="C0", marker="o",
+                    capsize=4, lw=2, label="20% trimmed mean, Yuen 95%")  # fmt: skip
+        ax.errorbar([k + 0.14], [e.plain], yerr=[[e.plain - e.plain_low], [e.plain_high - e.plain]],
+                    color="C0", marker="o", mfc="white", capsize=3, lw=1,
+                    label="plain mean, t 95%")  # fmt: skip
+        ax.plot([k + 0.26, k + 0.26], [e.pi_low, e.pi_high], color="C2", lw=1, marker="_",
+                label="95% prediction interval")  # fmt: skip
+        for name, h in (entries.get(q) or {}).get("hypotheses", {}).items():
+            if name in PREDICTION_MARKS and h.get("predicted"):
+                marker, color, label = PREDICTION_MARKS[name]
+                ax.plot([k + 0.05], [h["predicted"]], ls="none", marker=marker, ms=9,
+                        color=color, label=label)  # fmt: skip
+    ax.axhline(1.0, color="0.4", linestyle=":", linewidth=1, label="no difference (1)")
+    ax.set_xticks(range(len(shown)), [q.replace("m2/m4", "m_2 / m_4") for q, _ in shown])
+    ax.set_yscale("log")
+    ax.set_ylim(bottom, top)
+    _plain_log(ax, "y")
+    ticks = [t for t in MULTIPLIER_TICKS if bottom <= t <= top]
+    ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
+    teachers = max(e.teachers for _, e in shown)
+    said = " (control: a second d=3 arm against d=3)" if est.control is not None else ""
+    ax.set(xlabel=f"quantity{said}", ylabel="parameters needed, ratio")
+    ax.set_title(f"the matched multipliers of {teachers} teachers; < 1: the first arm needs "
+                 "fewer parameters", fontsize=10)  # fmt: skip
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))
+    ax.legend(unique.values(), unique.keys(), fontsize=7, loc="best")
+    return save(fig, path)
+
+
 def _first_at_middle(rows) -> dict[str, dict]:
     """Per arm, its first trial (teacher 0, seed 0) at the middle of its budgets."""
     budgets = defaultdict(set)

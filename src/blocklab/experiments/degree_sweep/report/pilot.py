@@ -116,7 +116,7 @@ def plan_lines(plan: Plan, cfg=None, words: list[str] | None = None) -> list[str
     here = os.cpu_count() or 1
     lines.append(
         f"fits: {plan.core_seconds / 3600:.1f} core-hours at {s.core_seconds_per_unit:.0f} "
-        "core-seconds a unit (measured by that run):"
+        "core-seconds a unit (the cost recorded with those spreads):"
     )
     lines.append(f"- here, {here} cores: about {_hours(plan.seconds(here))}: {shlex.join(command)}")
     for name, cores, flags in ELSEWHERE:
