@@ -155,7 +155,7 @@ def efficiency(capacity, path):
 
 
 # how each hypothesis's prediction is drawn in `contrasts` (1, "no difference", is the dotted line)
-MULTIPLIER_TICKS = (0.25, 0.33, 0.5, 0.6, 0.7, 0.8, 0.9, 1, 1.1, 1.25, 1.5, 2, 3, 4)
+MULTIPLIER_TICKS = (0.125, 0.25, 0.33, 0.5, 0.6, 0.7, 0.8, 0.9, 1, 1.1, 1.25, 1.5, 2, 3, 4, 8)
 PREDICTION_MARKS = {"h(d)": ("x", "C3", "the note's h(d)"), "H_fd": ("+", "C1", "H_fd")}
 
 
@@ -199,7 +199,9 @@ def contrasts(capacity, path):
     ax.set_yscale("log")
     ax.set_ylim(bottom, top)
     _plain_log(ax, "y")
-    ticks = [t for t in MULTIPLIER_TICKS if bottom <= t <= top]
+    # fine ticks where the frame spans less than 4x, else only the powers of two
+    fine = top / bottom < 4
+    ticks = [t for t in MULTIPLIER_TICKS if bottom <= t <= top and (fine or math.log2(t) % 1 == 0)]
     ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
     teachers = max(e.teachers for _, e in shown)
     said = " (control: a second d=3 arm against d=3)" if est.control is not None else ""
