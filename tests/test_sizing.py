@@ -56,12 +56,18 @@ def test_the_demos_design_is_sized_from_its_recorded_run(tmp_path):
     longer, plan = size_run(steps(2048), tmp_path)
     assert longer.teachers == multiplier.units_for(at["widest"], at["units"], 0.1, df=at["df"])
     assert plan.spreads.source == at["source"] and longer.teachers != need
-    # more chains too: the same size, at the cost per unit scaled by the chains
-    chains = dataclasses.replace(longer.train, restarts=2 * at["restarts"])
-    more, doubled = size_run(dataclasses.replace(steps(2048), train=chains), tmp_path)
-    assert more.teachers == longer.teachers
-    assert doubled.core_seconds == pytest.approx(2 * plan.core_seconds)
-    assert "scaled from 2 chains to 4" in doubled.spreads.source
+    # more chains: the same size, at the cost per unit measured at them, else scaled by them
+    def chained(n):
+        train = dataclasses.replace(longer.train, restarts=n)
+        return size_run(dataclasses.replace(steps(2048), train=train), tmp_path)
+
+    four, at_four = chained(4)
+    assert four.teachers == longer.teachers
+    assert at_four.spreads.core_seconds_per_unit == at["cost_by_chains"]["4"]
+    eight, at_eight = chained(8)
+    assert eight.teachers == longer.teachers
+    assert at_eight.core_seconds == pytest.approx(4 * plan.core_seconds)
+    assert "scaled from 2 chains to 8" in at_eight.spreads.source
     # another width is not the same design, and is not sized
     wider = dataclasses.replace(cfg, shape=dataclasses.replace(cfg.shape, width=4))
     with pytest.raises(UserError, match="holds none"):

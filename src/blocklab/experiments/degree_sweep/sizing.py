@@ -53,9 +53,9 @@ DEMO_SPREADS: dict[str, Any] = {
 # stored 10-teacher run (docs/results/degree.md, "The demo's design sized to +-10%", fitted at
 # fdb20c6), read by the matched estimator at 2026-11-29's sizing rule (the widest of m_2 / m_4
 # and m(d=2): m(d=2) 0.904 [0.779, 1.05], Yuen's t with df 5). Its arms ran at depths 1, 2, 4, 8
-# (the matched design's are the demo's), so its cost is not a matched unit's: that is the
-# 2,048-iteration matched unit's of 2 teachers fitted alone on 2 AVX-512 cores (118.7
-# core-seconds, 2 chains, the same entry).
+# (the matched design's are the demo's), so its cost is not a matched unit's: that is measured
+# by chains (`COST_BY_CHAINS`), on 2 AVX-512 cores: 2 chains by 2 teachers fitted alone, 4 by
+# the first 20 teachers of seed 000's confirmatory run (docs/results/degree.md, 2026-11-29).
 RECORDED_SPREADS: dict[int, dict[str, Any]] = {
     2048: {
         "widest": 0.14861136105630823,
@@ -65,6 +65,7 @@ RECORDED_SPREADS: dict[int, dict[str, Any]] = {
         "level": 0.95,
         "core_seconds_per_unit": 118.6625468759994,
         "restarts": 2,
+        "cost_by_chains": {"2": 118.6625468759994, "4": 365.37862941165},
         "source": "the demo's teachers at 2,048 iterations (docs/results/degree.md, 2026-11-28, "
         "the 10-teacher run read by the matched estimator)",
     },
@@ -134,11 +135,15 @@ def _as_now(recorded: Any) -> Any:
 
 
 def scaled(entry: dict[str, Any], cfg: DegreeSweepConfig) -> dict[str, Any]:
-    """`entry` with its cost per unit at `cfg`'s chains (an entry that records none: as is)."""
+    """`entry` with its cost per unit at `cfg`'s chains: measured at them (`cost_by_chains`),
+    else scaled from its own in proportion (an entry that records no chains: as is)."""
     chains, cost = entry.get("restarts"), entry.get("core_seconds_per_unit")
-    if not chains or cost is None or chains == cfg.train.restarts:
-        return entry
     now = cfg.train.restarts
+    measured_at = (entry.get("cost_by_chains") or {}).get(str(now))
+    if measured_at is not None:
+        return entry | {"core_seconds_per_unit": measured_at, "restarts": now}
+    if not chains or cost is None or chains == now:
+        return entry
     return entry | {
         "core_seconds_per_unit": cost * now / chains,
         "source": f"{entry['source']}; its cost scaled from {chains} chains to {now}",
