@@ -28,7 +28,8 @@ SPREADS_FILE = "spreads.json"
 # on m(d=2) with 9 teachers, docs/results/degree.md)
 NOT_DESIGN = ("teachers", "seeds", "roundings", "target_resolution", "count", "alpha", "n_boot")
 # Chains leave the spread between teachers, which dominates it, as it is, but not the cost: a
-# unit's recorded cost is scaled by the chains (`scaled`), each chain a fit of its own
+# unit's cost is the one measured at the run's chains where recorded, else scaled by them
+# (`scaled`)
 NOT_TRAIN = ("steps", "converge_tol", "restarts")
 # fields added since runs recorded their designs, at the value they had before: left out of a
 # design there, so a run recorded before them still sizes a run of its design (a run with
@@ -54,7 +55,7 @@ DEMO_SPREADS: dict[str, Any] = {
 # fdb20c6), read by the matched estimator at 2026-11-29's sizing rule (the widest of m_2 / m_4
 # and m(d=2): m(d=2) 0.904 [0.779, 1.05], Yuen's t with df 5). Its arms ran at depths 1, 2, 4, 8
 # (the matched design's are the demo's), so its cost is not a matched unit's: that is measured
-# by chains (`COST_BY_CHAINS`), on 2 AVX-512 cores: 2 chains by 2 teachers fitted alone, 4 by
+# by chains (its `cost_by_chains`), on 2 AVX-512 cores: 2 chains by 2 teachers fitted alone, 4 by
 # the first 20 teachers of seed 000's confirmatory run (docs/results/degree.md, 2026-11-29).
 RECORDED_SPREADS: dict[int, dict[str, Any]] = {
     2048: {

@@ -154,7 +154,8 @@ def efficiency(capacity, path):
     return save(fig, path)
 
 
-# how each hypothesis's prediction is drawn in `contrasts` (1, "no difference", is the dotted line)
+# the ticks `contrasts` labels on its log axis, and how it draws each hypothesis's prediction
+# (1, "no difference", is the dotted line)
 MULTIPLIER_TICKS = (0.125, 0.25, 0.33, 0.5, 0.6, 0.7, 0.8, 0.9, 1, 1.1, 1.25, 1.5, 2, 3, 4, 8)
 PREDICTION_MARKS = {"h(d)": ("x", "C3", "the note's h(d)"), "H_fd": ("+", "C1", "H_fd")}
 
