@@ -33,10 +33,10 @@ import torch
 
 import blocklab
 from blocklab.cli import main
+from blocklab.experiments.mad.report.published import GATED_CLAIM
 from blocklab.fitting.ensemble import CHUNK_COPIES
 from blocklab.fitting.monitor import READ_EVERY, eval_steps
 from blocklab.fitting.train import ONLINE_CHUNK
-from blocklab.reports._suite import GATED_CLAIM
 from blocklab.specs import NetShape
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -31,8 +31,8 @@ from blocklab.experiments.depth_width import shape as lm_shape
 from blocklab.fitting import ensemble
 from blocklab.fitting.ensemble import Ensemble, StackedAdamW
 from blocklab.fitting.monitor import DeviceMonitors, TrialMonitor
-from blocklab.fitting.stacked_adamw import PATHS
 from blocklab.fitting.network import init_model, task_data
+from blocklab.fitting.stacked_adamw import PATHS
 from blocklab.fitting.train import autocast, backward, lr_factor
 from blocklab.models import parse_arm
 from blocklab.specs import NetShape, TrainConfig, TrialSpec

@@ -8,18 +8,23 @@ import pytest
 from scipy import stats
 
 from blocklab import theory
-from blocklab.analysis.stats import (
+from blocklab.analysis.stats import holm, interval
+from blocklab.analysis.summary import drawn_interval, positive_interval
+from blocklab.experiments.degree_sweep.analysis.arms import (
     Outcome,
     compare,
-    holm,
-    interval,
     layer_degrees,
     ranking_vs_theory,
     summarize_arms,
 )
-from blocklab.analysis.summary import drawn_interval, positive_interval
-from blocklab.experiments.degree_sweep.report import plots, table, tabulate, to_json, write_report
-from blocklab.reports import verdicts
+from blocklab.experiments.degree_sweep.report import (
+    plots,
+    table,
+    tabulate,
+    to_json,
+    verdicts,
+    write_report,
+)
 
 DEGREE = {
     "d=2": 2.0,

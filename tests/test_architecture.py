@@ -587,7 +587,7 @@ def test_report_writers_word_what_analyze_computed():
     paths = sorted(SRC.rglob("*.py"))
     sources = {_module(p): p.read_text() for p in paths if _home(p) == "reports"}
     home = "blocklab.experiments.degree_sweep.report"
-    assert f"{home}.capacity" in sources and home in sources and "blocklab.reports.mad" in sources
+    assert f"{home}.capacity" in sources and home in sources and "blocklab.experiments.mad.report.suite" in sources
     assert _computing_writers(sources) == set()
 
 

@@ -10,11 +10,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from blocklab.analysis.stats import compare
 from blocklab.cli import main
 from blocklab.experiments import degree_sweep
 from blocklab.experiments.degree_sweep import SHAPE, plan
 from blocklab.experiments.degree_sweep.analysis import capacity, design
+from blocklab.experiments.degree_sweep.analysis.arms import compare
 from blocklab.experiments.degree_sweep.report.capacity import capacity_json, detail
 from blocklab.experiments.degree_sweep.report.status_line import status_line
 from blocklab.specs import TrainConfig

@@ -9,9 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from blocklab.analysis import cells
-from blocklab.analysis.stats import compare
-from blocklab.experiments.degree_sweep.analysis import capacity, design, fit_checks
+from blocklab.experiments.degree_sweep.analysis import capacity, cells, design, fit_checks
+from blocklab.experiments.degree_sweep.analysis.arms import compare
 from blocklab.experiments.degree_sweep.analysis.referee import referee_summary
 
 DEGREE = {"d=2": 2.0, "d=3": 3.0, "d=4": 4.0, "mlp": None}
@@ -282,7 +281,7 @@ def test_a_stalled_fit_is_not_converged_however_small_its_gain():
 def test_the_figures_name_only_what_ran_and_no_interval_they_cannot_have(tmp_path, monkeypatch):
     """The scaling legend gives the reference no interval ([1, 1]) and no arm a NaN one; the
     relative plot names an mlp line only where an mlp ran."""
-    from blocklab.analysis.stats import summarize_arms
+    from blocklab.experiments.degree_sweep.analysis.arms import summarize_arms
     from blocklab.experiments.degree_sweep.report import curves, plots
 
     figures = []

@@ -12,8 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from blocklab.analysis import cells
-from blocklab.experiments.degree_sweep.analysis import capacity
+from blocklab.experiments.degree_sweep.analysis import capacity, cells
 from blocklab.experiments.degree_sweep.report.capacity import capacity_json, detail
 from blocklab.experiments.degree_sweep.report.status_line import status_line
 from test_capacity import BUDGETS as ADAM_BUDGETS

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from blocklab.analysis import collapse as stats
-from blocklab.analysis.collapse import LOG_FLOOR
 from blocklab.cli import main
 from blocklab.engine import executors
 from blocklab.experiments import collapse
 from blocklab.experiments.collapse import CollapseConfig
+from blocklab.experiments.collapse import analysis as stats
+from blocklab.experiments.collapse import report as report
+from blocklab.experiments.collapse.analysis import LOG_FLOOR
 from blocklab.fitting import network
-from blocklab.reports import collapse as report
 from blocklab.specs import TrainConfig
 from blocklab.store import Store
 

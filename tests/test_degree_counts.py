@@ -11,11 +11,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from blocklab.analysis.stats import compare
 from blocklab.experiments import degree_sweep
 from blocklab.experiments.degree_sweep import SHAPE, DegreeSweepConfig
 from blocklab.experiments.degree_sweep import exact as degree_exact
 from blocklab.experiments.degree_sweep.analysis import capacity, counts
+from blocklab.experiments.degree_sweep.analysis.arms import compare
 from blocklab.experiments.degree_sweep.report import exact
 from blocklab.experiments.degree_sweep.report.capacity import capacity_json
 from blocklab.formatting import plain

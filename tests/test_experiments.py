@@ -11,15 +11,15 @@ import pytest
 import torch
 from scipy import stats
 
-from blocklab.analysis import needle as needle_analysis
-from blocklab.analysis import qsa
 from blocklab.analysis.power import seeds_for, t_test_power
 from blocklab.cli import main
 from blocklab.experiments import _trials, needle, sanford_match, sanford_qsa
 from blocklab.experiments.degree_sweep import SHAPE
+from blocklab.experiments.needle import analysis as needle_analysis
+from blocklab.experiments.needle import report as needle_report
+from blocklab.experiments.sanford_qsa import analysis as qsa
+from blocklab.experiments.sanford_qsa import report as qsa_report
 from blocklab.models import parse_arm
-from blocklab.reports import needle as needle_report
-from blocklab.reports import sanford_qsa as qsa_report
 from blocklab.specs import NetShape, TrainConfig
 
 SHORT = TrainConfig(steps=20, batch_size=32, eval_points=2)
@@ -295,9 +295,9 @@ def test_degree_sweep_accepts_attention_arms():
 
 
 def test_match_tests_are_paired_and_holm_corrected_within_each_task():
-    from blocklab.analysis import match
     from blocklab.experiments.sanford_match import MatchConfig
-    from blocklab.reports import sanford_match as report
+    from blocklab.experiments.sanford_match import analysis as match
+    from blocklab.experiments.sanford_match import report as report
 
     cfg = MatchConfig(widths=(6, 12), seeds=4)
     tensor = {6: [0.80, 0.82, 0.79, 0.85], 12: [0.70, 0.71, 0.69, 0.72]}

@@ -46,7 +46,7 @@ def test_the_sync_check_passes_the_scheduled_growth_and_fails_a_sync_per_step():
 
 
 def test_the_width_sweeps_line_reads_zoologys_claim_or_says_it_found_none():
-    from blocklab.reports._suite import GATED_CLAIM
+    from blocklab.experiments.mad.report.published import GATED_CLAIM
 
     check = _load()
     found = {"findings": [{"claim": "other"}, {"claim": GATED_CLAIM, "status": "agrees",

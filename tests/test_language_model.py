@@ -10,14 +10,14 @@ import pytest
 import torch
 
 from blocklab.analysis import depth_width as dw
-from blocklab.analysis import depth_width_claims as claims
 from blocklab.cli import main
 from blocklab.engine import trial
 from blocklab.errors import UserError
 from blocklab.experiments import depth_width
+from blocklab.experiments.depth_width import analysis as claims
+from blocklab.experiments.depth_width import report as report
 from blocklab.fitting import network, train
 from blocklab.models import Net, parse_arm
-from blocklab.reports import depth_width as report
 from blocklab.specs import NetShape
 from blocklab.tasks.base import Split
 

@@ -12,13 +12,13 @@ import pytest
 import torch
 
 from _specs import small_trial
-from blocklab.analysis import suite
 from blocklab.cli import main
 from blocklab.engine import trial
 from blocklab.errors import UserError
 from blocklab.experiments import mad
+from blocklab.experiments.mad.analysis import suite
+from blocklab.experiments.mad.report import suite as mad_report
 from blocklab.models import Net, block_params, parse_arm
-from blocklab.reports import mad as mad_report
 from blocklab.specs import NetShape, TrainConfig
 
 

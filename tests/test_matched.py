@@ -8,10 +8,17 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
-from blocklab.analysis.cells import BY_DESIGN, EDGE, FAILED, PASSED, cluster_wilson, wilson
 from blocklab.experiments.degree_sweep.analysis import hypotheses as hy
 from blocklab.experiments.degree_sweep.analysis import matched as mt
 from blocklab.experiments.degree_sweep.analysis import matched_checks as mc
+from blocklab.experiments.degree_sweep.analysis.cells import (
+    BY_DESIGN,
+    EDGE,
+    FAILED,
+    PASSED,
+    cluster_wilson,
+    wilson,
+)
 from blocklab.experiments.degree_sweep.report import answer
 
 # the demo's design at width 3: a layer costs 18, 27, 36

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from blocklab.analysis.cells import Change
+from blocklab.experiments.degree_sweep.analysis.cells import Change
 from blocklab.experiments.degree_sweep.analysis.cost import next_cost
 from blocklab.experiments.degree_sweep.report.status_line import cost_words
 

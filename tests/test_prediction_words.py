@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from blocklab.analysis.cells import Check
 from blocklab.experiments.degree_sweep.analysis import capacity
 from blocklab.experiments.degree_sweep.analysis.capacity import Counted, Decision, Outcome
+from blocklab.experiments.degree_sweep.analysis.cells import Check
 from blocklab.experiments.degree_sweep.analysis.claims import claims
 from blocklab.experiments.degree_sweep.analysis.multiplier import Interval
 

@@ -12,13 +12,13 @@ import shlex
 
 import pytest
 
-from blocklab.analysis.cells import Invocation, replaced
-from blocklab.analysis.stats import compare
 from blocklab.cli.experiment import resolve
 from blocklab.cli.main import build_parser
 from blocklab.experiments.degree_sweep import EXPERIMENT, DegreeSweep, DegreeSweepTrials
 from blocklab.experiments.degree_sweep import report as degree_report
 from blocklab.experiments.degree_sweep.analysis import capacity, design, fit_checks
+from blocklab.experiments.degree_sweep.analysis.arms import compare
+from blocklab.experiments.degree_sweep.analysis.cells import Invocation, replaced
 from blocklab.experiments.degree_sweep.report.capacity import detail, digits
 from blocklab.experiments.degree_sweep.report.status_line import STATUS_WIDTH, status_line
 from blocklab.formatting import config_json

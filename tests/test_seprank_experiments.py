@@ -17,11 +17,11 @@ from blocklab.cli import main
 from blocklab.experiments import _seprank as sr
 from blocklab.experiments import seprank_degree as dg
 from blocklab.experiments import seprank_depth_width as dw
+from blocklab.experiments.seprank_degree import report as dg_report
+from blocklab.experiments.seprank_depth_width import report as dw_report
 from blocklab.measures import exact_rank as ex
 from blocklab.measures import separation_rank
 from blocklab.models import block_params, mixes_tokens, parse_arm
-from blocklab.reports import seprank_degree as dg_report
-from blocklab.reports import seprank_depth_width as dw_report
 from blocklab.store import Store
 
 

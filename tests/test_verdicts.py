@@ -1,5 +1,6 @@
-"""The paired tests' verdict as data (`analysis.stats.Verdict`) and in words
-(`reports/verdicts.py`): a clear win, no significant difference, and a refused verdict."""
+"""The paired tests' verdict as data (`degree_sweep.analysis.arms.Verdict`) and in words
+(`degree_sweep/report/verdicts.py`): a clear win, no significant difference, and a refused
+verdict."""
 
 import json
 import math
@@ -7,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from blocklab.analysis.stats import Outcome, compare
-from blocklab.reports.verdicts import claim, text, verdict_json
+from blocklab.experiments.degree_sweep.analysis.arms import Outcome, compare
+from blocklab.experiments.degree_sweep.report.verdicts import claim, text, verdict_json
 
 DEGREE = {"A": 2.0, "B": 3.0}
 BRACKET = "  [paired t-test across {} seeds, Holm-corrected, alpha=0.05]"

@@ -8,9 +8,10 @@ import json
 
 import pytest
 
-from blocklab.analysis import width_sweep as ws
 from blocklab.cli import main
-from blocklab.experiments import _width_sweep, mad
+from blocklab.experiments import mad
+from blocklab.experiments.mad import width_sweep as _width_sweep
+from blocklab.experiments.mad.analysis import width_sweep as ws
 
 
 def _rows(table):

@@ -83,7 +83,7 @@ def _run_and_report(
         rows = getattr(trials, "rows", None)  # `Trials`, or what the experiment's report reads
         # trials, not rows: a depth ladder's trial is a row per rung
         with bar.analysing(len({r.get("id") for r in rows}) if rows is not None else None):
-            report = importlib.import_module(experiment.report).write(out, cfg, trials)
+            report = importlib.import_module(experiment.report_module()).write(out, cfg, trials)
     except BaseException:
         bar.close()
         for tracker in opened:
@@ -178,7 +178,7 @@ def sized(experiment: type[Experiment], cfg: Any, out, pinned: bool, plan_only: 
         raise UserError("--plan prints the run --target-resolution sizes: give --target-resolution")
     if not experiment.sized or resolution is None:
         return cfg, None
-    return importlib.import_module(experiment.report).size(cfg, out, pinned)
+    return importlib.import_module(experiment.report_module()).size(cfg, out, pinned)
 
 
 def in_toml(path, key: str) -> bool:

@@ -16,9 +16,12 @@ T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str, group: str | None = None):
+    def __init__(self, kind: str, group: str | None = None, home: str | None = None):
         self.kind = kind
         self.group = group  # the entry-point group of this kind's plugins
+        # a package whose entries each live in a subpackage of their own, named after it
+        # (`blocklab.experiments`: `blocklab.experiments.collapse.experiment` is `collapse`)
+        self.home = home
         self._items: dict[str, T] = {}
         self._plugged = group is None
 
@@ -33,9 +36,16 @@ class Registry(Generic[T]):
             self._plugged = False
             raise
 
+    def name_of(self, module: str) -> str:
+        """The name an entry defined in `module` registers under: within `home`, the subpackage
+        directly under it; anywhere else, the module's own name (one family per file)."""
+        if self.home and module.startswith(f"{self.home}."):
+            return module[len(self.home) + 1 :].split(".")[0]
+        return module.rsplit(".", 1)[-1]
+
     def register(self, cls: T) -> T:
-        """Class decorator; the name is the defining module's name (one family per file)."""
-        name = cls.__module__.rsplit(".", 1)[-1]
+        """Class decorator; the name is `name_of` the defining module."""
+        name = self.name_of(cls.__module__)
         if name in self._items:
             raise ValueError(f"{self.kind} {name!r} is registered twice")
         cls.name = name  # type: ignore[attr-defined]
@@ -61,9 +71,16 @@ class Registry(Generic[T]):
         return name in self._items
 
 
+# a family's modules that hold its base types, not an entry
+NOT_ENTRIES = ("base", "manifest")
+
+
 def import_submodules(package_name: str) -> None:
-    """Import every module of a package so its `@register` decorators run (one file, one entry)."""
+    """Import every module and subpackage of a package so its `@register` decorators run: a
+    family's entries, a module each (blocks, tasks, measures) or a home each (experiments, whose
+    home's `__init__` imports its manifest). Private modules (`_trials`) and the base types
+    (`NOT_ENTRIES`) register nothing and are left out."""
     package = importlib.import_module(package_name)
     for info in pkgutil.iter_modules(package.__path__):
-        if not info.name.startswith("_") and info.name != "base":
+        if not info.name.startswith("_") and info.name not in NOT_ENTRIES:
             importlib.import_module(f"{package_name}.{info.name}")

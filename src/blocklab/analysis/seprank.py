@@ -1,7 +1,8 @@
 """The seprank experiments (seeds 000 and 001) as statistics: grid ranks over seeds per degree
 and depth or per width and depth, the slope of ln(rank - 1) per layer, the orders of degrees,
-the growth per layer, and the outcomes of the tests of the bounds. The reports
-(`blocklab.reports.seprank_degree`, `blocklab.reports.seprank_depth_width`) word them."""
+the growth per layer, and the outcomes of the tests of the bounds. The two experiments' reports
+(`blocklab.experiments.seprank_degree.report`, `blocklab.experiments.seprank_depth_width.report`)
+word them."""
 
 from __future__ import annotations
 

@@ -136,7 +136,7 @@ def run(experiment: type[Experiment], args: argparse.Namespace) -> int:
     cfg, plan = launch.sized(experiment, cfg, args.out, pinned, getattr(args, "plan", False))
     words = ["blocklab", *getattr(args, "argv", [])]
     if plan is not None:  # the experiment's report module words the plan
-        words_of = importlib.import_module(experiment.report)
+        words_of = importlib.import_module(experiment.report_module())
         if args.plan:
             as_json = json.dumps({"plan": plan.json()}, indent=2) if args.json else None
             print(as_json or wrapped("\n".join(words_of.plan_lines(plan, cfg, words))))

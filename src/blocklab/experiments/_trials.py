@@ -255,7 +255,7 @@ def row(spec: TrialSpec, rec: dict[str, Any], **keys: Any) -> dict[str, Any]:
 
 
 # the config fields of an experiment that searches learning rates (`search_lr`) and reads a
-# plateau criterion (`analysis.cells.plateaued`)
+# plateau criterion (`analysis.plateau.plateaued`)
 
 
 def lr_grid_field(default: tuple[float, ...], per: str) -> Any:

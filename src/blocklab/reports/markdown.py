@@ -133,7 +133,7 @@ def report(
 
 
 def criterion(rule: str, tol: float) -> str:
-    """The plateau criterion (`analysis.cells.plateau_rule`) in words."""
+    """The plateau criterion (`analysis.plateau.plateau_rule`) in words."""
     if rule == "wsd":
         return (
             f"the annealed validation loss of the run of half the steps lies < {tol:g} above "

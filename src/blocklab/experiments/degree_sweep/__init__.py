@@ -128,7 +128,6 @@ PILOT_TIME = pilot_time()
 class DegreeSweep(Experiment):
     Config = DegreeSweepConfig
     run = staticmethod(run)
-    report = "blocklab.experiments.degree_sweep.report"
     forms = {"pilot": PILOT_TIME}
     sized = True
     commands = (

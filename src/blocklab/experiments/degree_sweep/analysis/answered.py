@@ -8,13 +8,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from blocklab.analysis.cells import EDGE, FAILED, Check
 from blocklab.experiments.degree_sweep.analysis import (
     hypotheses,
     matched,
     matched_checks,
     multiplier,
 )
+from blocklab.experiments.degree_sweep.analysis.cells import EDGE, FAILED, Check
 from blocklab.experiments.degree_sweep.analysis.decision import (
     Counted,
     Decision,

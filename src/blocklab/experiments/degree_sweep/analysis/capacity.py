@@ -15,16 +15,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from blocklab.analysis.cells import (
-    EDGE,
-    FAILED,
-    Change,
-    Check,
-    Invocation,
-    budget_stats,
-    second_order,
-)
-from blocklab.analysis.stats import Verdict
 from blocklab.experiments.degree_sweep.analysis import (
     design,
     fit_checks,
@@ -37,6 +27,16 @@ from blocklab.experiments.degree_sweep.analysis.answered import (
     MatchedResult,
     answer_counts,
     answer_run,
+)
+from blocklab.experiments.degree_sweep.analysis.arms import Verdict
+from blocklab.experiments.degree_sweep.analysis.cells import (
+    EDGE,
+    FAILED,
+    Change,
+    Check,
+    Invocation,
+    budget_stats,
+    second_order,
 )
 from blocklab.experiments.degree_sweep.analysis.cost import next_cost
 from blocklab.experiments.degree_sweep.analysis.counts import (

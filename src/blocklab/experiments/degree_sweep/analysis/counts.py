@@ -13,8 +13,8 @@ import math
 
 import numpy as np
 
-from blocklab.analysis.cells import loss
 from blocklab.experiments.degree_sweep.analysis import fit_checks, multiplier, scaling
+from blocklab.experiments.degree_sweep.analysis.cells import loss
 from blocklab.theory import predicted_multiplier
 
 REFERENCE = fit_checks.REFERENCE

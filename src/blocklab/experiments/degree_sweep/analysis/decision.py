@@ -9,8 +9,8 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
-from blocklab.analysis.cells import Check
 from blocklab.experiments.degree_sweep.analysis import design, fit_checks, multiplier
+from blocklab.experiments.degree_sweep.analysis.cells import Check
 
 REFERENCE = fit_checks.REFERENCE
 # what the theory says separates d = 3 from d = 2 and 4: the resolution a verdict must reach

@@ -55,7 +55,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from blocklab import config
-from blocklab.analysis.cells import (
+from blocklab.analysis.plateau import plateau_rule, plateaued
+from blocklab.errors import UserError
+from blocklab.experiments.degree_sweep.analysis.cells import (
     EDGE,
     FAILED,
     Change,
@@ -68,15 +70,12 @@ from blocklab.analysis.cells import (
     log_band,
     loss,
     next_command,
-    plateau_rule,
-    plateaued,
     second_order,
     side,
     widened,
     wilson,
     worst,
 )
-from blocklab.errors import UserError
 from blocklab.experiments.degree_sweep.analysis.fit_checks import (
     T_UNITS,
     WILSON,

@@ -9,7 +9,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from blocklab.analysis.cells import (
+from blocklab.experiments.degree_sweep.analysis.cells import (
     EDGE,
     FAILED,
     Change,

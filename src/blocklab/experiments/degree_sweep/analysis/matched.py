@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as st
 
-from blocklab.analysis.cells import loss
+from blocklab.experiments.degree_sweep.analysis.cells import loss
 from blocklab.theory import ANSWER_PAIRS, CONTROL_LABEL
 
 # (first arm, second arm, quantity): m is the first arm's multiplier against the second

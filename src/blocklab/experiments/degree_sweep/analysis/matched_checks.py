@@ -40,7 +40,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from blocklab.analysis.cells import (
+from blocklab.experiments.degree_sweep.analysis import matched as mt
+from blocklab.experiments.degree_sweep.analysis.cells import (
     EDGE,
     FAILED,
     PASSED,
@@ -51,7 +52,6 @@ from blocklab.analysis.cells import (
     side,
     worst,
 )
-from blocklab.experiments.degree_sweep.analysis import matched as mt
 from blocklab.experiments.degree_sweep.analysis.design import (
     MIN_REPLICATES,
     Generalization,

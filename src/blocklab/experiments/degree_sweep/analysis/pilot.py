@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from blocklab.analysis.cells import loss
 from blocklab.engine.devices import GPU_OVER_CORE
 from blocklab.experiments.degree_sweep.analysis import multiplier
+from blocklab.experiments.degree_sweep.analysis.cells import loss
 
 
 @dataclass(frozen=True)

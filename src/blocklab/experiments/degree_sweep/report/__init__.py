@@ -14,7 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import blocklab.reports  # noqa: F401  (files only: its backend is set before plots import pyplot)
-from blocklab.analysis.stats import (
+from blocklab.analysis.summary import drawn_interval
+from blocklab.engine.progress import current
+from blocklab.engine.provenance import provenance
+from blocklab.experiments.degree_sweep import EXPERIMENT, DegreeSweep, sizing
+from blocklab.experiments.degree_sweep.analysis.arms import (
     TEST,
     Summary,
     Verdict,
@@ -22,10 +26,6 @@ from blocklab.analysis.stats import (
     ranking_vs_theory,
     summarize_arms,
 )
-from blocklab.analysis.summary import drawn_interval
-from blocklab.engine.progress import current
-from blocklab.engine.provenance import provenance
-from blocklab.experiments.degree_sweep import EXPERIMENT, DegreeSweep, sizing
 from blocklab.experiments.degree_sweep.analysis.capacity import (
     PREDICTED_EFFECT,
     CapacityResult,
@@ -69,10 +69,10 @@ from blocklab.experiments.degree_sweep.report.pilot import size as size
 from blocklab.experiments.degree_sweep.report.status import status as run_status
 from blocklab.experiments.degree_sweep.report.status_line import next_lines
 from blocklab.experiments.degree_sweep.report.theory import question, theory_section
+from blocklab.experiments.degree_sweep.report.verdicts import claim, verdict_json
 from blocklab.formatting import config_json, markdown_table, plain, short
 from blocklab.reports import Report
 from blocklab.reports.markdown import failures, require_finished
-from blocklab.reports.verdicts import claim, verdict_json
 from blocklab.rundir import RunDir
 
 COLUMNS = (

@@ -8,10 +8,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from blocklab.analysis.cells import EDGE
 from blocklab.experiments.degree_sweep.analysis import hypotheses as hy
 from blocklab.experiments.degree_sweep.analysis import matched as mt
 from blocklab.experiments.degree_sweep.analysis import matched_checks as mc
+from blocklab.experiments.degree_sweep.analysis.cells import EDGE
 from blocklab.formatting import markdown_table
 
 NAMES = {"h(d)": "the note's h(d)", "H_fd": "H_fd", "no_difference": "no difference"}

@@ -6,9 +6,9 @@ and for second-order fits the referee's comparison (the figures are in `curves`)
 import math
 from typing import Any
 
-from blocklab.analysis.cells import BY_DESIGN, EDGE, FAILED, PASSED, Check
 from blocklab.experiments.degree_sweep.analysis import design, fit_checks
 from blocklab.experiments.degree_sweep.analysis.capacity import PREDICTED_EFFECT
+from blocklab.experiments.degree_sweep.analysis.cells import BY_DESIGN, EDGE, FAILED, PASSED, Check
 from blocklab.experiments.degree_sweep.report import answer, referee
 from blocklab.experiments.degree_sweep.report.intervals import after, computed, spread
 from blocklab.experiments.degree_sweep.report.loss_table import loss_table

@@ -1,7 +1,7 @@
 """Figures of the degree sweep: metric vs degree, learning curves, and the measured ranking
 beside h(d) (its capacity figures are in `curves`).
 
-Each function takes rows or summaries (blocklab.analysis.stats) and a path, writes a PNG and returns
+Each function takes rows or summaries (`analysis.arms`) and a path, writes a PNG and returns
 the path. Diverged seeds and missing values are skipped, never drawn as zeros.
 """
 
