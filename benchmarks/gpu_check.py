@@ -91,7 +91,7 @@ def _json_main(argv: list[str]) -> tuple[int, dict]:
 
 
 def zoology_line(payload: dict) -> str:
-    """The width sweep's line on zoology's claim (`reports.mad_width.claim`): its status and
+    """The width sweep's line on zoology's claim (`mad.report.width_sweep.claim`): its status and
     evidence, or that the run printed none."""
     for found in payload.get("findings") or []:
         if found.get("claim") == GATED_CLAIM:

@@ -59,15 +59,17 @@ LAYERS = [
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
 
 
-# an experiment's home (a package under experiments/) may hold its statistics and its report,
-# each in its layer: experiments/degree_sweep/analysis/ is analysis, .../report/ is reports
+# an experiment's home (a package under experiments/) holds its statistics and its report, each
+# in its layer, a module or a subfolder: experiments/collapse/analysis.py and
+# experiments/degree_sweep/analysis/ are analysis, .../report.py and .../report/ are reports
 HOME_LAYERS = {"analysis": "analysis", "report": "reports"}
 
 
 def _component(module: str) -> str:
     """'blocklab.experiments.collapse' -> 'experiments'; 'blocklab' -> ''; inside an experiment's
-    home, a subpackage `analysis` -> 'analysis' and `report` -> 'reports'
-    ('blocklab.experiments.degree_sweep.report.plots' -> 'reports')."""
+    home, its `analysis` -> 'analysis' and its `report` -> 'reports', modules or subpackages
+    ('blocklab.experiments.collapse.report', 'blocklab.experiments.degree_sweep.report.plots' ->
+    'reports')."""
     parts = module.split(".")
     if len(parts) > 3 and parts[1] == "experiments" and parts[3] in HOME_LAYERS:
         return HOME_LAYERS[parts[3]]
@@ -149,8 +151,11 @@ def _experiment_imports(sources: dict[Path, str]) -> list[str]:
 
 
 def test_no_analysis_imports_an_experiment():
-    homes = sorted(SRC.glob("experiments/*/analysis/*.py"))
+    homes = sorted(SRC.glob("experiments/*/analysis/*.py")) + sorted(
+        SRC.glob("experiments/*/analysis.py")
+    )
     assert SRC / "experiments/degree_sweep/analysis/multiplier.py" in homes
+    assert SRC / "experiments/collapse/analysis.py" in homes
     sources = {p: p.read_text() for p in sorted(SRC.glob("analysis/*.py")) + homes}
     assert _experiment_imports(sources) == []
 
@@ -168,6 +173,15 @@ def test_an_experiments_home_is_read_by_its_subfolders():
     assert _component("blocklab.experiments.degree_sweep.report.plots") == "reports"
     assert _component("blocklab.experiments.degree_sweep.analysis") == "analysis"
     assert _component("blocklab.experiments.degree_sweep.config") == "experiments"
+    # a home's analysis and report as modules, not folders
+    collapse = SRC / "experiments/collapse"
+    assert _home(collapse / "analysis.py") == "analysis"
+    assert _home(collapse / "report.py") == "reports"
+    assert _home(collapse / "experiment.py") == _home(collapse / "__init__.py") == "experiments"
+    assert _home(SRC / "experiments/mad/width_sweep.py") == "experiments"
+    assert _home(SRC / "experiments/mad/analysis/width_sweep.py") == "analysis"
+    assert _component("blocklab.experiments.collapse.analysis") == "analysis"
+    assert _component("blocklab.experiments.collapse.report") == "reports"
     local = "def f():\n    from blocklab.experiments.degree_sweep.report.x import y\n"
     planted = {
         home / "plan.py": local,
@@ -183,6 +197,18 @@ def test_an_experiments_home_is_read_by_its_subfolders():
     ]
     assert _experiment_imports(planted) == [
         "experiments/degree_sweep/analysis/cost.py imports blocklab.experiments.degree_sweep.config"
+    ]
+    # the same in a home whose analysis and report are modules
+    planted = {
+        collapse / "experiment.py": "from blocklab.experiments.collapse import report\n",
+        collapse / "analysis.py": "from blocklab.experiments.collapse.experiment import PURE\n",
+        collapse / "report.py": "from blocklab.experiments.collapse import analysis\n",
+    }
+    assert _against_layers(planted) == [
+        "experiments/collapse/experiment.py imports blocklab.experiments.collapse.report"
+    ]
+    assert _experiment_imports(planted) == [
+        "experiments/collapse/analysis.py imports blocklab.experiments.collapse.experiment"
     ]
 
 
@@ -252,6 +278,76 @@ def test_the_circle_check_fails_on_a_circle():
         "blocklab.measures.collapse": "from blocklab.measures import MEASURES\n",
     }
     assert _circle(_import_graph(registry)) == []
+
+
+SHARED = ("blocklab.analysis", "blocklab.reports")  # the folders every home may use
+
+
+def _owners(graph: dict[str, set[str]], module: str, seen: frozenset = frozenset()) -> set[str]:
+    """Who uses `module` (an import graph's node): the homes that import it (an experiment's
+    package under `blocklab.experiments`, by name), directly or through shared modules, and
+    "outside" where any other module imports it (the command line, launch, a family, the
+    experiments' shared private modules)."""
+    owners = set()
+    for user in (u for u, found in graph.items() if module in found and u not in seen):
+        parts = user.split(".")
+        if user.startswith(SHARED):
+            owners |= _owners(graph, user, seen | {module})
+        elif len(parts) > 2 and parts[1] == "experiments" and not parts[2].startswith("_"):
+            owners.add(parts[2])
+        else:
+            owners.add("outside")
+    return owners
+
+
+def _one_home_only(graph: dict[str, set[str]]) -> list[str]:
+    """The modules of the shared folders (`SHARED`) that one home alone uses and no module
+    outside the experiments does: each belongs in that home."""
+    return sorted(
+        m
+        for m in graph
+        if m.split(".")[:2] in (s.split(".") for s in SHARED)
+        and m not in SHARED
+        and len(owners := _owners(graph, m)) == 1
+        and "outside" not in owners
+    )
+
+
+def test_shared_folders_hold_only_what_is_shared():
+    """A module of `analysis/` or `reports/` is used by two homes or more, or by a module outside
+    the experiments (`cli/advise` reads `analysis/depth_width`, `launch` writes `reports/html`);
+    what one home alone uses lives in that home."""
+    sources = {_module(p): p.read_text() for p in SRC.rglob("*.py")}
+    graph = _import_graph(sources)
+    assert "outside" in _owners(graph, "blocklab.analysis.depth_width")
+    assert _owners(graph, "blocklab.analysis.seprank") == {"seprank_degree", "seprank_depth_width"}
+    assert _one_home_only(graph) == []
+
+
+def test_the_home_rule_fails_on_a_module_one_home_uses():
+    """The check above, on a made-up tree: a shared statistic one home's analysis alone imports,
+    and a shared figure module reached by one home only through another shared module, are
+    named; one two homes use, and one the command line uses beside one home, are not."""
+    sources = {
+        "blocklab.analysis.lonely": "",
+        "blocklab.reports.figs": "",
+        "blocklab.reports.wording": "from blocklab.reports import figs\n",
+        "blocklab.analysis.common": "",
+        "blocklab.analysis.advised": "",
+        "blocklab.experiments.collapse.analysis": (
+            "from blocklab.analysis import lonely\nfrom blocklab.analysis import common\n"
+        ),
+        "blocklab.experiments.collapse.report": "from blocklab.reports import wording\n",
+        "blocklab.experiments.needle.analysis": (
+            "from blocklab.analysis import common\nfrom blocklab.analysis import advised\n"
+        ),
+        "blocklab.cli.advise": "def f():\n    from blocklab.analysis import advised\n",
+    }
+    assert _one_home_only(_import_graph(sources)) == [
+        "blocklab.analysis.lonely",
+        "blocklab.reports.figs",
+        "blocklab.reports.wording",
+    ]
 
 
 def test_type_only_imports_count():
@@ -394,6 +490,79 @@ def test_one_file_adds_an_experiment(toy, tmp_path, capsys):
     assert "not allowed with" in capsys.readouterr().err
     assert main(["squares", "--n", "0", "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err.startswith("blocklab: error:")
+
+
+def _manifest(module: str, report: str | None = None) -> type[Experiment]:
+    """A manifest class as if defined in `module`, naming `report` or none."""
+    return type("Toy", (Experiment,), {"__module__": module, "report": report})
+
+
+def test_an_experiment_is_named_after_its_home():
+    """Each built-in manifest lives in its home's `experiment` module (the degree sweep's in its
+    package) and is named after the home; elsewhere a manifest is named after its module."""
+    homes = {n: EXPERIMENTS.get(n).__module__ for n in EXPERIMENTS.names()}
+    assert homes == {
+        n: f"blocklab.experiments.{n}" + ("" if n == "degree_sweep" else ".experiment")
+        for n in [
+            "collapse", "degree_sweep", "depth_width", "mad", "needle", "sanford_match",
+            "sanford_qsa", "seprank_degree", "seprank_depth_width",
+        ]
+    }  # fmt: skip
+    registry = Registry("experiment", home="blocklab.experiments")
+    assert registry.name_of("blocklab.experiments.collapse.experiment") == "collapse"
+    assert registry.name_of("blocklab.experiments.mad.report.suite") == "mad"
+    assert registry.name_of("blocklab.experiments.degree_sweep") == "degree_sweep"
+    assert registry.name_of("mylab.squares") == "squares"
+    assert registry.name_of("squares") == "squares"
+    # without a home, a home's manifest would be named after its file: every one "experiment"
+    plain = Registry("experiment")
+    assert plain.name_of("blocklab.experiments.collapse.experiment") == "experiment"
+    assert plain.register(_manifest("blocklab.experiments.collapse.experiment")).name == (
+        "experiment"
+    )
+    assert registry.register(_manifest("blocklab.experiments.collapse.experiment")).name == (
+        "collapse"
+    )
+
+
+def test_the_report_is_found_beside_the_manifest():
+    """`Experiment.report_module`: a home's `report`; a plugin's `report` beside its module, or a
+    top-level module itself; a manifest's own `report` string first. Every built-in manifest
+    names none and finds a module with a `write`."""
+    for name in EXPERIMENTS.names():
+        experiment = EXPERIMENTS.get(name)
+        assert experiment.report is None, name
+        assert experiment.report_module() == f"blocklab.experiments.{name}.report"
+        assert callable(import_module(experiment.report_module()).write)
+    assert _manifest("blocklab.experiments.mad.experiment").report_module() == (
+        "blocklab.experiments.mad.report"
+    )
+    assert _manifest("blocklab.experiments.degree_sweep").report_module() == (
+        "blocklab.experiments.degree_sweep.report"
+    )
+    assert _manifest("mylab.experiment").report_module() == "mylab.report"
+    assert _manifest("mylab.squares.experiment").report_module() == "mylab.squares.report"
+    assert _manifest("squares").report_module() == "squares"
+    named = "mylab.squares_report"
+    assert _manifest("mylab.experiment", named).report_module() == named
+    assert _manifest("blocklab.experiments.collapse.experiment", named).report_module() == named
+
+
+def test_a_plugin_without_a_report_name_reports_from_its_own_module(tmp_path, capsys, monkeypatch):
+    """The toy above without `report =`: a manifest in a top-level module (this test module) is
+    its own report module, and the command line runs it through to its report."""
+    monkeypatch.setattr(EXPERIMENTS, "_items", dict(EXPERIMENTS._items))
+
+    @EXPERIMENTS.register
+    class Squares(Experiment):
+        Config = SquaresConfig
+        run = staticmethod(squares)
+        commands = (Command("squares", "the first n squares", "runs/sq"),)
+        pool = False
+
+    assert Squares.report is None and Squares.report_module() == __name__ == Squares.name
+    assert main(["squares", "--n", "3", "--out", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["squares"] == [0, 1, 4]
 
 
 # the layers whose every module the map names
@@ -587,7 +756,9 @@ def test_report_writers_word_what_analyze_computed():
     paths = sorted(SRC.rglob("*.py"))
     sources = {_module(p): p.read_text() for p in paths if _home(p) == "reports"}
     home = "blocklab.experiments.degree_sweep.report"
-    assert f"{home}.capacity" in sources and home in sources and "blocklab.experiments.mad.report.suite" in sources
+    assert f"{home}.capacity" in sources and home in sources
+    assert "blocklab.experiments.mad.report.suite" in sources
+    assert "blocklab.experiments.collapse.report" in sources
     assert _computing_writers(sources) == set()
 
 

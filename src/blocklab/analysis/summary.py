@@ -64,9 +64,10 @@ def binomial_interval(k: int, n: int, level: float = 0.95) -> dict[str, float]:
 
 
 def drawn_interval(s) -> tuple[float, float]:
-    """The interval a figure draws for a summary over seeds (`stats.Summary`): its Student-t
-    interval, or for a metric that cannot fall below zero (MSE, every value positive) the
-    bootstrap interval of `positive_interval`, which cannot either."""
+    """The interval a figure draws for a summary over seeds (the degree sweep's
+    `analysis.arms.Summary`): its Student-t interval, or for a metric that cannot fall below zero
+    (MSE, every value positive) the bootstrap interval of `positive_interval`, which cannot
+    either."""
     if s.metric == "mse" and all(v > 0 for v in s.values):
         return positive_interval(s.values)
     return s.lo, s.hi

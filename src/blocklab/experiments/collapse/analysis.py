@@ -1,4 +1,4 @@
-"""The statistics of the rank-collapse experiment (`experiments/collapse.py`, seed 003): per-trial
+"""The statistics of the rank-collapse experiment (`experiment`, seed 003): per-trial
 log ratio curves, their summaries over seeds, the check against seed 003 Theorem 2.2's bound,
 and the findings with their tests.
 
@@ -151,7 +151,7 @@ class SeedMean:
 @dataclass(frozen=True)
 class Finding:
     """A variant's trend with depth ("slope") or its mean log10 ratio over layers against pure's
-    ("paired"), with its test; `reports/collapse.py` words it."""
+    ("paired"), with its test; the home's `report` words it."""
 
     stage: str
     variant: str

@@ -130,7 +130,7 @@ NO_TRANSITION = {
 
 def findings(tested: dict[str, Any], fit, best) -> list[dict[str, Any]]:
     """Each adjacent pair's transition beside where the paper's fit puts it, the fit's slope b,
-    and the best depth per budget: the tests of `analysis.depth_width_claims.claims`, worded."""
+    and the best depth per budget: the tests of the home's `analysis.claims`, worded."""
     lo, hi = tested["lo"], tested["hi"]
     out = []
     for c in tested["transitions"]:

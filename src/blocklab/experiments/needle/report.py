@@ -122,7 +122,7 @@ PREDICTED = {
 
 
 def findings(cfg, tested: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The tests of softmax against each other kernel (`analysis.needle.tests`), worded: what
+    """The tests of softmax against each other kernel (`analysis.tests`), worded: what
     seed 004 predicts, what was measured, and the verdict after Holm."""
     out = []
     for t in tested:

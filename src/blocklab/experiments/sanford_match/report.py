@@ -60,7 +60,7 @@ def analyze(cfg, trials) -> MatchResult:
 
 
 def _worded(f: dict[str, Any]) -> dict[str, Any]:
-    """One finding of `analysis.match.findings` with its prediction and measure in words."""
+    """One finding of `analysis.findings` with its prediction and measure in words."""
     out = dict(f)
     out["predicted"] = "solves" if f["predicted"] else "does not solve (small width)"
     out = {k: out[k] for k in ("task", "seq_len", "width", "model", "predicted")} | {

@@ -82,7 +82,7 @@ def write(out_dir, cfg, trials) -> Report:
 
 def findings(cfg, tested: dict[str, Any]) -> list[dict[str, Any]]:
     """Per q: the smallest m reaching `solved` beside the seed's range, and its growth with q
-    (`analysis.qsa.thresholds`), worded."""
+    (`analysis.thresholds`), worded."""
     findings = []
     for t in tested["per_q"]:
         q, first = t["q"], t["first_m"]

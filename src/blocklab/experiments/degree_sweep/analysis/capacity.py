@@ -129,7 +129,7 @@ class CapacityResult:
     model: multiplier.MultiplierFit | None  # the shared scaling model; None: not fitted
     decision: Decision
     degrees: dict[str, float | None]
-    paired: tuple[Verdict, ...] = ()  # per budget, `stats.compare`
+    paired: tuple[Verdict, ...] = ()  # per budget, `arms.compare`
     second_order: bool = False  # the rows are second-order fits (`cells.second_order`)
     referee: RefereeSummary | None = None  # fits with referee rows (`referee_summary`)
     # the count `model` and `decision` are fitted on, and the shared model on every count the

@@ -2,7 +2,7 @@
 (block, setting), the smallest width that solves each setting, and zoology's claim read from them.
 
 Rows are `experiments._trials.row` dicts with block, width, pairs, seq_len, status and
-test_metric (test accuracy). Everything here is data; `reports.mad_width` words it.
+test_metric (test accuracy). Everything here is data; `report.width_sweep` words it.
 """
 
 from __future__ import annotations
