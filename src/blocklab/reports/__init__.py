@@ -1,9 +1,11 @@
-"""Reports, one module per experiment (named by its manifest's `report`): `analyze(cfg, trials)`
-turns what the experiment's run returned (`blocklab.experiments.Trials`) into its summaries over
-seeds, tests, fits and findings, with the statistics of `blocklab.analysis`; `write(out_dir, cfg,
-trials)` analyzes, writes report.md and its figures into the run directory and returns a
-`Report`, what the command line prints. `markdown`, `figures` and `plots` are the pieces they
-share.
+"""Reports: what every experiment's report shares. Each experiment's report lives in its home
+(`blocklab.experiments.NAME.report`, found by `Experiment.report_module`): its `analyze(cfg,
+trials)` turns what the run returned (`blocklab.experiments.Trials`) into its summaries over
+seeds, tests, fits and findings, and its `write(out_dir, cfg, trials)` analyzes, writes report.md
+and its figures into the run directory and returns a `Report`, what the command line prints.
+Here: `Report`, `Status` and `Findings`; `markdown` and `figures`, the pieces the reports share;
+`_seprank`, the two seprank reports' tables; and the run's page (`html`, `page_trials`), which
+the run path writes for every experiment.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from typing import Any
 
 import matplotlib
 
-# files only, no display (servers, worker processes): set before any report imports pyplot
+# files only, no display (servers, worker processes): set before any report draws (pyplot, if
+# a report imported it first, switches to it)
 matplotlib.use("Agg")
 
 
