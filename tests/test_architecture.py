@@ -160,6 +160,37 @@ def test_no_analysis_imports_an_experiment():
     assert _experiment_imports(sources) == []
 
 
+def _shared_imports_of_experiments(sources: dict[Path, str]) -> list[str]:
+    """The imports of anything under `experiments/` from the shared `analysis/` and `reports/`
+    folders: what they share serves every home, so no arrow points back up into one."""
+    return [
+        f"{path.relative_to(SRC)} imports {module}"
+        for path, source in sources.items()
+        if path.relative_to(SRC).parts[0] in ("analysis", "reports")
+        for module in _imports(ast.parse(source))
+        if module.split(".")[:2] == ["blocklab", "experiments"]
+    ]
+
+
+def test_the_shared_folders_import_no_experiment():
+    paths = sorted(SRC.glob("analysis/*.py")) + sorted(SRC.glob("reports/*.py"))
+    assert _shared_imports_of_experiments({p: p.read_text() for p in paths}) == []
+
+
+def test_the_shared_folder_check_fails_on_a_planted_import():
+    """A shared report that reads one experiment's ladder, and a shared statistic that reads a
+    home's analysis, are named; a home's report importing its own experiment is not theirs."""
+    planted = {
+        SRC / "reports/markdown.py": "def f():\n    from blocklab.experiments.mad import ladder\n",
+        SRC / "analysis/summary.py": "from blocklab.experiments.collapse import analysis\n",
+        SRC / "experiments/mad/report/suite.py": "from blocklab.experiments.mad import ladder\n",
+    }
+    assert _shared_imports_of_experiments(planted) == [
+        "reports/markdown.py imports blocklab.experiments.mad",
+        "analysis/summary.py imports blocklab.experiments.collapse.analysis",
+    ]
+
+
 def test_an_experiments_home_is_read_by_its_subfolders():
     """An experiment's home: its modules in the experiments layer, its `analysis` subfolder in
     the analysis layer and its `report` subfolder in the reports layer. Planted: an experiment
@@ -563,6 +594,40 @@ def test_a_plugin_without_a_report_name_reports_from_its_own_module(tmp_path, ca
     assert Squares.report is None and Squares.report_module() == __name__ == Squares.name
     assert main(["squares", "--n", "3", "--out", str(tmp_path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["squares"] == [0, 1, 4]
+
+
+def test_a_plugin_package_reports_from_its_report_module(tmp_path, monkeypatch):
+    """A manifest in a package of one's own, without `report =`, is answered by the package's
+    `report` module, through the Python API with the package imported as a plugin."""
+    monkeypatch.setattr(EXPERIMENTS, "_items", dict(EXPERIMENTS._items))
+    package = tmp_path / "cubes_lab"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "experiment.py").write_text(
+        "from dataclasses import dataclass\n"
+        "from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials\n\n"
+        "@dataclass(frozen=True)\nclass CubesConfig:\n    n: int = 3\n\n"
+        "def run(cfg, store, *, resources=None, progress=True):\n"
+        "    return Trials([{'cube': i**3} for i in range(cfg.n)], [])\n\n"
+        "@EXPERIMENTS.register\nclass Cubes(Experiment):\n    Config = CubesConfig\n"
+        "    run = staticmethod(run)\n"
+        "    commands = (Command('cubes', 'the first n cubes', 'runs/cubes'),)\n"
+        "    pool = False\n"
+    )
+    (package / "report.py").write_text(
+        "from pathlib import Path\nfrom blocklab.reports import Report\n\n"
+        "def write(out_dir, cfg, trials):\n"
+        "    cubes = [r['cube'] for r in trials.rows]\n"
+        "    path = Path(out_dir) / 'report.md'\n"
+        "    path.write_text(f'# Cubes\\n\\n{cubes}\\n')\n"
+        "    return Report(path, {'cubes': cubes}, [f'cubes: {cubes}'])\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from blocklab.api import run
+
+    payload = run("cubes", tmp_path / "out", imports=("cubes_lab.experiment",), n=4)
+    assert EXPERIMENTS.get("experiment").report_module() == "cubes_lab.report"
+    assert payload["cubes"] == [0, 1, 8, 27]
 
 
 # the layers whose every module the map names
