@@ -556,6 +556,23 @@ def test_an_experiment_is_named_after_its_home():
     )
 
 
+def test_import_submodules_imports_the_homes_and_skips_the_rest(tmp_path, monkeypatch):
+    """A family's package imports each entry, a module or a home (a subpackage), and leaves out
+    its base types (`manifest`, `base`) and private modules, which must register nothing."""
+    from blocklab.registry import import_submodules
+
+    family = tmp_path / "fam_homes"
+    (family / "alpha").mkdir(parents=True)
+    (family / "__init__.py").write_text("SEEN = []\n")
+    (family / "alpha" / "__init__.py").write_text("from fam_homes import SEEN\nSEEN.append('a')\n")
+    (family / "beta.py").write_text("from fam_homes import SEEN\nSEEN.append('b')\n")
+    for skipped in ("manifest", "base", "_shared"):
+        (family / f"{skipped}.py").write_text(f"raise ImportError('{skipped} imported')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import_submodules("fam_homes")
+    assert sorted(import_module("fam_homes").SEEN) == ["a", "b"]
+
+
 def test_the_report_is_found_beside_the_manifest():
     """`Experiment.report_module`: a home's `report`; a plugin's `report` beside its module, or a
     top-level module itself; a manifest's own `report` string first. Every built-in manifest

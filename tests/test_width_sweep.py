@@ -10,7 +10,7 @@ import pytest
 
 from blocklab.cli import main
 from blocklab.experiments import mad
-from blocklab.experiments.mad import width_sweep as _width_sweep
+from blocklab.experiments.mad import width_sweep as sweep
 from blocklab.experiments.mad.analysis import width_sweep as ws
 
 
@@ -86,7 +86,7 @@ def test_one_pair_count_tests_nothing():
 def test_the_sweep_plans_the_settings_mqar_admits_easiest_first():
     cfg = mad.MadConfig(mode="width-sweep", sweep_pairs=(8, 4, 16), sweep_seq_lens=(32, 64))
     # 16 pairs need 64 tokens (4 pairs per 16 tokens)
-    assert _width_sweep.settings(cfg) == [(4, 32), (8, 32), (4, 64), (8, 64), (16, 64)]
+    assert sweep.settings(cfg) == [(4, 32), (8, 32), (4, 64), (8, 64), (16, 64)]
     assert mad.MadConfig.sweep_width().mode == "width-sweep"
 
 
