@@ -50,7 +50,6 @@ def holm(pvalues):
     return adjusted
 
 
-
 def paired_p(a, b):
     if np.all(a == b):
         return 1.0  # ttest_rel gives nan for zero variance; no difference at all is p = 1

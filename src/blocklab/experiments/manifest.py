@@ -77,7 +77,7 @@ class Experiment:
         module = cls.__module__
         home = EXPERIMENTS_PACKAGE + "."
         if module.startswith(home):
-            return f"{home}{module[len(home):].split('.')[0]}.report"
+            return f"{home}{module[len(home) :].split('.')[0]}.report"
         package, dot, _ = module.rpartition(".")
         return f"{package}.report" if dot else module
 

@@ -226,7 +226,6 @@ def _corpus(info: dict[str, Any]) -> str:
     return ", ".join(f"{k} {info[k]}" for k in keys)
 
 
-
 def loss_plot(result, path: Path) -> str:
     """Figure 2: test loss against size per depth, one panel per adjacent pair, transitions
     marked at the size of the shallower net."""

@@ -22,6 +22,7 @@ TEST = (
     "Holm-Bonferroni corrected"
 )
 
+
 def _arm_order(arm, degree):
     return (degree is None, degree if degree is not None else 0.0, arm)
 
