@@ -1,5 +1,6 @@
 """An experiment's manifest (`Experiment`, with its `Command`s) and what its run returns
-(`Trials`): the types every experiment's home and a plugin's experiment subclass."""
+(`Trials`): the types every experiment, a home's or a plugin's, builds on. `Experiment` also
+finds an experiment's report (`report_module`)."""
 
 from __future__ import annotations
 
