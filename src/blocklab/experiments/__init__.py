@@ -42,6 +42,18 @@ class Command:
     form: str = ""  # the config's classmethod its defaults come from ("": the quick defaults)
 
 
+@dataclass(frozen=True)
+class Sizing:
+    """An experiment's sizing hook (`Experiment.sizing`). `size(cfg, out_dir, pinned)` returns
+    (config, plan): `cfg` with the size its `target_resolution` needs (`pinned`: the size given
+    stays), and the plan, whose `json()` `--plan --json` prints; `plan_lines(plan, cfg, words)`
+    words the plan for the terminal, with the command that runs it (`words`: the command line
+    asked, "blocklab ...")."""
+
+    size: Callable[[Any, Any, bool], tuple[Any, Any]]
+    plan_lines: Callable[[Any, Any, list[str]], list[str]]
+
+
 class Experiment:
     """An experiment's manifest. The registry sets `name` (the module's name); the rest is the
     subclass's to set."""
@@ -67,11 +79,10 @@ class Experiment:
     # time is the timings file's (`blocklab.timings`); the command line offers each form as a
     # flag (`--medium`, `--sweep-width`)
     forms: ClassVar[dict[str, str | None]] = {}
-    # a config field `target_resolution` sizes the run from measured spreads: the report
-    # module's size(cfg, out_dir, pinned) -> (cfg, degree_sweep.analysis.pilot.Plan) and
-    # plan_lines(plan, cfg, words) (the command offers --plan, which prints the plan and fits
-    # nothing)
-    sized: ClassVar[bool] = False
+    # the sizing hook: how a config field `target_resolution` sizes the run from measured
+    # spreads before any trial runs (`Sizing`; the command offers --plan, which prints the plan
+    # and fits nothing); None: a run is the size its config gives
+    sizing: ClassVar[Sizing | None] = None
 
     @classmethod
     def defaults(cls, words: str = "", form: str | None = None) -> Any:
