@@ -72,6 +72,7 @@ def run(
     toml = str(config_file) if config_file else None
     loaded = plugins.load([*imports, *cfgmod.imports(toml)])
     experiment, called = find(words)
+    _has_form(experiment, words, form)  # before the keys given are read: a form fails first
     keys = given(experiment)
     cfg = resolve(experiment, words, form, toml, keys)
     out = called.out if out is None else out
@@ -123,11 +124,15 @@ def resolve(
     """The config a run of the command `words` is given: its defaults (the quick form, `form`,
     or the form the command runs: `blocklab demo`) < the TOML file < `given`, nested as the
     config nests them."""
-    if form is not None and form not in experiment.forms:
-        raise UserError(f"{words} has no {form!r} form")
+    _has_form(experiment, words, form)
     defaults = experiment.defaults(words, form)
     toml = str(config_file) if config_file else None
     return cfgmod.resolve(experiment.Config, defaults, toml, given, what=words)
+
+
+def _has_form(experiment: type[Experiment], words: str, form: str | None) -> None:
+    if form is not None and form not in experiment.forms:
+        raise UserError(f"{words} has no {form!r} form")
 
 
 def execute(

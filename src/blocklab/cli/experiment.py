@@ -128,6 +128,8 @@ def _help_states_the_form(p: argparse.ArgumentParser, experiment, command: Comma
 
 
 def run(experiment: type[Experiment], args: argparse.Namespace) -> int:
+    """Run `experiment` as the flags say (`launch.run`) and print the report, its JSON, or with
+    --plan the plan alone; 1 where an arm lost every trial."""
     words = ["blocklab", *getattr(args, "argv", [])]
     ran = launch.run(
         _words(args),
@@ -162,12 +164,11 @@ def run(experiment: type[Experiment], args: argparse.Namespace) -> int:
 def _say_plan(ran: launch.Ran, args: argparse.Namespace, words: list[str]) -> None:
     """The plan the run was sized by, worded by the experiment's sizing hook: with --plan on
     stdout (or its JSON), else on stderr before the run unless --quiet."""
-    lines = ran.experiment.sizing.plan_lines(ran.plan, ran.cfg, words)
-    if args.plan:
-        as_json = json.dumps({"plan": ran.plan.json()}, indent=2) if args.json else None
-        print(as_json or wrapped("\n".join(lines)))
-    elif not args.quiet:
-        print(wrapped("\n".join(lines)), file=sys.stderr)
+    if args.plan and args.json:
+        print(json.dumps({"plan": ran.plan.json()}, indent=2))
+    elif args.plan or not args.quiet:
+        lines = ran.experiment.sizing.plan_lines(ran.plan, ran.cfg, words)
+        print(wrapped("\n".join(lines)), file=sys.stdout if args.plan else sys.stderr)
 
 
 def _form_help(method, time: str | None = None) -> str:

@@ -6,7 +6,8 @@ resources=None, progress=True)` that plans its trials, runs and stores them and 
 measured (`progress` is a flag, or the command's one display, `engine.progress.Progress`, that
 every sweep of the run adds its trials to), and a manifest: a subclass of `Experiment`,
 decorated with `@EXPERIMENTS.register`, naming the config, the run, the report module and the
-command words. The command line builds a subcommand from each manifest, every config field a
+command words, and where a run is sized to a resolution before it runs, its sizing hook
+(`Sizing`). The command line builds a subcommand from each manifest, every config field a
 flag. Private modules (`_trials`, `_seprank`) hold what several experiments share.
 
 An experiment gathers; it does not conclude. `run` returns `Trials`: one flat row per finished
