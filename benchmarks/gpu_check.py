@@ -203,14 +203,14 @@ def optimizer_line(device: str, width: int = 256, members: int = 16, steps: int 
     """The ensemble optimizer's paths (`stacked_adamw.PATHS`) timed on the device, milliseconds
     per step (the fastest of three runs of `steps`), on the parameters of the bench's MLP row at
     `width` with E = `members`; gradients are fixed random numbers and every member lives."""
-    from blocklab import bench
+    from blocklab.bench import throughput
     from blocklab.fitting.ensemble import Ensemble
     from blocklab.fitting.stacked_adamw import PATHS, StackedAdamW, default_path
 
-    cfg = dataclasses.replace(bench.BenchConfig(), device=device)
+    cfg = dataclasses.replace(throughput.BenchConfig(), device=device)
     ms = {}
     for path in PATHS:
-        ens = Ensemble([bench._net(cfg, width, seed) for seed in range(members)])
+        ens = Ensemble([throughput._net(cfg, width, seed) for seed in range(members)])
         params = [p for p in ens.params.values() if p.requires_grad]
         opt = StackedAdamW(params, [1e-3] * members, 0.01, path=path)
         for g in opt.grads:
@@ -219,11 +219,11 @@ def optimizer_line(device: str, width: int = 256, members: int = 16, steps: int 
         norms = torch.ones(members, device=device)
         best = float("inf")
         for _ in range(3):
-            bench.sync(device)
+            throughput.sync(device)
             start = time.perf_counter()
             for _ in range(steps):
                 opt.step(1.0, live, norms, 1.0)
-            bench.sync(device)
+            throughput.sync(device)
             best = min(best, time.perf_counter() - start)
         ms[path] = best / steps * 1e3
     taken = default_path(torch.device(device))

@@ -4,7 +4,7 @@ members as one ensemble (`ensemble.train_ensemble`) and one by one (`train.train
     PYTHONPATH=src python benchmarks/step_profile.py [--width 256] [--lm] [--members 16]
         [--threads 1] [--steps 20] [--top 12] [--loops ensemble sequential]
 
-The networks, data and loops are the bench's own (`bench._Load`, `_time_ensemble`,
+The networks, data and loops are the bench's own (`throughput._Load`, `_time_ensemble`,
 `_time_sequential`): an MLP row (degree 3, depth 4, batch 128) or with `--lm` a language-model row,
 which is also why it runs on an older checkout's sources (PYTHONPATH=OLD/src) for a before and
 after. Each loop is profiled over runs of n and 2n steps and the two subtracted, operator by
@@ -21,7 +21,10 @@ import collections
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from blocklab import bench
+try:
+    from blocklab.bench import throughput
+except ImportError:  # an older checkout, whose benchmark is the package `blocklab.bench` itself
+    from blocklab import bench as throughput
 
 MATMULS = frozenset({"aten::bmm", "aten::mm", "aten::addmm", "aten::baddbmm"})
 
@@ -29,7 +32,7 @@ MATMULS = frozenset({"aten::bmm", "aten::mm", "aten::addmm", "aten::baddbmm"})
 def self_times(timer, load, steps: int) -> tuple[dict[str, float], float]:
     """Self CPU seconds per operator over one run of `steps` steps, and the run's wall time."""
     # the profiler's library writes start and stop lines to file descriptor 2: the bench's mute
-    with bench._quiet_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
+    with throughput._quiet_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
         wall = timer(load, steps)
     times = collections.Counter()
     for e in prof.key_averages():
@@ -61,16 +64,20 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    cfg = bench.BenchConfig(members=args.members)
+    cfg = throughput.BenchConfig(members=args.members)
     if args.lm:
-        load = bench._Load(
-            cfg, args.width, bench._lm_net, cfg.lm_batch_size, bench._lm_data(cfg, 1024)
+        load = throughput._Load(
+            cfg, args.width, throughput._lm_net, cfg.lm_batch_size, throughput._lm_data(cfg, 1024)
         )
     else:
-        load = bench._Load(
-            cfg, args.width, bench._net, cfg.batch_size, bench._data(args.width, 4096, "cpu")
+        load = throughput._Load(
+            cfg,
+            args.width,
+            throughput._net,
+            cfg.batch_size,
+            throughput._data(args.width, 4096, "cpu"),
         )
-    timers = {"ensemble": bench._time_ensemble, "sequential": bench._time_sequential}
+    timers = {"ensemble": throughput._time_ensemble, "sequential": throughput._time_sequential}
     kind = "language model" if args.lm else "MLP"
     print(f"{kind} width {args.width}, E = {args.members}, {args.threads} thread(s)")
     for name in args.loops:

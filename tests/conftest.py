@@ -189,9 +189,10 @@ def small_matmul_ceiling(monkeypatch):
     """`blocklab bench` measures its matmul ceiling on 256 x 256 matrices: the 2048 x 2048 default,
     measured before and after every width, is most of a small bench's time, and what a test reads
     (a positive ceiling, each width's share of it) does not depend on the size."""
-    from blocklab import bench
+    from blocklab.bench import throughput
 
-    monkeypatch.setattr(bench, "matmul_ceiling", functools.partial(bench.matmul_ceiling, n=256))
+    small = functools.partial(throughput.matmul_ceiling, n=256)
+    monkeypatch.setattr(throughput, "matmul_ceiling", small)
 
 
 @pytest.fixture(autouse=True)

@@ -732,7 +732,12 @@ def test_the_name_check_fails_on_a_name_not_in_the_tree():
     table = _layer_table((ROOT / "ARCHITECTURE.md").read_text())
     table = table.replace("`network`", "`fit_plan`").replace("`run()`", "`run`")
     table = table.replace("`write()`", "`draw()`")
-    assert _unfound(table) == ["fitting: fit_plan", "experiments: run", "reports: draw()"]
+    assert _unfound(table) == [
+        "fitting: fit_plan",
+        "experiments: run",
+        "reports: draw()",
+        "launch: run",
+    ]
 
 
 def _computing_writers(sources: dict[str, str]) -> set[str]:

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from blocklab import bench
+from blocklab.bench import throughput
 from blocklab.cli import bench as bench_cli
 from blocklab.cli import main
 from blocklab.fitting.ensemble import Ensemble
@@ -23,26 +23,26 @@ def test_step_flops_count_every_linear_map():
     net = Net(parse_arm("3"), NetShape(4, 32, bias=False, norm="layer"), 32, 1)
     # embedding 32x32, four fused degree-3 projections 32x96, readout 32x1
     macs = 32 * 32 + 4 * 32 * 96 + 32
-    assert bench.step_flops(net, 128) == 6 * 128 * macs
+    assert throughput.step_flops(net, 128) == 6 * 128 * macs
 
 
 def test_a_language_models_flops_count_attentions_products():
-    cfg = bench.BenchConfig(lm_vocab=16, lm_seq_len=8)
-    net = bench._lm_net(cfg, 8, 0)
+    cfg = throughput.BenchConfig(lm_vocab=16, lm_seq_len=8)
+    net = throughput._lm_net(cfg, 8, 0)
     # per layer q, k, v, o 8x8 and the feed-forward 8x32, 32x8; the readout 8x16
     per_token = 2 * (4 * 8 * 8 + 2 * 8 * 32) + 8 * 16
     # per layer and sequence: scores and weighted values, T^2 x 8 each (2 heads of 4)
     per_sequence = 2 * 2 * 8 * 8 * 8
-    assert bench.lm_step_flops(net, 4, 8) == 6 * (4 * 8 * per_token + 4 * per_sequence)
+    assert throughput.lm_step_flops(net, 4, 8) == 6 * (4 * 8 * per_token + 4 * per_sequence)
 
 
 def test_a_small_bench_measures_both_loops():
-    cfg = bench.BenchConfig(
+    cfg = throughput.BenchConfig(
         members=3, widths=(8, 16), seconds=0.02, repeats=2, threads=1, lm_widths=(8,),
         lm_batch_size=4, lm_seq_len=8, lm_vocab=16, fit_depths=(1,), fit_width=2,
         fit_restarts=2, fit_iterations=4, split_depths=(1, 2),
     )  # fmt: skip
-    r = bench.run_bench(cfg)
+    r = throughput.run_bench(cfg)
     assert r["threads"] == 1 and r["members"] == 3
     assert r["matmul_ceiling_gflops"] > 0
     assert [w["width"] for w in r["widths"]] == [8, 16]
@@ -93,8 +93,8 @@ def test_a_small_bench_measures_both_loops():
 
 
 def test_language_models_take_the_stacked_path():
-    cfg = bench.BenchConfig(lm_vocab=16, lm_seq_len=8)
-    nets = [bench._lm_net(cfg, 8, seed) for seed in range(2)]
+    cfg = throughput.BenchConfig(lm_vocab=16, lm_seq_len=8)
+    nets = [throughput._lm_net(cfg, 8, seed) for seed in range(2)]
     assert Ensemble(nets).path == "stacked"
 
 
@@ -151,9 +151,7 @@ def test_a_difference_lost_in_noise_gives_the_long_runs_rate():
     """n more steps that time as nothing (or less) must not read as a rate of billions."""
     from types import SimpleNamespace
 
-    from blocklab import bench
-
-    timing = bench._Timing.__new__(bench._Timing)
+    timing = throughput._Timing.__new__(throughput._Timing)
     timing.load = SimpleNamespace(cfg=SimpleNamespace(members=4))
     timing.n, timing.short, timing.long = 10, 1.0, 0.99
     assert timing.rate == pytest.approx(4 * 20 / 0.99)

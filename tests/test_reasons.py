@@ -12,7 +12,8 @@ import shlex
 
 import pytest
 
-from blocklab.cli.experiment import resolve
+from blocklab import launch
+from blocklab.cli.experiment import flags, form
 from blocklab.cli.main import build_parser
 from blocklab.experiments.degree_sweep import EXPERIMENT, DegreeSweep, DegreeSweepTrials
 from blocklab.experiments.degree_sweep import report as degree_report
@@ -44,7 +45,9 @@ def scaling_status(monkeypatch):
 
 def configured(words: list[str]):
     """The config the command line resolves `words` (after `blocklab`) to."""
-    return resolve(DegreeSweep, build_parser().parse_args(words))
+    args = build_parser().parse_args(words)
+    chosen = form(DegreeSweep, args)
+    return launch.resolve(DegreeSweep, args.command, chosen, args.config, flags(DegreeSweep, args))
 
 
 def reported(words: list[str], rows, recorded: str | None = "", **kw):
@@ -303,7 +306,7 @@ def test_the_status_gives_the_next_run_as_keywords_that_run_takes(tmp_path, monk
     report, line, _ = _page(tmp_path / "short", ["demo", "--config", "c.toml"])
     following = report.status.as_json()["next"]
     assert following == {"steps": 128} and line.endswith("--steps 128")
-    found, command = api._find("demo")
-    cfg = api._config(found, command, None, str(tmp_path / "c.toml"), following)
+    found, _ = launch.find("demo")
+    cfg = launch.resolve(found, "demo", None, tmp_path / "c.toml", api._given(found, following))
     assert cfg == configured(["demo", "--config", "c.toml", "--steps", "128"])
     assert Status(True, "VERDICT: x").as_json()["next"] == {}

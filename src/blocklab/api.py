@@ -28,11 +28,10 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from blocklab import config as cfgmod
-from blocklab import launch, plugins
+from blocklab import launch
 from blocklab.engine.executors import ENSEMBLE, Resources, default_workers
 from blocklab.errors import ArmsFailed, UserError
-from blocklab.experiments import EXPERIMENTS, Command, Experiment
+from blocklab.experiments import Experiment
 from blocklab.options import parse_pairs
 
 
@@ -58,29 +57,25 @@ def run(
     stderr (None: when stderr is a terminal, as lm-eval's `simple_evaluate` shows its bars);
     the rest are the command's run flags. A run in which every trial of an arm raised raises
     `blocklab.errors.ArmsFailed` (as the command exits 1), its `result` the JSON."""
-    loaded = plugins.load([*imports, *cfgmod.imports(str(config_file) if config_file else None)])
-    found, command = _find(experiment)
-    cfg = _config(found, command, form, config_file, config)
-    out = out if out is not None else command.out
-    # `target_resolution` sizes the run's teachers unless they were given (`Experiment.sized`)
-    pinned = "teachers" in config or launch.in_toml(config_file, "teachers")
-    cfg, _ = launch.sized(found, cfg, out, pinned)
-    pool = found.pool
-    resources = Resources(workers or default_workers(), device, ensemble, "local", {}, loaded)
-    _, payload = launch.execute(
-        found,
-        cfg,
-        out,
+    ran = launch.run(
+        experiment,
+        lambda found: _given(found, config),
+        form=form,
+        config_file=config_file,
+        imports=imports,
+        out=out,
         reuse="none" if fresh else "current",
-        resources=resources if pool or found.workers else None,
+        resources=lambda loaded: Resources(
+            workers or default_workers(), device, ensemble, "local", {}, loaded
+        ),
         trackers=trackers,
-        command=_call(experiment, out, form, config_file, config),
+        command=lambda out: _call(experiment, out, form, config_file, config),
         progress=sys.stderr.isatty() if progress is None else bool(progress),
-        device=device if pool else "cpu",
+        device=device,
     )
-    if launch.lost_an_arm(payload):  # as the command exits 1: never silently
-        raise ArmsFailed(launch.failure_lines(payload), payload)
-    return payload
+    if ran.lost:  # as the command exits 1: never silently
+        raise ArmsFailed(ran.failures, ran.payload)
+    return ran.payload
 
 
 def _call(experiment: str, out, form, config_file, config: dict[str, Any]) -> str:
@@ -92,30 +87,13 @@ def _call(experiment: str, out, form, config_file, config: dict[str, Any]) -> st
     return f"blocklab.api.run({', '.join(args)})"
 
 
-def _find(words: str) -> tuple[type[Experiment], Command]:
-    commands = {
-        c.words: (EXPERIMENTS.get(name), c)
-        for name in EXPERIMENTS.names()
-        for c in EXPERIMENTS.get(name).commands
-    }
-    if words not in commands:
-        close = difflib.get_close_matches(words, commands, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else f"; one of: {', '.join(commands)}"
-        raise UserError(f"no experiment command {words!r}{hint}")
-    return commands[words]
-
-
-def _config(found, command: Command, form, config_file, given: dict[str, Any]) -> Any:
-    """Defaults (the quick form or `form`) < TOML < keywords, nested as the flags are."""
-    cls = found.Config
-    if form is not None and form not in found.forms:
-        raise UserError(f"{command.words} has no {form!r} form")
-    defaults = found.defaults(command.words, form)
-    toml = str(config_file) if config_file else None
-    if found.task_options and "task_options" in given:  # read as `--task-option K=V` reads them
+def _given(found: type[Experiment], given: dict[str, Any]) -> dict[str, Any]:
+    """The keywords nested as the flags are, task options read as `--task-option K=V` reads
+    them."""
+    if found.task_options and "task_options" in given:
         pairs = [f"{k}={v}" for k, v in given["task_options"].items()]
         given = {**given, "task_options": parse_pairs(pairs, "task")}
-    return cfgmod.resolve(cls, defaults, toml, _nest(cls, given, found), what=command.words)
+    return _nest(found.Config, given, found)
 
 
 def _nest(cls: type, given: dict[str, Any], found) -> dict[str, Any]:

@@ -1,24 +1,138 @@
 """The one run path of every registered experiment, below the command line and the Python API:
-`cli/experiment.py` turns a command's flags into its inputs and prints what it returns,
-`api.run` turns keywords into the same inputs and returns it. Given the experiment, its resolved
-config, the output directory and where the trials run, `execute` opens the store, runs the
-trials, has the report module analyze and write them, writes the page and returns the report
-and the JSON `--json` prints. Importing it imports no torch: the help reaches it."""
+`cli/experiment.py` turns a command's flags into `run`'s inputs and prints what it returns,
+`api.run` turns keywords into the same inputs and returns its JSON. `run` loads the plugins,
+finds the experiment, resolves its config (`resolve`), sizes it where the experiment's sizing
+hook does (`sized`), and runs it (`execute`: it opens the store, runs the trials, has the report
+module analyze and write them, writes the page and returns the report and the JSON `--json`
+prints), then names the arms whose trials raised. Importing it imports no torch: the help
+reaches it."""
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import importlib
 import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from blocklab import config as cfgmod
+from blocklab import plugins
 from blocklab import trackers as tracker_mod
 from blocklab.engine.executors import Resources
 from blocklab.engine.progress import Progress
 from blocklab.errors import Interrupted, UserError
-from blocklab.experiments import Experiment
+from blocklab.experiments import EXPERIMENTS, Command, Experiment
 from blocklab.store import DB_NAME, Store
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What `run` returns: the experiment, its config as it ran (sized where a plan sized it),
+    the plan (None: nothing was sized), and once the trials ran (not `plan_only`) the report,
+    the JSON `--json` prints, a line per arm some of whose trials raised (`failure_lines`) and
+    whether every trial of some arm raised (`lost`: the run failed, as the command exits 1)."""
+
+    experiment: type[Experiment]
+    cfg: Any
+    plan: Any = None
+    report: Any = None
+    payload: dict[str, Any] | None = None
+    failures: list[str] = field(default_factory=list)
+    lost: bool = False
+
+
+def run(
+    words: str,
+    given: Callable[[type[Experiment]], dict[str, Any]],
+    *,
+    command: Callable[[str | Path], str],
+    resources: Callable[[tuple[str, ...]], Resources],
+    form: str | None = None,
+    config_file: str | Path | None = None,
+    imports: Iterable[str] = (),
+    out: str | Path | None = None,
+    reuse: str = "current",
+    trackers: tuple[str, ...] | list[str] = (),
+    progress: bool = True,
+    device: str = "cpu",
+    plan_only: bool = False,
+    planned: Callable[[Ran], None] | None = None,
+) -> Ran:
+    """Run the experiment the command `words` calls ("degree-sweep", "sanford match"), for the
+    command line and `blocklab.api.run` alike: load the plugins (`imports`, then those the TOML
+    `config_file` names: the config's names may be theirs), resolve the config (the defaults or
+    `form` < the TOML file < `given(experiment)`, the keys given, nested as the config nests
+    them), size it by its `target_resolution` (`planned` hears the plan first; `plan_only` stops
+    there), run it into `out` (None: the command's directory) with `command(out)` as run.json
+    records the call and `resources(plugins loaded)` where the trials run, and name the arms
+    whose trials raised."""
+    toml = str(config_file) if config_file else None
+    loaded = plugins.load([*imports, *cfgmod.imports(toml)])
+    experiment, called = find(words)
+    _has_form(experiment, words, form)  # before the keys given are read: a form fails first
+    keys = given(experiment)
+    cfg = resolve(experiment, words, form, toml, keys)
+    out = called.out if out is None else out
+    # `target_resolution` sizes the run's teachers unless they were given (`Experiment.sizing`)
+    pinned = "teachers" in keys or in_toml(toml, "teachers")
+    cfg, plan = sized(experiment, cfg, out, pinned, plan_only)
+    ran = Ran(experiment, cfg, plan)
+    if plan is not None and planned is not None:
+        planned(ran)
+    if plan_only:
+        return ran
+    report, payload = execute(
+        experiment,
+        cfg,
+        out,
+        reuse=reuse,
+        resources=resources(loaded) if experiment.pool or experiment.workers else None,
+        trackers=trackers,
+        command=command(out),
+        progress=progress,
+        device=device if experiment.pool else "cpu",
+    )
+    failures, lost = failure_lines(payload), lost_an_arm(payload)
+    return dataclasses.replace(ran, report=report, payload=payload, failures=failures, lost=lost)
+
+
+def find(words: str) -> tuple[type[Experiment], Command]:
+    """The experiment and its command that `words` ("demo", "sanford match") call; an unknown
+    command fails with the nearest one, or the list."""
+    commands = {
+        c.words: (EXPERIMENTS.get(name), c)
+        for name in EXPERIMENTS.names()
+        for c in EXPERIMENTS.get(name).commands
+    }
+    if words not in commands:
+        close = difflib.get_close_matches(words, commands, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; one of: {', '.join(commands)}"
+        raise UserError(f"no experiment command {words!r}{hint}")
+    return commands[words]
+
+
+def resolve(
+    experiment: type[Experiment],
+    words: str,
+    form: str | None,
+    config_file: str | Path | None,
+    given: dict[str, Any],
+) -> Any:
+    """The config a run of the command `words` is given: its defaults (the quick form, `form`,
+    or the form the command runs: `blocklab demo`) < the TOML file < `given`, nested as the
+    config nests them."""
+    _has_form(experiment, words, form)
+    defaults = experiment.defaults(words, form)
+    toml = str(config_file) if config_file else None
+    return cfgmod.resolve(experiment.Config, defaults, toml, given, what=words)
+
+
+def _has_form(experiment: type[Experiment], words: str, form: str | None) -> None:
+    if form is not None and form not in experiment.forms:
+        raise UserError(f"{words} has no {form!r} form")
 
 
 def execute(
@@ -33,10 +147,10 @@ def execute(
     progress: bool = True,
     device: str = "cpu",
 ) -> tuple[Any, dict[str, Any]]:
-    """The one run path, for the command line and `blocklab.api.run`: open the run directory,
-    run the trials, write the report and the page; return the report and the JSON `--json`
-    prints (the report's, with `report`, `config`, `page` and `status`, and where trials raised
-    `failed_arms`: each arm some of whose trials raised, `_failed_arms`)."""
+    """The run path's second half (`run`'s), once the config is resolved and sized: open the run
+    directory, run the trials, write the report and the page; return the report and the JSON
+    `--json` prints (the report's, with `report`, `config`, `page` and `status`, and where
+    trials raised `failed_arms`: each arm some of whose trials raised, `_failed_arms`)."""
     from blocklab.formatting import config_json, plain
 
     names = list(dict.fromkeys(trackers))
@@ -171,14 +285,14 @@ def _open_run(out: str | Path, reuse: str, device: str) -> tuple[Path, Store]:
 
 
 def sized(experiment: type[Experiment], cfg: Any, out, pinned: bool, plan_only: bool = False):
-    """(config, plan): the config sized by its `target_resolution` (`Experiment.sized`: the
-    report module's `size`), or as it was with no plan where nothing is sized."""
+    """(config, plan): the config sized by its `target_resolution` (the manifest's sizing hook,
+    `Experiment.sizing`), or as it was with no plan where nothing is sized."""
     resolution = getattr(cfg, "target_resolution", None)
     if plan_only and resolution is None:
         raise UserError("--plan prints the run --target-resolution sizes: give --target-resolution")
-    if not experiment.sized or resolution is None:
+    if experiment.sizing is None or resolution is None:
         return cfg, None
-    return importlib.import_module(experiment.report_module()).size(cfg, out, pinned)
+    return experiment.sizing.size(cfg, out, pinned)
 
 
 def in_toml(path, key: str) -> bool:

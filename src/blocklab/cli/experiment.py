@@ -1,22 +1,21 @@
 """The subcommand of every registered experiment (`blocklab.experiments`), built from its manifest:
 every config field a flag (`config.add_flags`), a TOML file, `--full`, and the run flags. The
-command turns its flags into the run's inputs (the resolved config, the output directory, where
-the trials run) and prints what the one run path, `launch.execute`, returns: the report or its
-JSON.
+command turns its flags into the inputs of the one run path, `launch.run` (the keys given, the
+form, the output directory, where the trials run), and prints what it returns: the plan, the
+report or its JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 import shlex
 import sys
 from typing import Any
 
 from blocklab import config as cfgmod
-from blocklab import launch, plugins
+from blocklab import launch
 from blocklab.cli import run_flags, timings
 from blocklab.experiments import Command, Experiment
 from blocklab.formatting import wrapped
@@ -94,7 +93,7 @@ def add_parser(sub, experiment: type[Experiment], command: Command) -> None:
         "directory (needs the extra of that name; repeatable)",
     )
     output.add_argument("--quiet", action="store_true", help="no progress output")
-    if experiment.sized:
+    if experiment.sizing is not None:
         output.add_argument(
             "--plan",
             action="store_true",
@@ -129,42 +128,47 @@ def _help_states_the_form(p: argparse.ArgumentParser, experiment, command: Comma
 
 
 def run(experiment: type[Experiment], args: argparse.Namespace) -> int:
-    # the config's plugins load before it is resolved: its names may be theirs
-    imports = plugins.load([*(args.imports or ()), *cfgmod.imports(args.config)])
-    cfg = resolve(experiment, args)
-    pinned = getattr(args, "teachers", None) is not None or launch.in_toml(args.config, "teachers")
-    cfg, plan = launch.sized(experiment, cfg, args.out, pinned, getattr(args, "plan", False))
+    """Run `experiment` as the flags say (`launch.run`) and print the report, its JSON, or with
+    --plan the plan alone; 1 where an arm lost every trial."""
     words = ["blocklab", *getattr(args, "argv", [])]
-    if plan is not None:  # the experiment's report module words the plan
-        words_of = importlib.import_module(experiment.report_module())
-        if args.plan:
-            as_json = json.dumps({"plan": plan.json()}, indent=2) if args.json else None
-            print(as_json or wrapped("\n".join(words_of.plan_lines(plan, cfg, words))))
-            return 0
-        if not args.quiet:
-            print(wrapped("\n".join(words_of.plan_lines(plan, cfg, words))), file=sys.stderr)
-    report, payload = launch.execute(
-        experiment,
-        cfg,
-        args.out,
+    ran = launch.run(
+        _words(args),
+        lambda found: flags(found, args),
+        form=form(experiment, args),
+        config_file=args.config,
+        imports=args.imports or (),
+        out=args.out,
         reuse=args.reuse,
-        resources=run_flags.resources(args, imports)
-        if experiment.pool or experiment.workers
-        else None,
+        resources=lambda loaded: run_flags.resources(args, loaded),
         trackers=args.tracker or (),
-        command=shlex.join(words),
+        command=lambda out: shlex.join(words),
         progress=not args.quiet,
         device=getattr(args, "device", "cpu"),
+        plan_only=getattr(args, "plan", False),
+        planned=lambda ran: _say_plan(ran, args, words),
     )
+    if ran.payload is None:  # --plan: the plan alone
+        return 0
     if args.json:
-        print(json.dumps(payload, indent=2))
+        print(json.dumps(ran.payload, indent=2))
     else:
+        report, payload = ran.report, ran.payload
         paths = [f"\nreport: {payload['report']}", f"page: {payload['page']}"]
         print(wrapped("\n".join([*report.text, *paths, "", report.status.line])))
     # the run failed where an arm lost every trial: what finished stays stored and reported
-    for line in launch.failure_lines(payload):
+    for line in ran.failures:
         print(f"blocklab: {line}", file=sys.stderr)
-    return 1 if launch.lost_an_arm(payload) else 0
+    return 1 if ran.lost else 0
+
+
+def _say_plan(ran: launch.Ran, args: argparse.Namespace, words: list[str]) -> None:
+    """The plan the run was sized by, worded by the experiment's sizing hook: with --plan on
+    stdout (or its JSON), else on stderr before the run unless --quiet."""
+    if args.plan and args.json:
+        print(json.dumps({"plan": ran.plan.json()}, indent=2))
+    elif args.plan or not args.quiet:
+        lines = ran.experiment.sizing.plan_lines(ran.plan, ran.cfg, words)
+        print(wrapped("\n".join(lines)), file=sys.stdout if args.plan else sys.stderr)
 
 
 def _form_help(method, time: str | None = None) -> str:
@@ -176,13 +180,19 @@ def _form_help(method, time: str | None = None) -> str:
     return f"the {name} form{': ' + doc if doc else ''}{took} (quick by default)".replace("%", "%%")
 
 
-def resolve(experiment: type[Experiment], args: argparse.Namespace) -> Any:
-    """Defaults (the quick form, or the full form with --full) < TOML < flags."""
-    cls = experiment.Config
-    words = " ".join(w for w in (args.command, getattr(args, "which", None)) if w)
-    form = next((f for f in experiment.forms if getattr(args, f, False)), None)
-    defaults = experiment.defaults(words, form)
-    flags = cfgmod.overrides(args, cls, skip=experiment.no_flags)
+def _words(args: argparse.Namespace) -> str:
+    """The command's words ("demo", "sanford match")."""
+    return " ".join(w for w in (args.command, getattr(args, "which", None)) if w)
+
+
+def form(experiment: type[Experiment], args: argparse.Namespace) -> str | None:
+    """The form a flag asks for (`--full`, `--pilot`), or None."""
+    return next((f for f in experiment.forms if getattr(args, f, False)), None)
+
+
+def flags(experiment: type[Experiment], args: argparse.Namespace) -> dict[str, Any]:
+    """The config keys the flags give, nested as the config nests them."""
+    given = cfgmod.overrides(args, experiment.Config, skip=experiment.no_flags)
     if experiment.task_options and args.task_option:
-        flags["task_options"] = parse_pairs(args.task_option, "task")
-    return cfgmod.resolve(cls, defaults, args.config, flags, what=words)
+        given["task_options"] = parse_pairs(args.task_option, "task")
+    return given

@@ -9,8 +9,8 @@ its report, each in its layer:
   they measured (`progress` is a flag, or the command's one display, `engine.progress.Progress`,
   that every sweep of the run adds its trials to), and a manifest: a subclass of `Experiment`
   (`manifest`), decorated with `@EXPERIMENTS.register`, naming the config, the run and the
-  command words. The registry names it after its home, so `experiments/collapse/` is
-  `collapse`.
+  command words, and where a run is sized to a resolution before it runs, its sizing hook
+  (`Sizing`). The registry names it after its home, so `experiments/collapse/` is `collapse`.
 - `analysis.py` (or `analysis/`, once it grows) computes from the rows, in the analysis layer.
 - `report.py` (or `report/`) words and draws it, in the reports layer: its `analyze(cfg, trials)`
   calls the analysis and `write(out_dir, cfg, trials)` analyzes and writes. The report is found
@@ -36,10 +36,16 @@ every experiment to it).
 
 from __future__ import annotations
 
-from blocklab.experiments.manifest import EXPERIMENTS_PACKAGE, Command, Experiment, Trials
+from blocklab.experiments.manifest import (
+    EXPERIMENTS_PACKAGE,
+    Command,
+    Experiment,
+    Sizing,
+    Trials,
+)
 from blocklab.registry import Registry, import_submodules
 
-__all__ = ["EXPERIMENTS", "Command", "Experiment", "Trials"]
+__all__ = ["EXPERIMENTS", "Command", "Experiment", "Sizing", "Trials"]
 
 # a manifest in a home is named after the home (`blocklab.experiments.collapse.experiment`:
 # `collapse`), one elsewhere after its module

@@ -1,4 +1,4 @@
-"""An experiment's manifest (`Experiment`, with its `Command`s) and what its run returns
+"""An experiment's manifest (`Experiment`, with its `Command`s and its `Sizing` hook) and what its run returns
 (`Trials`): the types every experiment, a home's or a plugin's, builds on. `Experiment` also
 finds an experiment's report (`report_module`)."""
 
@@ -22,6 +22,18 @@ class Command:
     help: str
     out: str
     form: str = ""  # the config's classmethod its defaults come from ("": the quick defaults)
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """An experiment's sizing hook (`Experiment.sizing`). `size(cfg, out_dir, pinned)` returns
+    (config, plan): `cfg` with the size its `target_resolution` needs (`pinned`: the size given
+    stays), and the plan, whose `json()` `--plan --json` prints; `plan_lines(plan, cfg, words)`
+    words the plan for the terminal, with the command that runs it (`words`: the command line
+    asked, "blocklab ...")."""
+
+    size: Callable[[Any, Any, bool], tuple[Any, Any]]
+    plan_lines: Callable[[Any, Any, list[str]], list[str]]
 
 
 class Experiment:
@@ -51,11 +63,10 @@ class Experiment:
     # time is the timings file's (`blocklab.timings`); the command line offers each form as a
     # flag (`--medium`, `--sweep-width`)
     forms: ClassVar[dict[str, str | None]] = {}
-    # a config field `target_resolution` sizes the run from measured spreads: the report
-    # module's (`report_module`) size(cfg, out_dir, pinned) -> (cfg,
-    # degree_sweep.analysis.pilot.Plan) and plan_lines(plan, cfg, words) (the command offers
-    # --plan, which prints the plan and fits nothing)
-    sized: ClassVar[bool] = False
+    # the sizing hook: how a config field `target_resolution` sizes the run from measured
+    # spreads before any trial runs (`Sizing`; the command offers --plan, which prints the plan
+    # and fits nothing); None: a run is the size its config gives
+    sizing: ClassVar[Sizing | None] = None
 
     @classmethod
     def defaults(cls, words: str = "", form: str | None = None) -> Any:

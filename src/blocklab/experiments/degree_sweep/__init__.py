@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
+from blocklab.experiments import EXPERIMENTS, Command, Experiment, Sizing, Trials, _trials
 from blocklab.experiments.degree_sweep import exact, plan, preflight, sizing
 from blocklab.experiments.degree_sweep.config import SHAPE, DegreeSweepConfig
 from blocklab.store import Store
@@ -129,7 +129,8 @@ class DegreeSweep(Experiment):
     Config = DegreeSweepConfig
     run = staticmethod(run)
     forms = {"pilot": PILOT_TIME}
-    sized = True
+    # --target-resolution sizes a run by the spreads `sizing` reads (the module's functions)
+    sizing = Sizing(sizing.size, sizing.plan_lines)
     commands = (
         Command(
             "demo",

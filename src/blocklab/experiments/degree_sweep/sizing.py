@@ -3,7 +3,8 @@ of a finished run of the same design, the run in --out where its report recorded
 (`SPREADS_FILE`, written by every degree report), else, where the design is the demo's, the
 recorded run of the demo's teachers at the run's own iteration count (`RECORDED_SPREADS`), or the
 demo's (`DEMO_SPREADS`) where none was recorded at it. The report module sizes the run from them
-(`size` there: the power calculation of `degree_sweep.analysis.pilot`).
+(`size` there: the power calculation of `degree_sweep.analysis.pilot`); `size` and `plan_lines`
+here are the manifest's sizing hook (`experiments.Sizing`), which reaches it.
 
 The size is fixed before any fit of the run it sizes, and a run grows but never shrinks: the
 teachers already fitted in --out stay in it. Sized from a run in the same store, the finished
@@ -14,9 +15,11 @@ intervals under that rule is measured by `degree_sweep.analysis.coverage.simulat
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from blocklab.errors import UserError
@@ -149,3 +152,23 @@ def scaled(entry: dict[str, Any], cfg: DegreeSweepConfig) -> dict[str, Any]:
         "core_seconds_per_unit": cost * now / chains,
         "source": f"{entry['source']}; its cost scaled from {chains} chains to {now}",
     }
+
+
+def size(cfg: DegreeSweepConfig, out_dir: str | Path, pinned: bool = False):
+    """The sizing hook's `size`: (config, plan), `cfg` with the teachers its `target_resolution`
+    needs by the power calculation on the spreads `measured` reads (the report's `size`)."""
+    return _report().size(cfg, out_dir, pinned)
+
+
+def plan_lines(plan, cfg: DegreeSweepConfig, words: list[str]) -> list[str]:
+    """The sizing hook's `plan_lines`: the plan, its cost and its commands (the report's)."""
+    return _report().plan_lines(plan, cfg, words)
+
+
+def _report() -> ModuleType:
+    # The plan is the analysis's power calculation on these spreads and its words are the
+    # report's, both in layers above this one, which no import here may name (a function-local
+    # one included): the hook reaches them as the run reaches the report, by the module's name
+    # in its home (`<home>.report`), so the command line and the API ask the manifest and never
+    # the report for a plan.
+    return importlib.import_module(f"{__package__}.report")

@@ -63,7 +63,7 @@ from blocklab.experiments.degree_sweep.report.loss_table import _metric_cell, ta
 from blocklab.experiments.degree_sweep.report.multipliers import multiplier_lines, other_count_lines
 from blocklab.experiments.degree_sweep.report.pilot import pilot_json, pilot_lines
 
-# the command line's --target-resolution and --plan (`Experiment.sized`)
+# the sizing hook's plan and its words (`degree_sweep.sizing`: --target-resolution, --plan)
 from blocklab.experiments.degree_sweep.report.pilot import plan_lines as plan_lines
 from blocklab.experiments.degree_sweep.report.pilot import size as size
 from blocklab.experiments.degree_sweep.report.status import status as run_status
