@@ -147,6 +147,25 @@ def test_registry_rejects_duplicate_module_name():
     assert things.get("widget") is first and things.names() == ["widget"]
 
 
+def test_an_experiment_in_a_home_registers_under_the_homes_name():
+    """A manifest in `experiments/<home>/<module>.py` is named for its home; one file's for its
+    module, and a class outside `blocklab.experiments` for its module's last component."""
+    from blocklab.experiments import EXPERIMENTS
+    from blocklab.experiments.degree_sweep import DegreeSweep
+    from blocklab.registry import entry_name
+
+    assert DegreeSweep.__module__ == "blocklab.experiments.degree_sweep.experiment"
+    assert DegreeSweep.name == "degree_sweep" and EXPERIMENTS.get("degree_sweep") is DegreeSweep
+    assert entry_name("blocklab.experiments.collapse") == "collapse"
+    assert entry_name("blocklab.experiments.degree_sweep") == "degree_sweep"
+    assert entry_name("blocklab.experiments.degree_sweep.experiment") == "degree_sweep"
+    assert entry_name("myplugin.experiments.home.experiment") == "experiment"
+    assert entry_name("blocklab.blocks.poly") == "poly"
+    things = Registry("thing")
+    home = things.register(type("Home", (), {"__module__": "blocklab.experiments.home.run"}))
+    assert home.name == "home" and things.names() == ["home"]
+
+
 # --- the module blocks: any nn.Module a factory makes
 
 

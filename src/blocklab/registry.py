@@ -34,8 +34,9 @@ class Registry(Generic[T]):
             raise
 
     def register(self, cls: T) -> T:
-        """Class decorator; the name is the defining module's name (one family per file)."""
-        name = cls.__module__.rsplit(".", 1)[-1]
+        """Class decorator; the name is the entry's (`entry_name`): one family per file, one
+        experiment per home."""
+        name = entry_name(cls.__module__)
         if name in self._items:
             raise ValueError(f"{self.kind} {name!r} is registered twice")
         cls.name = name  # type: ignore[attr-defined]
@@ -59,6 +60,16 @@ class Registry(Generic[T]):
     def __contains__(self, name: str) -> bool:
         self._plug()
         return name in self._items
+
+
+def entry_name(module: str) -> str:
+    """What a class defined in `module` registers as: an experiment whose home is a package under
+    `blocklab.experiments` (`blocklab.experiments.<home>.<module>`) by its home, so the home's
+    modules may be named for what they hold; anything else by its module's last component."""
+    parts = module.split(".")
+    if len(parts) > 3 and parts[:2] == ["blocklab", "experiments"]:
+        return parts[2]
+    return parts[-1]
 
 
 def import_submodules(package_name: str) -> None:

@@ -43,8 +43,8 @@ class Command:
 
 
 class Experiment:
-    """An experiment's manifest. The registry sets `name` (the module's name); the rest is the
-    subclass's to set."""
+    """An experiment's manifest. The registry sets `name` (the module's name, or its home's:
+    `registry.entry_name`); the rest is the subclass's to set."""
 
     name: ClassVar[str]
     Config: ClassVar[type]
