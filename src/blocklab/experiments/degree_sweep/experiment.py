@@ -30,7 +30,7 @@ class DegreeSweepTrials(Trials):
     # second-order fits: each cell's first trial fitted by the other optimizer (`referee`)
     referee: list[dict[str, Any]] = field(default_factory=list)
     # arm -> the rank of its input Jacobian before any fit, the task's input dimension and the
-    # most its design lets through (`input_ranks`); empty for token tasks
+    # most its design lets through (`preflight.input_ranks`); empty for token tasks
     input_rank: dict[str, dict[str, Any]] = field(default_factory=dict)
     # arm -> its exact per-parameter measures at the run's width (`exact`)
     exact: dict[str, dict[str, Any]] = field(default_factory=dict)

@@ -35,7 +35,7 @@ class Result:
     pilot: Pilot  # the spreads a larger run is sized by
     # second-order fits: each cell's first trial refitted by the other optimizer
     referee: list[dict[str, Any]] = field(default_factory=list)
-    # arm -> the rank of its input Jacobian measured before the fits (`input_ranks`)
+    # arm -> the rank of its input Jacobian measured before the fits (`preflight.input_ranks`)
     input_rank: dict[str, dict[str, Any]] = field(default_factory=dict)
     # arm -> its exact per-parameter measures at the run's width (`exact`)
     exact: dict[str, dict[str, Any]] = field(default_factory=dict)
