@@ -529,11 +529,11 @@ def _manifest(module: str, report: str | None = None) -> type[Experiment]:
 
 
 def test_an_experiment_is_named_after_its_home():
-    """Each built-in manifest lives in its home's `experiment` module (the degree sweep's in its
-    package) and is named after the home; elsewhere a manifest is named after its module."""
+    """Each built-in manifest lives in its home's `experiment` module and is named after the
+    home; elsewhere a manifest is named after its module."""
     homes = {n: EXPERIMENTS.get(n).__module__ for n in EXPERIMENTS.names()}
     assert homes == {
-        n: f"blocklab.experiments.{n}" + ("" if n == "degree_sweep" else ".experiment")
+        n: f"blocklab.experiments.{n}.experiment"
         for n in [
             "collapse", "degree_sweep", "depth_width", "mad", "needle", "sanford_match",
             "sanford_qsa", "seprank_degree", "seprank_depth_width",

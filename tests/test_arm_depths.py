@@ -13,8 +13,9 @@ from blocklab import config as cfgmod
 from blocklab.cli import build_parser
 from blocklab.cli.main import main
 from blocklab.errors import UserError
-from blocklab.experiments.degree_sweep import DegreeSweepConfig, exact, plan, sizing
+from blocklab.experiments.degree_sweep import DegreeSweepConfig, exact, plan, preflight, sizing
 from blocklab.experiments.degree_sweep.config import CONTROL_LABEL, CONTROL_SEED_OFFSET
+from blocklab.experiments.degree_sweep.networks import Networks
 
 # at width 3 a layer costs 18 (d=2), 27 (d=3), 36 (d=4): these depths meet at 36, 72 and 108
 MEETING = ("d=2:2,4,6", "d=3:1,2,4", "d=4:1,2,3")
@@ -60,8 +61,6 @@ def test_the_flag_takes_comma_lists_as_toml_does():
 
 
 def test_the_plan_says_where_each_pair_the_answer_compares_meets():
-    from blocklab.experiments.degree_sweep import preflight
-
     said = preflight.meeting_words(config(arm_depths=MEETING, control=True, baselines=("mlp",)))
     assert "d=2/d=4 at 36, 72, 108;" in said
     assert "d=2/d=3 at 36*, 72*, 108;" in said and "d=4/d=3 at 36*, 72*, 108;" in said
@@ -92,7 +91,7 @@ def test_ladders_planned_trials_and_their_rows_read_the_arms_depths():
 def test_the_checks_before_any_fit_and_the_exact_measures_read_the_arms_depths():
     cfg = config(arm_depths=MEETING, control=True)
     cells = plan.shapes(cfg)
-    nets = plan.Networks(cfg, cells)
+    nets = Networks(cfg, cells)
     assert {(label, depth) for label, depth, _ in nets.specs} == {
         (label, depth) for label, r in rungs(cfg).items() for depth, _ in r
     }
@@ -100,7 +99,7 @@ def test_the_checks_before_any_fit_and_the_exact_measures_read_the_arms_depths()
     assert set(counts) == set(cells)
     assert counts[(108, "d=2")]["params"] == 108 and counts[(27, "d=3")]["params"] == 27
     assert counts[(54, CONTROL_LABEL)] == counts[(54, "d=3")]  # the same network at seed 0
-    ranks = plan.input_ranks(cfg, cells, nets)
+    ranks = preflight.input_ranks(cfg, cells, nets)
     assert ranks["d=2"]["depth"] in (2, 4, 6) and ranks["d=4"]["depth"] in (1, 2, 3)
     # an arm of no integer degree is measured at its own deepest rung, not --depths'
     frac = config(degrees=("2.5",), arm_depths=("d=2.5:1,3",))
@@ -219,8 +218,6 @@ def test_the_demos_depths_give_way_to_shapes_the_user_gives():
 
 
 def test_the_plan_says_where_the_arms_meet_and_where_they_never_do():
-    from blocklab.experiments.degree_sweep import preflight
-
     said = preflight.meeting_words(DegreeSweepConfig.demo())
     assert "d=2/d=4 at 36, 72, 108" in said and "d=2/d=3 at 36*, 72*, 108" in said
     assert f"{CONTROL_LABEL}/d=3 at 27, 54, 108" in said

@@ -245,7 +245,7 @@ def guarded(monkeypatch):
     import blocklab.measures.seprank
 
     for module, name in [
-        (blocklab.engine.sweep, "task_data"),
+        (blocklab.engine.sweep, "check_builds"),
         (blocklab.bench, "run_bench"),
         (blocklab.measures.seprank, "separation_rank"),
         (blocklab.measures.exact_rank, "exact_grid_rank"),

@@ -147,6 +147,22 @@ def test_registry_rejects_duplicate_module_name():
     assert things.get("widget") is first and things.names() == ["widget"]
 
 
+def test_an_experiment_in_a_home_registers_under_the_homes_name():
+    """A manifest in `experiments/<home>/<module>.py` is named for its home; a class outside the
+    registry's home package for its module's last component."""
+    from blocklab.experiments import EXPERIMENTS
+    from blocklab.experiments.degree_sweep import DegreeSweep
+
+    assert DegreeSweep.__module__ == "blocklab.experiments.degree_sweep.experiment"
+    assert DegreeSweep.name == "degree_sweep" and EXPERIMENTS.get("degree_sweep") is DegreeSweep
+    things = Registry("thing", home="blocklab.experiments")
+    assert things.name_of("blocklab.experiments.degree_sweep.experiment") == "degree_sweep"
+    assert things.name_of("myplugin.experiments.home.experiment") == "experiment"
+    assert things.name_of("blocklab.blocks.poly") == "poly"
+    home = things.register(type("Home", (), {"__module__": "blocklab.experiments.home.run"}))
+    assert home.name == "home" and things.names() == ["home"]
+
+
 # --- the module blocks: any nn.Module a factory makes
 
 

@@ -247,7 +247,7 @@ def test_a_kill_and_a_closed_terminal_stop_a_command_as_ctrl_c_does(capsys):
 
 @pytest.mark.parametrize(
     ("where", "kept"),
-    [("blocklab.experiments.degree_sweep.plan.optimizers", 4),
+    [("blocklab.experiments.degree_sweep.experiment.optimizers", 4),
      ("blocklab.experiments.degree_sweep.report.write", 8)],
     ids=["between-sweeps", "analysis"],
 )  # fmt: skip

@@ -1,4 +1,6 @@
 """The degree sweep's checks before any fit build each cell's network once (`preflight.check`),
+and over a whole run every network the checks, the fits' cost estimate and timing and the build
+check read is built once (`fitting.built`), without changing what the run stores; the checks
 refuse what the separate checks refused, leave the config inert (no task built), and a run
 hashes each set of modules once (`fingerprint.once`)."""
 
@@ -8,10 +10,11 @@ from collections import Counter
 from dataclasses import replace
 
 import pytest
+import torch
 
 from blocklab import fingerprint, options
 from blocklab.errors import UserError
-from blocklab.experiments.degree_sweep import DegreeSweepConfig, plan, preflight
+from blocklab.experiments.degree_sweep import DegreeSweepConfig, exact, plan, preflight
 
 SMALL = {"n_in": 3, "n_train": 64, "n_val": 16, "n_test": 64}
 
@@ -23,17 +26,81 @@ def config(**given) -> DegreeSweepConfig:
                                              "depths": [1, 2], **table, **given})  # fmt: skip
 
 
-def test_each_cells_network_is_built_once_for_every_check(monkeypatch):
+def count_builds(monkeypatch) -> Counter:
+    """Every network built from a trial's spec outside the trial's own run
+    (`engine.trial.run_group`), by (arm, depth, width, the seed last set): what the checks, the
+    estimates, the timing and the build check build, whichever path they take (`init_model`
+    builds through `network.build_model`; the build check, where it imports it by name, too).
+    The exact measures build networks of their own inputs and shapes (`models.Net`), not
+    counted."""
+    import blocklab.engine.sweep as sweep
     import blocklab.fitting.network as network
 
     built: Counter = Counter()
-    init = network.init_model
+    inside = [False]
+    make, fit = network.build_model, sweep.run_group
 
-    def counted(spec, data, device, seed):
-        built[(spec.arm.label, spec.shape.depth, spec.shape.width, seed)] += 1
-        return init(spec, data, device, seed)
+    def counted(spec, data):
+        if not inside[0]:
+            built[(spec.arm.label, spec.shape.depth, spec.shape.width, torch.initial_seed())] += 1
+        return make(spec, data)
 
-    monkeypatch.setattr(network, "init_model", counted)
+    def trial(*args, **kwargs):  # a trial builds its own networks, to train them
+        inside[0] = True
+        try:
+            return fit(*args, **kwargs)
+        finally:
+            inside[0] = False
+
+    monkeypatch.setattr(network, "build_model", counted)
+    if hasattr(sweep, "build_model"):
+        monkeypatch.setattr(sweep, "build_model", counted)
+    monkeypatch.setattr(sweep, "run_group", trial)
+    return built
+
+
+def tiny_run(tmp_path, monkeypatch, **given):
+    """A whole staged run of two arms and the control on two teachers and two seeds, in this
+    process (one worker), with the fits' plan line and its timing (`progress`): its stored
+    metrics and the networks built outside the trials (`count_builds`)."""
+    from blocklab.engine.executors import Resources
+    from blocklab.experiments.degree_sweep import run
+    from blocklab.store import Store
+
+    train = {"optimizer": "lm", "steps": 8, "restarts": 1, "warm_start": 4}
+    cfg = config(degrees=("2", "3"), control=True, teachers=2, seeds=2, train=train, **given)
+    built = count_builds(monkeypatch)
+    store = Store(tmp_path / "store.sqlite")
+    trials = run(cfg, store, resources=Resources(workers=1, device="cpu"), progress=True)
+    return trials, built
+
+
+def test_each_network_is_built_once_over_a_whole_run(tmp_path, monkeypatch):
+    """Over a run, every network outside the trials is built once: each cell's at seed 0 for
+    the checks, shared by the estimates, the timing and the build check; the ladder check's
+    second rung at seed 1; the control's at its own seed for the estimate and the timing. Each
+    building its own, the same run built these 14 networks 52 times (the build check once per
+    trial, the estimate and the timing once each over again)."""
+    trials, built = tiny_run(tmp_path, monkeypatch)
+    assert trials.rows and not trials.failed
+    assert max(built.values()) == 1, built
+    nets = {(label, depth, width) for label, depth, width, _ in built}
+    assert nets == {(a, d, 3) for a in ("d=2", "mlp", "d=3", "d=3 (control)") for d in (1, 2)}
+    assert len(built) == 14, sorted(built.items())
+
+
+def test_the_build_counter_sees_a_network_built_twice(tmp_path, monkeypatch):
+    """The count above, on a run whose shared cache is dropped (every caller builds its own):
+    the same networks are built again, and the check fails on them."""
+    import blocklab.fitting.built as cache
+
+    monkeypatch.setattr(cache, "shared", cache.Built)
+    _, built = tiny_run(tmp_path, monkeypatch)
+    assert max(built.values()) > 1
+
+
+def test_the_preflight_builds_each_cells_network_once(monkeypatch):
+    built = count_builds(monkeypatch)
     cfg = config()
     assert cfg.staged  # every check runs: input rank, ladder and functional count
     cells = plan.shapes(cfg)
@@ -46,9 +113,7 @@ def test_each_cells_network_is_built_once_for_every_check(monkeypatch):
     assert set(checked.input_rank) == {"d=2", "mlp"} and set(checked.counts) == set(cells)
     assert [line.split(" ")[0] for line in said] == ["checking", "checking", "counting"]
     # the same numbers as the separate passes
-    assert checked.input_rank == plan.input_ranks(cfg, cells)
-    from blocklab.experiments.degree_sweep import exact
-
+    assert checked.input_rank == preflight.input_ranks(cfg, cells)
     assert checked.counts == exact.functional_counts(cfg, cells)
 
 

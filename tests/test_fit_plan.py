@@ -13,7 +13,7 @@ import torch
 
 from blocklab.cli.main import main
 from blocklab.errors import UserError
-from blocklab.experiments.degree_sweep import SHAPE, DegreeSweepConfig, plan
+from blocklab.experiments.degree_sweep import SHAPE, DegreeSweepConfig, experiment, plan
 from blocklab.fitting import plan as fit_plan
 from blocklab.fitting import timing
 
@@ -100,7 +100,7 @@ def test_a_referee_that_would_compare_lbfgs_with_itself_is_dropped(monkeypatch):
 
     def chosen(rate: float):
         monkeypatch.setattr(fit_plan, "gemm64", lambda device: rate)
-        return plan.optimizers(planned, None, None, progress=False)
+        return experiment.optimizers(planned, None, None, progress=False)
 
     # fast: both cells on Levenberg-Marquardt, each with its L-BFGS referee, the largest first
     assert [(bool(k), s.shape.depth, s.train.optimizer) for k, s in chosen(1e5)] == [

@@ -10,7 +10,7 @@ import torch
 
 from blocklab import options
 from blocklab.errors import UserError
-from blocklab.experiments.degree_sweep import DegreeSweepConfig, plan
+from blocklab.experiments.degree_sweep import DegreeSweepConfig, plan, preflight
 from blocklab.experiments.degree_sweep.analysis.fit_checks import input_rank_check
 from blocklab.experiments.degree_sweep.report.capacity import detail
 from blocklab.measures._jacobian import input_rank
@@ -23,7 +23,7 @@ def seen(degree: str, n_in: int, width: int, norm: str, n_out: int = 1, **shape)
     torch.manual_seed(0)
     net = Net(parse_arm(degree), NetShape(width=width, norm=norm, **shape), n_in, n_out)
     measured = input_rank(net, torch.randn(64, n_in))
-    return measured, plan.design_bound(net, measured)
+    return measured, preflight.design_bound(net, measured)
 
 
 def test_layer_norm_over_as_many_features_as_inputs_loses_a_direction_inside():
@@ -51,7 +51,8 @@ def test_a_sequences_embedding_bounds_every_position():
     net = Net(parse_arm("2"), NetShape(width=4), 6, 2, seq_len=5)  # 5 positions of 6 features
     measured = input_rank(net, torch.randn(64, 5, 6))
     assert measured.rank == 20
-    assert plan.design_bound(net, measured) == (20, "embedding of width 4 at each of 5 positions")
+    bound = preflight.design_bound(net, measured)
+    assert bound == (20, "embedding of width 4 at each of 5 positions")
 
 
 def record(rank, inputs, width, bound=None, why=None):
@@ -90,7 +91,7 @@ def config(**given) -> DegreeSweepConfig:
 def test_the_sweep_refuses_a_lost_direction_before_any_fit_naming_a_width_it_lacks():
     cfg = config(shape={"norm": "layer"})
     with pytest.raises(UserError) as caught:
-        plan.input_ranks(cfg, plan.shapes(cfg))
+        preflight.input_ranks(cfg, plan.shapes(cfg))
     said = str(caught.value)
     assert "input_rank" in said and "sees 2 of the task's 3" in said
     assert said.endswith("use a width of 4 or more, or --norm rms")
@@ -98,11 +99,11 @@ def test_the_sweep_refuses_a_lost_direction_before_any_fit_naming_a_width_it_lac
 
 def test_the_sweep_runs_a_bound_the_design_chose_and_records_it():
     cfg = config(shape={"width": 2})  # an embedding of 3 inputs into width 2
-    out = plan.input_ranks(cfg, plan.shapes(cfg))["d=2"]
+    out = preflight.input_ranks(cfg, plan.shapes(cfg))["d=2"]
     assert (out["rank"], out["inputs"], out["bound"], out["bound_reason"]) == (
         2, 3, 2, "embedding of width 2",
     )  # fmt: skip
     cfg = config(degrees="1", shape={"width": 4, "norm": "none", "residual": False},
                  task_options={"n_out": 2})  # fmt: skip
-    out = plan.input_ranks(cfg, plan.shapes(cfg))["d=1"]
+    out = preflight.input_ranks(cfg, plan.shapes(cfg))["d=1"]
     assert (out["rank"], out["bound"]) == (2, 2) and out["bound_reason"].startswith("readout of 2")

@@ -28,11 +28,10 @@ from blocklab.engine.reuse import other_precision, stored_since
 from blocklab.engine.trial import code_modules, run_group
 from blocklab.errors import Interrupted, WorkerDied
 from blocklab.fingerprint import code, once
-from blocklab.fitting import continuation
-from blocklab.fitting.network import build_model, task_data
+from blocklab.fitting import built, continuation
 from blocklab.fitting.plan import choose
 from blocklab.fitting.units import batch_units
-from blocklab.specs import TrialSpec, ensemble_key, plan_units
+from blocklab.specs import TrialSpec, plan_units
 from blocklab.store import Store
 
 
@@ -40,18 +39,20 @@ def check_builds(specs: list[TrialSpec], told: set[str] | None = None) -> None:
     """Build one network of each architecture here, before any work is handed out: a block whose
     parameters disagree with its `count_params` stops the run with one line (`models.Net`), and
     parameters that get no gradient are named, once per arm (`told` holds the arms told of):
-    they train frozen (`models.Net.freeze_unused`)."""
+    they train frozen (`models.Net.freeze_unused`). Trials that differ only in their seeds, fit
+    or budget share a network (`built.architecture`), taken from the cache of the networks
+    checked before the run (`built.shared`) where its caller keeps one: what gets no gradient is
+    a matter of the graph, not of the seed or the teacher."""
     told = set() if told is None else told
+    nets = built.shared()
     seen: set[str] = set()
     for spec in specs:
-        key = ensemble_key(spec) or spec.id
+        key = built.architecture(spec)
         if key in seen:
             continue
         seen.add(key)
-        data_seed = spec.seed if spec.data_seed is None else spec.data_seed
-        data = task_data(spec.task, spec.task_options, data_seed)
-        model = build_model(spec, data)
-        frozen = model.freeze_unused(data.train.x[:2])
+        model = nets.network(spec)
+        frozen = list(model.frozen.items())  # `init_model` froze them (`Net.freeze_unused`)
         if frozen and f"frozen {spec.arm.label}" not in told:
             told.add(f"frozen {spec.arm.label}")
             # one name per parameter of a layer, not one per layer: layers.*.block.spare.weight

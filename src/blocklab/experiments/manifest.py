@@ -1,6 +1,6 @@
-"""An experiment's manifest (`Experiment`, with its `Command`s and its `Sizing` hook) and what its run returns
-(`Trials`): the types every experiment, a home's or a plugin's, builds on. `Experiment` also
-finds an experiment's report (`report_module`)."""
+"""An experiment's manifest (`Experiment`, with its `Command`s and its `Sizing` hook) and what
+its run returns (`Trials`): the types every experiment, a home's or a plugin's, builds on.
+`Experiment` also finds an experiment's report (`report_module`)."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ of each network as well as counting its FLOPs (`rung_seconds`, `timing.lm_iterat
 counts the AdamW warm starts (`converge._warm`): a restart's warm start at the first rung, its
 steps (`warm_steps`) times one step of that network, timed here (`timing.adam_step`). A
 small network's iteration or step costs mostly the calls it makes, which no FLOP count sees.
+Every network these read is built once, in the run's cache where it keeps one (`built`).
 """
 
 from __future__ import annotations
@@ -114,12 +115,13 @@ def _available() -> int:
 def estimate(spec, rate: float) -> Estimate:
     """The cost of `spec`'s fit (its top rung on a ladder) at `rate` float64 GFLOP/s: an LM
     iteration as J^T J's N P (P + 1) FLOPs plus a Jacobian of at most as many (`blocklab bench`
-    measures both), an L-BFGS iteration as two forward and backward passes (12 N P)."""
-    from blocklab.fitting import converge
-    from blocklab.fitting.network import init_model, task_data
+    measures both), an L-BFGS iteration as two forward and backward passes (12 N P). Its network
+    is the one the checks before the run built, where they keep one (`built.shared`)."""
+    from blocklab.fitting import built, converge
+    from blocklab.fitting.network import task_data
 
     data = task_data(spec.task, spec.task_options, spec.data_seed)
-    model = init_model(spec, data, "cpu", spec.seed)
+    model = built.shared().network(spec)  # read only: its sizes
     p = sum(q.numel() for q in model.parameters() if q.requires_grad)
     available = None if data.online else len(data.train)
     n = converge.examples(spec.train, p, available)

@@ -2,7 +2,9 @@
 (`adam_step`) and a Levenberg-Marquardt iteration (`lm_iteration`), each as the run takes it, on
 the spot, so the machine's load counts as it will in the run. A small network's step costs
 mostly the calls it makes (the Jacobian by layers, J^T J, the solve, the residuals), which no
-FLOP count sees; `plan` bounds the fits' time with these.
+FLOP count sees; `plan` bounds the fits' time with these. Each times a copy of the network the
+checks before the run built (`built`), so the steps that train it change no network another
+check reads.
 """
 
 from __future__ import annotations
@@ -23,14 +25,15 @@ def adam_step(spec, device: str = "cpu", steps: int = 16) -> float:
     start takes it (`train.train`: forward, loss, backward, clipping, update, the loss read
     back, and its share of drawing a generative task's fresh examples): the mean of `steps`
     in a row after two that warm up."""
+    from blocklab.fitting import built
     from blocklab.fitting.converge import training_set
-    from blocklab.fitting.network import init_model, task_data
+    from blocklab.fitting.network import task_data
     from blocklab.fitting.train import ONLINE_CHUNK, autocast
     from blocklab.tasks.base import loss
 
     cfg = spec.train
     data = task_data(spec.task, spec.task_options, spec.data_seed)
-    model = init_model(spec, data, "cpu", spec.seed).to(device)
+    model = built.shared().copied(spec).to(device)  # a copy: these steps train it
     batch = training_set(data, cfg.batch_size, spec.seed)
     x, y = batch.x.to(device, torch.float32), batch.y.to(device, torch.float32)  # (B, ...)
     params = [q for q in model.parameters() if q.requires_grad]
@@ -69,12 +72,13 @@ def lm_iteration(spec, device: str = "cpu", iterations: int = 2) -> float:
     and for an accepted step the next Jacobian and J^T J. The mean of `iterations` after one
     that warms up, each step accepted (`TIMED_DAMPING`): an accepted step is an iteration's
     dearest, a rejected one evaluates the residuals alone."""
-    from blocklab.fitting import converge
+    from blocklab.fitting import built, converge
     from blocklab.fitting.fit import LevenbergMarquardt
-    from blocklab.fitting.network import init_model, task_data
+    from blocklab.fitting.network import task_data
 
     data = task_data(spec.task, spec.task_options, spec.data_seed)
-    model = init_model(spec, data, "cpu", spec.seed).to(device).double()
+    # a copy: `double` converts it in place and the iterations fit it
+    model = built.shared().copied(spec).to(device).double()
     params = sum(q.numel() for q in model.parameters() if q.requires_grad)
     available = None if data.online else len(data.train)
     train = converge.training_set(data, converge.examples(spec.train, params, available), spec.seed)

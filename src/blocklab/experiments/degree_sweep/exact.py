@@ -26,7 +26,8 @@ from blocklab.experiments.degree_sweep.config import (
     CONTROLLED,
     DegreeSweepConfig,
 )
-from blocklab.experiments.degree_sweep.plan import Cells, Networks
+from blocklab.experiments.degree_sweep.networks import Networks
+from blocklab.experiments.degree_sweep.plan import Cells
 
 if TYPE_CHECKING:
     from blocklab.specs import Arm
@@ -43,7 +44,7 @@ def functional_counts(
 ) -> dict[tuple[int, str], dict[str, Any]]:
     """Per (budget, arm): the functional dimension of the cell's network at initialization
     (seed 0, teacher 0) over its budgeted parameters, on the task's first test inputs (at least
-    four rows per parameter and output). `nets`: the cells' networks (`plan.Networks`)."""
+    four rows per parameter and output). `nets`: the cells' networks (`networks.Networks`)."""
     from blocklab.measures.functional import enough_inputs, functional_dimension
 
     nets = nets or Networks(cfg, cells)
