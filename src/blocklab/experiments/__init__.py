@@ -68,7 +68,7 @@ class Experiment:
     # flag (`--medium`, `--sweep-width`)
     forms: ClassVar[dict[str, str | None]] = {}
     # a config field `target_resolution` sizes the run from measured spreads: the report
-    # module's size(cfg, out_dir, pinned) -> (cfg, degree_sweep.analysis.pilot.Plan) and
+    # module's size(cfg, out_dir, pinned) -> (cfg, degree_sweep.analysis.pilot.Sizing) and
     # plan_lines(plan, cfg, words) (the command offers --plan, which prints the plan and fits
     # nothing)
     sized: ClassVar[bool] = False

@@ -35,7 +35,7 @@ from blocklab.experiments.degree_sweep.analysis.capacity import (
 from blocklab.experiments.degree_sweep.analysis.capacity import analyze as analyze_capacity
 from blocklab.experiments.degree_sweep.analysis.claims import Claim
 from blocklab.experiments.degree_sweep.analysis.claims import claims as word_claims
-from blocklab.experiments.degree_sweep.analysis.pilot import Pilot, Plan, Spreads
+from blocklab.experiments.degree_sweep.analysis.pilot import Pilot, Sizing, Spreads
 from blocklab.experiments.degree_sweep.analysis.pilot import pilot as measure_spreads
 from blocklab.experiments.degree_sweep.analysis.pilot import size as size_for
 from blocklab.experiments.degree_sweep.report import (
@@ -248,7 +248,7 @@ class Result:
     # is undecided the run that would decide it at +-3%, from this run's spreads
     claims: list[Claim] = field(default_factory=list)
     resolution: float = PREDICTED_EFFECT
-    deciding: Plan | None = None
+    deciding: Sizing | None = None
 
 
 def _capacity(cfg, trials, rows, verdicts, command, on_draw=None, referee=()):
@@ -329,7 +329,7 @@ def write(out_dir, cfg, trials) -> Report:
         lr_choice=result.lr_choice,
         failed=result.failed,
         # what the fits ran: the config's optimizer, or L-BFGS where a fit's cost moved it there
-        # (`fitting.plan`); both, joined, when the cells differ
+        # (`fitting.estimate`); both, joined, when the cells differ
         optimizer="+".join(
             sorted({r.get("optimizer") or cfg.train.optimizer for r in result.rows})
         ),
