@@ -263,3 +263,10 @@ def test_fit_states_before_any_are_stored_are_none(store):
     store.put(record("failed", status="failed"))
     fit_states.put(store, "failed", "k", 16, 0.001, b"")
     assert fit_states.finished(store, ["k"]) == []  # a failed trial's states continue nothing
+
+
+def test_expect_tells_its_listeners_the_ids_a_sweep_will_have(store):
+    heard = []
+    store.on_expect.append(heard.append)
+    store.expect(iter(["a", "b"]))
+    assert heard == [["a", "b"]]

@@ -24,7 +24,7 @@ ENGINE = (
     "blocklab.fitting.converge",  # restarts of second-order fits
     "blocklab.fitting.ladder",  # depth ladders of them
     "blocklab.fitting.continuation",  # a fit continued to a larger budget
-    "blocklab.fitting.batched",  # a rung's chains, or units, fitted as one computation
+    "blocklab.fitting.batched",  # a rung's chains, or a cohort's ladders, fitted as one computation
     "blocklab.fitting.cohorts",  # ladders of one shape climbed together
     "blocklab.fitting.certify",  # when a fit has converged
     "blocklab.fitting.network",  # a trial's data and network, initialized
