@@ -53,7 +53,7 @@ def pytest_configure(config):
 FIRST = (
     "test_cli.py",
     "test_executors.py",
-    "test_claims.py",
+    "test_leases.py",
     "test_continuation.py",
     "test_cli_contract.py",
     "test_capacity.py",

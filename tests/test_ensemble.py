@@ -19,7 +19,7 @@ from blocklab.fitting import ensemble as ensemble_module
 from blocklab.fitting.ensemble import Ensemble, stackable, train_ensemble
 from blocklab.fitting.train import train
 from blocklab.models import Net, mixes_tokens, parse_arm
-from blocklab.specs import Arm, NetShape, TrainConfig, TrialSpec, ensemble_key, plan_units
+from blocklab.specs import Arm, NetShape, TrainConfig, TrialSpec, batches, ensemble_key
 from blocklab.tasks.base import IGNORE, Split, TaskData, member_losses
 
 TRAIN = TrainConfig(steps=40, batch_size=16, lr=3e-3, eval_points=4)
@@ -242,12 +242,12 @@ def test_every_block_runs_in_an_ensemble(arm):
 def test_units_group_by_architecture_and_fill_the_workers():
     specs = [_spec("teacher", "3", s, lr) for s in range(4) for lr in (1e-3, 1e-2)]
     specs += [_spec("teacher", "2", s) for s in range(3)]
-    units = plan_units(specs, ensemble=16, workers=2)
+    units = batches(specs, ensemble=16, workers=2)
     # at most ceil(11 / 2) = 6 members each, split evenly
     assert sorted(len(u) for u in units) == [3, 4, 4]
     for unit in units:
         assert len({ensemble_key(s) for s in unit}) == 1
-    assert [len(u) for u in plan_units(specs, ensemble=1, workers=1)] == [1] * 11
+    assert [len(u) for u in batches(specs, ensemble=1, workers=1)] == [1] * 11
     measured = dataclasses.replace(specs[0], measures=("collapse",))
     assert ensemble_key(measured) is None
 

@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from blocklab import store as storemod
 from blocklab.cli import main
 from blocklab.errors import StoreError
-from blocklab.store import DB_NAME, Store
+from blocklab.store import DB_NAME, Store, database
 
 # a sweep that stores points without training: seprank measures on a 16 x 16 grid
 SEPRANK = ["seprank", "depth-width", "--widths", "2", "--depths", "1", "2", "--templates", "16"]
@@ -128,7 +127,7 @@ def test_a_full_disk_mid_training_sweep(tmp_path, capsys, monkeypatch):
 
 
 def test_a_store_locked_past_the_wait_is_one_line(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(storemod, "BUSY_SECONDS", 0.2)
+    monkeypatch.setattr(database, "BUSY_SECONDS", 0.2)
     db = fill(tmp_path, 1)
     other = sqlite3.connect(db, isolation_level=None)
     other.execute("BEGIN IMMEDIATE")  # another process's write, holding the lock

@@ -1,4 +1,4 @@
-"""A fit's cost known before it starts (`fitting.plan`): the estimate, the optimizer chosen from
+"""A fit's cost known before it starts (`fitting.estimate`): the estimate, the optimizer chosen from
 it, the line that says so, and the refusal of a plan no optimizer can hold in memory."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 from blocklab.cli.main import main
 from blocklab.errors import UserError
 from blocklab.experiments.degree_sweep import SHAPE, DegreeSweepConfig, experiment, plan
-from blocklab.fitting import plan as fit_plan
+from blocklab.fitting import estimate as fit_plan
 from blocklab.fitting import timing
 
 

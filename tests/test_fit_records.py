@@ -17,8 +17,8 @@ from torch import nn
 
 from blocklab.engine import trial
 from blocklab.experiments import _trials
+from blocklab.fitting import cohorts as fit_units
 from blocklab.fitting import continuation, converge, ladder
-from blocklab.fitting import units as fit_units
 from blocklab.models import Net, parse_arm
 from blocklab.specs import NetShape, TrainConfig, TrialSpec
 from blocklab.tasks import make_task

@@ -1,4 +1,4 @@
-"""Depth ladders of one shape fitted together (`fitting.units`: every unit's chains members of
+"""Depth ladders of one shape fitted together (`fitting.cohorts`: every unit's chains members of
 one batched Levenberg-Marquardt fit per rung, each on its own training set) against each ladder
 fitted alone (`ladder.fit_ladder`, the plain reference): the same steps, certificates and best
 chains exactly where rounding cannot reach them, the losses to rounding; which trials a sweep
@@ -15,13 +15,13 @@ import torch
 
 from blocklab.engine import sweep, trial
 from blocklab.engine.executors import Resources
+from blocklab.fitting import cohorts as fit_units
 from blocklab.fitting import converge, ladder, network
-from blocklab.fitting import units as fit_units
 from blocklab.fitting.batched import BatchedLevenbergMarquardt
 from blocklab.fitting.fit import LevenbergMarquardt
 from blocklab.jacobian import FlatParams, NotByLayers
 from blocklab.models import Net, parse_arm
-from blocklab.specs import NetShape, TrainConfig, TrialSpec, plan_units
+from blocklab.specs import NetShape, TrainConfig, TrialSpec, batches
 from blocklab.store import Store
 from blocklab.tasks import make_task
 
@@ -286,15 +286,15 @@ def test_a_sweep_groups_ladders_of_one_shape_and_only_where_told(monkeypatch):
     ids = [s.id for s in specs]
     # on the CPU they stay alone by default
     assert not fit_units.batch_units("cpu") and fit_units.batch_units("cuda")
-    units = plan_units(specs, ensemble=16, workers=1, fits=fit_units.batch_units("cpu"))
+    units = batches(specs, ensemble=16, workers=1, fits=fit_units.batch_units("cpu"))
     assert all(len(u) == 1 for u in units)
     monkeypatch.setattr(fit_units, "ON_CPU", True)
-    units = plan_units(specs, ensemble=16, workers=1, fits=fit_units.batch_units("cpu"))
+    units = batches(specs, ensemble=16, workers=1, fits=fit_units.batch_units("cpu"))
     grouped = sorted(sorted((s.arm.label, s.ladder) for s in u) for u in units if len(u) > 1)
     # one group per (arm, ladder), of its four (teacher, seed) units; the others alone
     assert [len(g) for g in grouped] == [4] * 4 and all(len(set(g)) == 1 for g in grouped)
     assert sorted(len(u) for u in units if len(u) == 1) == [1] * len(others)
-    assert [len(u) for u in plan_units(specs, ensemble=2, workers=1, fits=True)].count(2) == 8
+    assert [len(u) for u in batches(specs, ensemble=2, workers=1, fits=True)].count(2) == 8
     assert [s.id for s in specs] == ids  # grouping leaves every trial's id as it was
 
 

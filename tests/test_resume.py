@@ -52,9 +52,9 @@ def undisturbed(tmp_path_factory) -> tuple[Store, dict]:
 
 def test_units_do_not_depend_on_order_or_on_what_is_stored():
     trials = _specs()
-    units = specs.plan_units(trials, ensemble=3, workers=1)
+    units = specs.batches(trials, ensemble=3, workers=1)
     shuffled = random.Random(0).sample(trials, len(trials))
-    again = specs.plan_units(shuffled, ensemble=3, workers=1)
+    again = specs.batches(shuffled, ensemble=3, workers=1)
     assert sorted([s.id for s in u] for u in units) == sorted([s.id for s in u] for u in again)
     assert sorted(len(u) for u in units) == [2, 2, 3, 3, 3, 3]  # 8 per architecture: 3 + 3 + 2
 
@@ -80,7 +80,7 @@ def test_a_store_holding_some_units_resumes_to_the_same_bits(undisturbed, tmp_pa
     """Half the units, picked at random, already stored: the others train as they would have,
     and what was stored is left as it was."""
     full, want = undisturbed
-    units = specs.plan_units(_specs(), RESOURCES.ensemble, RESOURCES.workers)
+    units = specs.batches(_specs(), RESOURCES.ensemble, RESOURCES.workers)
     picked = [s.id for u in random.Random(1).sample(units, len(units) // 2) for s in u]
     records = full.records(ids=picked)
     store = Store(tmp_path)
@@ -96,7 +96,7 @@ def test_a_unit_partly_stored_trains_the_rest(undisturbed, tmp_path):
     """One trial of a unit of three stored (as an experiment that lists a finished trial again
     finds it): the other two train as a unit of two, to float tolerance of the three."""
     full, want = undisturbed
-    unit = next(u for u in specs.plan_units(_specs(), 3, 1) if len(u) == 3)
+    unit = next(u for u in specs.batches(_specs(), 3, 1) if len(u) == 3)
     store = Store(tmp_path)
     store.put(full.get(unit[0].id))
     run(store)

@@ -1,7 +1,9 @@
-"""The SQLite trial store: round trips, finished trials, prefixes, sharing."""
+"""The SQLite trial store: round trips, finished trials, prefixes, sharing, and an old store's
+tables read and written through the store's modules."""
 
 import math
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from blocklab.errors import UserError
-from blocklab.store import DB_NAME, Store
+from blocklab.store import DB_NAME, Store, fit_states, leases
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -193,3 +195,78 @@ def test_reading_leaves_no_wal_files_and_sees_a_writers_commits(tmp_path, capsys
         assert [r["id"] for r in reader.records()] == ["a", "b", "c"]
     assert _wal_files(tmp_path) == []
     capsys.readouterr()
+
+
+# a store as blocklab wrote it before its tables' SQL moved into `blocklab.store`: every table, in
+# the words that made it, with one row each
+OLD_STORE = """
+CREATE TABLE trials (
+    id TEXT PRIMARY KEY, experiment TEXT NOT NULL, status TEXT NOT NULL, seed INTEGER NOT NULL,
+    config TEXT NOT NULL, metrics TEXT NOT NULL, curves TEXT NOT NULL, provenance TEXT NOT NULL,
+    error TEXT, finished_at REAL NOT NULL
+);
+CREATE INDEX trials_experiment ON trials (experiment);
+CREATE TABLE claims (
+    id TEXT PRIMARY KEY, owner TEXT NOT NULL, pid INTEGER NOT NULL, host TEXT NOT NULL,
+    claimed_at REAL NOT NULL
+);
+CREATE TABLE fit_states (
+    id TEXT PRIMARY KEY, key TEXT NOT NULL, steps INTEGER NOT NULL, tol REAL NOT NULL,
+    state BLOB NOT NULL
+);
+INSERT INTO trials VALUES ('old', 'degree-sweep', 'done', 0, '{}', '{}', '{}',
+    '{"code": {"fingerprint": "f00d"}}', NULL, 1.0);
+INSERT INTO claims VALUES ('held', 'another sweep', 1, 'another-host', 2.0);
+INSERT INTO fit_states VALUES ('old', 'k', 16, 0.001, X'0102');
+"""
+
+
+def _old_store(path: Path, script: str = OLD_STORE) -> None:
+    with sqlite3.connect(path / DB_NAME) as conn:
+        conn.executescript(script)
+    conn.close()
+
+
+def test_an_old_store_opens_and_its_tables_answer_through_the_store(tmp_path):
+    """Each table's queries, the store's own modules', read and write an old store's rows."""
+    _old_store(tmp_path)
+    with Store(tmp_path) as store:
+        assert [r["id"] for r in store.records()] == ["old"]
+        assert fit_states.finished(store, ["k", "other"]) == [
+            ("k", "old", 16, 0.001, b"\x01\x02", "f00d")
+        ]
+        leases.create(store.conn)  # a table already there is kept as it is
+        assert leases.count(store.conn) == 1
+        holder, live = ("me", os.getpid(), "here"), lambda row: row[0] == "another sweep"
+        assert not leases.take(store.conn, ["held", "free"], holder, 3.0, live)
+        assert leases.take(store.conn, ["free"], holder, 3.0, live)
+        leases.release_all(store.conn, "me")
+        assert leases.count(store.conn) == 1
+        fit_states.put(store, "new", "k", 32, 0.001, b"\x03")
+        store.put(record("new"))
+        assert {row[1] for row in fit_states.finished(store, ["k"])} == {"old", "new"}
+    with Store(tmp_path, read_only=True) as store:
+        assert {r["id"] for r in store.records()} == {"old", "new"}
+
+
+def test_the_old_store_check_fails_on_a_renamed_table(tmp_path):
+    """The check above, on an old store whose lease table went by another name: the lease it
+    holds is not seen, and a sweep would take the trial another sweep runs."""
+    _old_store(tmp_path, OLD_STORE.replace("claims", "held_trials"))
+    with Store(tmp_path) as store:
+        leases.create(store.conn)
+        assert leases.take(store.conn, ["held"], ("me", 0, "here"), 3.0, lambda row: True)
+
+
+def test_fit_states_before_any_are_stored_are_none(store):
+    assert fit_states.finished(store, ["k"]) == []
+    store.put(record("failed", status="failed"))
+    fit_states.put(store, "failed", "k", 16, 0.001, b"")
+    assert fit_states.finished(store, ["k"]) == []  # a failed trial's states continue nothing
+
+
+def test_expect_tells_its_listeners_the_ids_a_sweep_will_have(store):
+    heard = []
+    store.on_expect.append(heard.append)
+    store.expect(iter(["a", "b"]))
+    assert heard == [["a", "b"]]

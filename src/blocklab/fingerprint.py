@@ -24,8 +24,8 @@ ENGINE = (
     "blocklab.fitting.converge",  # restarts of second-order fits
     "blocklab.fitting.ladder",  # depth ladders of them
     "blocklab.fitting.continuation",  # a fit continued to a larger budget
-    "blocklab.fitting.batched",  # a rung's chains, or units, fitted as one computation
-    "blocklab.fitting.units",  # ladders of one shape climbed together
+    "blocklab.fitting.batched",  # a rung's chains, or a cohort's ladders, fitted as one computation
+    "blocklab.fitting.cohorts",  # ladders of one shape climbed together
     "blocklab.fitting.certify",  # when a fit has converged
     "blocklab.fitting.network",  # a trial's data and network, initialized
     "blocklab.engine.trial",  # a trial's run and record
@@ -48,16 +48,19 @@ MOVED = {
         "ensemble": "ensemble",
         "fit": "fit",
         "fit_batched": "batched",
-        "fit_plan": "plan",
+        "fit_plan": "estimate",
         "fit_timing": "timing",
-        "fit_units": "units",
+        "fit_units": "cohorts",
         "ladder": "ladder",
         "monitor": "monitor",
         "stacked": "stacked",
         "stacked_adamw": "stacked_adamw",
         "train": "train",
     }.items()
-} | {"blocklab.engine.fit_bench": "blocklab.bench.fits"}
+} | {
+    "blocklab.engine.fit_bench": "blocklab.bench.fits",
+    "blocklab.fitting.units": "blocklab.fitting.cohorts",
+}
 
 
 def source(module: str) -> bytes | None:

@@ -280,7 +280,7 @@ def _open_run(out: str | Path, reuse: str, device: str) -> tuple[Path, Store]:
     store = Store(out / DB_NAME, reuse=reuse)
     # each sweep's plan noted in run.json: an interrupted run reads `incomplete: k of n planned
     # ran` in the index
-    store.planners.append(RunDir(out).note_planned)
+    store.on_expect.append(RunDir(out).note_planned)
     return out, store
 
 

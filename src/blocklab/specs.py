@@ -364,7 +364,7 @@ def ensemble_key(spec: TrialSpec) -> str | None:
 
 def fit_key(spec: TrialSpec) -> str | None:
     """Trials with equal keys can fit as one batched Levenberg-Marquardt computation per rung
-    (`fitting.units`): depth-ladder trials that differ only in their seeds, the
+    (`fitting.cohorts`): depth-ladder trials that differ only in their seeds, the
     initialization's and the teacher's (`data_seed`). None for every other trial."""
     if spec.measures or spec.train.optimizer != "lm" or not spec.ladder:
         return None
@@ -373,23 +373,24 @@ def fit_key(spec: TrialSpec) -> str | None:
     return "fit " + json.dumps(config, sort_keys=True, default=str)
 
 
-def plan_units(
+def batches(
     specs: list[TrialSpec], ensemble: int, workers: int, fits: bool = False
 ) -> list[list[TrialSpec]]:
-    """Units of work: trials sharing an architecture in ensembles of at most `ensemble` members,
-    and with `fits` (where the sweep's device batches them: `fitting.units.batch_units`)
-    ladders of one shape (`fit_key`) in groups of at most `ensemble`, made smaller when that
-    leaves some of the `workers` idle. Which trials share a unit depends on the set of specs and
-    `fits` alone, not on their order, so a sweep that plans from all its trials, finished or not,
-    trains each trial in the same unit whenever it runs on that device."""
+    """Batches of work, each run as one: trials sharing an architecture in ensembles of at most
+    `ensemble` members, and with `fits` (where the sweep's device batches them:
+    `fitting.cohorts.batch_units`) ladders of one shape (`fit_key`) in groups of at most
+    `ensemble`, made smaller when that leaves some of the `workers` idle. Which trials share a
+    batch depends on the set of specs and `fits` alone, not on their order, so a sweep that
+    groups all its trials, finished or not, trains each trial in the same batch whenever it runs
+    on that device."""
     size = max(1, min(ensemble, math.ceil(len(specs) / max(1, workers))))
     groups: dict[str, list[TrialSpec]] = {}
     for spec in specs:
         key = ensemble_key(spec) or (fit_key(spec) if fits else None) or spec.id
         groups.setdefault(key, []).append(spec)
-    units = []
+    out = []
     for group in groups.values():  # split evenly: 9 at size 8 is 5 + 4, not 8 + 1
         group = sorted(group, key=lambda s: s.id)
         parts = math.ceil(len(group) / size)
-        units += [group[i::parts] for i in range(parts)]
-    return units
+        out += [group[i::parts] for i in range(parts)]
+    return out

@@ -19,9 +19,9 @@ from torch import nn
 from blocklab.fitting import converge
 from blocklab.fitting.batched import BatchedLevenbergMarquardt, converged_batched
 from blocklab.fitting.certify import converged
+from blocklab.fitting.estimate import gemm64, sync
 from blocklab.fitting.fit import LevenbergMarquardt
 from blocklab.fitting.network import init_model
-from blocklab.fitting.plan import gemm64, sync
 from blocklab.jacobian import gram
 from blocklab.models import parse_arm
 from blocklab.specs import NetShape, TrainConfig, TrialSpec
@@ -123,8 +123,8 @@ def split_rows(cfg: Any) -> list[dict]:
     data_ratio x P examples of the teacher task, at most max_examples): residuals, the Jacobian
     (the path `FlatParams.jacobian` takes), J^T J (`jacobian.gram`) and the damped Cholesky solve,
     each the fastest of `cfg.repeats` calls. `gemm_fraction` is J^T J's rate over the device's
-    float64 matmul rate (`fitting.plan.gemm64`), counting the FLOPs its routine does: N P (P + 1)
-    for syrk's one triangle on the CPU, 2 N P^2 for a full product elsewhere."""
+    float64 matmul rate (`fitting.estimate.gemm64`), counting the FLOPs its routine does:
+    N P (P + 1) for syrk's one triangle on the CPU, 2 N P^2 for a full product elsewhere."""
     data = make_task(FIT_TASK[0], **FIT_TASK[1]).make(0)
     gemm = gemm64(cfg.device, n=1024)
     return [_split(cfg, depth, data, gemm) for depth in cfg.split_depths]

@@ -39,7 +39,7 @@ from torch import nn
 from blocklab.bench.fits import FIT_TASK, fit_rows, split_rows
 from blocklab.blocks.softmax_attention import SoftmaxAttention
 from blocklab.fitting.ensemble import train_ensemble
-from blocklab.fitting.plan import matmul_rate, sync
+from blocklab.fitting.estimate import matmul_rate, sync
 from blocklab.fitting.train import precision, train
 from blocklab.models import Net, parse_arm
 from blocklab.specs import NetShape, TrainConfig

@@ -1,4 +1,4 @@
-"""The executors that run a sweep's units elsewhere: Ray core tasks (`RayExecutor`) on a cluster
+"""The executors that run a sweep's batches elsewhere: Ray core tasks (`RayExecutor`) on a cluster
 or a local Ray instance, and Slurm job arrays through submitit (`SlurmExecutor`). Each runs
 `executor_base.call_in_worker` on every item, as a pool worker does, and yields results as they
 finish; `executors.make_executor` builds them from the command line's options. Their extras (`ray`,

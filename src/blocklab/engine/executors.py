@@ -1,9 +1,9 @@
-"""Where a sweep's units of work run: in this process, on a Ray cluster, or as Slurm jobs.
+"""Where a sweep's batches of work run: in this process, on a Ray cluster, or as Slurm jobs.
 
 Every executor runs a picklable `fn(item, device)` on each item and yields `(index, result)` as
 items finish, in completion order; index counts the items in the order they were read. The local
-executor reads an item only when a worker is free for it, so a sweep claims a unit just before it
-starts (`blocklab.engine.claims`); Ray and Slurm read all at the start. Executors only compute; the
+executor reads an item only when a worker is free for it, so a sweep leases a batch just before it
+starts (`blocklab.engine.leases`); Ray and Slurm read all at the start. Executors only compute; the
 calling process is the one writer of the store, so a worker that dies loses at most the items it
 was running, and a rerun resumes from what was stored.
 
@@ -215,7 +215,7 @@ def default_workers() -> int:
 class Resources:
     """Where and how a sweep's trials run; none of it is part of a trial, so results and ids do
     not depend on it. Trials sharing an architecture train as ensembles of up to `ensemble`
-    members (1: each alone); the units of work run on `executor` with `workers` processes or
+    members (1: each alone); the batches of work run on `executor` with `workers` processes or
     tasks, each of which first imports `plugins` (canonical specs, `plugins.load`)."""
 
     workers: int = 1

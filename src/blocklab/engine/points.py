@@ -20,7 +20,7 @@ def stored_point(
     metrics `compute()` returns, stored with the code that made it (`modules` and the engine).
     Returns the record and whether it was computed now."""
     codes = code(modules)
-    store.plan([record["id"]])
+    store.expect([record["id"]])
     done, stale = store.reusable({record["id"]: codes["fingerprint"]})
     store.say_stale(stale)
     if record["id"] in done:

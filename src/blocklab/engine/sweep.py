@@ -1,11 +1,11 @@
 """Running trials: a trial is a frozen spec (`blocklab.specs`); a sweep runs the unfinished ones.
 
 Trials that share an architecture train together as one ensemble (`blocklab.fitting.ensemble`),
-depth ladders of one shape fit together on a GPU (`blocklab.fitting.units`), and the units of
-work run on an executor (`blocklab.engine.executors`: a local process pool by default, Ray or
+depth ladders of one shape fit together on a GPU (`blocklab.fitting.cohorts`), and the batches
+of work run on an executor (`blocklab.engine.executors`: a local process pool by default, Ray or
 Slurm). Workers use one torch thread each: for small models two single-threaded processes beat one
-process with two threads. Only the parent writes to the store, one commit per finished unit of
-work; sweeps sharing a store split its trials (`blocklab.engine.claims`).
+process with two threads. Only the parent writes to the store, one commit per finished batch of
+work; sweeps sharing a store split its trials by leases (`blocklab.engine.leases`).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from blocklab.engine.claims import POLL, Claims
 from blocklab.engine.devices import device_name
 from blocklab.engine.executor_base import WorkerLost
 from blocklab.engine.executors import Resources, make_executor, worker_threads
+from blocklab.engine.leases import POLL, Leases
 from blocklab.engine.progress import Progress, display
 from blocklab.engine.provenance import provenance
 from blocklab.engine.reuse import other_precision, stored_since
@@ -29,9 +29,9 @@ from blocklab.engine.trial import code_modules, run_group
 from blocklab.errors import Interrupted, WorkerDied
 from blocklab.fingerprint import code, once
 from blocklab.fitting import built, continuation
-from blocklab.fitting.plan import choose
-from blocklab.fitting.units import batch_units
-from blocklab.specs import TrialSpec, plan_units
+from blocklab.fitting.cohorts import batch_units
+from blocklab.fitting.estimate import choose
+from blocklab.specs import TrialSpec, batches
 from blocklab.store import Store
 
 
@@ -70,9 +70,9 @@ def check_builds(specs: list[TrialSpec], told: set[str] | None = None) -> None:
 
 
 def work_left(specs: Iterable[TrialSpec], store: Store) -> dict[str, tuple[float, ...] | None]:
-    """What `run` has left to fit, by trial id (`fitting.plan.choose`'s `left`): None for a trial
-    it fits whole, each rung's share of its iterations for one that continues a stored trial
-    (`continuation.share`); a trial it reuses is absent."""
+    """What `run` has left to fit, by trial id (`fitting.estimate.choose`'s `left`): None for a
+    trial it fits whole, each rung's share of its iterations for one that continues a stored
+    trial (`continuation.share`); a trial it reuses is absent."""
     specs = list({s.id: s for s in specs}.values())
     with once():  # each set of modules hashed once (and once per run inside a caller's)
         codes = {s.id: code(code_modules(s))["fingerprint"] for s in specs}
@@ -91,9 +91,9 @@ def choose_for(
     left: dict | None = None,
     costs: dict | None = None,
 ) -> list[Any]:
-    """`fitting.plan.choose` for a sweep's resources (None: the defaults): on its device, for its
-    workers, timed at the thread count each worker runs with (`executors.worker_threads`); the
-    line to stderr when `say`, costing what is `left` (`choose`), each trial's cost put in
+    """`fitting.estimate.choose` for a sweep's resources (None: the defaults): on its device, for
+    its workers, timed at the thread count each worker runs with (`executors.worker_threads`);
+    the line to stderr when `say`, costing what is `left` (`choose`), each trial's cost put in
     `costs`."""
     resources = resources or Resources()
     with worker_threads(resources.threads):
@@ -113,9 +113,9 @@ def run(
     on_record: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Run every spec not finished in the store; return {id: stored record} for all specs.
-    Only this process writes to the store, one commit per finished unit, so an interrupted
-    sweep keeps everything that finished. Sweeps sharing a store split its trials: each claims
-    a unit before it starts it, and waits at the end for the trials others hold (`claims`)."""
+    Only this process writes to the store, one commit per finished batch, so an interrupted
+    sweep keeps everything that finished. Sweeps sharing a store split its trials: each leases
+    a batch before it starts it, and waits at the end for the trials others hold (`leases`)."""
     res = resources or Resources()
     by_id = {s.id: s for s in specs}
     specs = list(by_id.values())  # identical trials run once
@@ -124,7 +124,7 @@ def run(
     # before the store is read: a trial another sweep stores after `done` is read then counts as
     # stored since (a record's finished_at is stamped just before it is committed)
     since = time.time()
-    store.plan(codes)
+    store.expect(codes)
     done, stale = store.reusable({i: c["fingerprint"] for i, c in codes.items()})
     store.say_stale(stale)
     device = device_name(res.device)
@@ -139,19 +139,20 @@ def run(
     continuation.say(specs, parents)
     prov = provenance(device)
     workers = res.workers  # several share a GPU: a small model's step waits on launches, not math
-    # planned from every spec, finished or not, and each unit stored whole: a resumed sweep trains
-    # each trial left in the unit an undisturbed one trains it in, and stores the same numbers
-    units = plan_units(specs, res.ensemble, workers, fits=batch_units(device))
-    units = [u for u in units if any(s.id not in done for s in u)]
+    # grouped from every spec, finished or not, and each batch stored whole: a resumed sweep
+    # trains each trial left in the batch an undisturbed one trains it in, and stores the same
+    # numbers
+    todo = batches(specs, res.ensemble, workers, fits=batch_units(device))
+    todo = [b for b in todo if any(s.id not in done for s in b)]
     bar, own = display(progress)
     bar.phase(label, len(specs) - len(done), stored=done)  # says what a resumed run has left
     runner = (
-        make_executor(res.executor, workers, res.executor_options, res.plugins) if units else None
+        make_executor(res.executor, workers, res.executor_options, res.plugins) if todo else None
     )
     try:
-        with Claims(store) if units else contextlib.nullcontext() as claims:
-            while units:
-                round_ = _Round(units, store, claims, done, since, parents)
+        with Leases(store) if todo else contextlib.nullcontext() as leases:
+            while todo:
+                round_ = _Round(todo, store, leases, done, since, parents)
                 results = runner.imap_unordered(run_group, round_, device)
                 try:
                     for _, records in results:
@@ -163,15 +164,15 @@ def run(
                                 finished_at=now,
                             )
                         # each record with its fit states, if it keeps any (`continuation.put`)
-                        claims.store(functools.partial(continuation.put, store), records)
+                        leases.store(functools.partial(continuation.put, store), records)
                         for record in records:
                             bar.update(by_id[record["id"]], record)
                             if on_record:
                                 on_record(record)
                 finally:
                     results.close()  # stops running work at once when the loop above raised
-                units = round_.waiting
-                if units and not round_.taken:  # the rest is held by other sweeps: wait for them
+                todo = round_.waiting
+                if todo and not round_.taken:  # the rest is held by other sweeps: wait for them
                     time.sleep(POLL)
     # the count is the command's, not this sweep's: a command runs several sweeps on one store
     except KeyboardInterrupt:
@@ -187,39 +188,39 @@ def run(
 
 
 class _Round:
-    """One pass over the units a sweep has left, claiming each as a worker comes free: iterating
-    yields a unit's trials still to do that this sweep claimed, as a whole unit; a unit another
-    live sweep holds goes to `waiting`, for the next round, and `taken` counts what this round
-    claimed. Still to do: not in `done` (the trials the store had for reuse when the sweep
-    began) and not stored by another sweep since `since`. A unit some of whose trials are done
-    (an experiment listing a finished trial again) trains the rest. A trial another sweep tried
-    and failed meanwhile counts as stored: a rerun retries it. A unit carries the stored trial
-    each of its trials continues (`continuation.Unit`)."""
+    """One pass over the batches a sweep has left, leasing each as a worker comes free:
+    iterating yields a batch's trials still to do that this sweep leased, as a whole batch; a
+    batch another live sweep holds goes to `waiting`, for the next round, and `taken` counts what
+    this round leased. Still to do: not in `done` (the trials the store had for reuse when the
+    sweep began) and not stored by another sweep since `since`. A batch some of whose trials are
+    done (an experiment listing a finished trial again) trains the rest. A trial another sweep
+    tried and failed meanwhile counts as stored: a rerun retries it. A batch carries the stored
+    trial each of its trials continues (`continuation.Batch`)."""
 
     def __init__(
-        self, units, store: Store, claims: Claims, done: set[str], since: float, parents: dict
+        self, batches, store: Store, leases: Leases, done: set[str], since: float, parents: dict
     ):
-        self.units, self.store, self.claims = units, store, claims
+        self.batches, self.store, self.leases = batches, store, leases
         self.done, self.since, self.parents = done, since, parents
         self.waiting: list[list[TrialSpec]] = []
         self.taken = 0
 
     def __iter__(self):
         store, since = self.store, self.since
-        for unit in self.units:
-            left = {s.id for s in unit} - self.done
+        for batch in self.batches:
+            left = {s.id for s in batch} - self.done
             left -= stored_since(store, left, since)
             if not left:
                 continue
-            if not self.claims.claim(left):
-                self.waiting.append(unit)
+            if not self.leases.take(left):
+                self.waiting.append(batch)
                 continue
             stored = stored_since(store, left, since)  # by another sweep just before it let go
-            self.claims.release(stored)
+            self.leases.release(stored)
             left -= stored
             if left:
                 self.taken += 1
-                todo = [s for s in unit if s.id in left]
-                yield continuation.Unit(
+                todo = [s for s in batch if s.id in left]
+                yield continuation.Batch(
                     todo, {s.id: self.parents[s.id] for s in todo if s.id in self.parents}
                 )

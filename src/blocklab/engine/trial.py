@@ -1,7 +1,7 @@
 """One trial, an ensemble of trials sharing an architecture, or depth ladders of one shape: its
 data made and its network built from the spec (`fitting.network`), trained (`train`, `ensemble`)
-or fitted (`converge`, `units`), measured, and turned into the record the store keeps.
-`blocklab.engine.sweep` schedules these units; nothing here knows of stores, claims or executors.
+or fitted (`converge`, `cohorts`), measured, and turned into the record the store keeps.
+`blocklab.engine.sweep` schedules these batches; nothing here knows of stores, leases or executors.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Any
 from blocklab.engine.reuse import trial_precision
 from blocklab.errors import UserError
 from blocklab.fitting import continuation, converge, ladder
+from blocklab.fitting.cohorts import fit_ladders
 from blocklab.fitting.ensemble import train_ensemble
 from blocklab.fitting.monitor import as_record
 from blocklab.fitting.network import init_model, task_data
 from blocklab.fitting.train import train
-from blocklab.fitting.units import fit_ladders
 from blocklab.models import Net
 from blocklab.models import code_modules as arm_modules
 from blocklab.specs import TrialSpec, fit_key
@@ -173,13 +173,13 @@ def train_group(specs: list[TrialSpec], device: str = "cpu", path: str = "auto")
 
 def run_ladders(specs: list[TrialSpec], device: str = "cpu") -> list[dict[str, Any]]:
     """Depth ladders of one shape (`specs.fit_key`) climbed together, one batched fit per rung
-    (`units.fit_ladders`); each trial gets the record `run_trial` gives it alone, with
-    `metrics["units"]`: how many trials, and fits, each rung's computation held."""
+    (`cohorts.fit_ladders`); each trial gets the record `run_trial` gives it alone, with
+    `metrics["units"]` (the stored key): how many trials, and fits, each rung's computation held."""
     parents = getattr(specs, "parents", {})
     if parents:  # continued ladders are fitted one at a time (`ladder.fit_ladder`)
         return [run_trial(s, device, parents.get(s.id)) for s in specs]
     try:
-        cache: dict = {}  # units reading the same data share one copy
+        cache: dict = {}  # trials reading the same data share one copy
         prepared = [_prepare(s, device, cache) for s in specs]
         ladders = fit_ladders(
             specs[0].ladder,

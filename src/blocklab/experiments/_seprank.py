@@ -292,7 +292,7 @@ def measure_points(
         rec = {"id": _record_id(experiment, config), "experiment": experiment, "seed": point.seed}
         records.append({**rec, "config": config})
         codes[rec["id"]] = code([*modules, __name__, *RANK_CODE])
-    store.plan(list(codes))
+    store.expect(list(codes))
     done, stale = store.reusable({i: c["fingerprint"] for i, c in codes.items()})
     store.say_stale(stale)
     todo = [i for i, r in enumerate(records) if r["id"] not in done]

@@ -2,9 +2,9 @@
 one-at-a-time fitter of `fitting.fit` that is its plain reference (tests/test_fit.py and
 tests/test_fit_units.py compare them step by step, certificates included: both are certified by
 `certify.certify`). The members share one training set (a fit's restarts, a ladder rung's chains)
-or each fits its own of one shape (the units of `fitting.units`: other teachers, other seeds).
+or each fits its own of one shape (the units of `fitting.cohorts`: other teachers, other seeds).
 `blocklab bench` measures the shared case (`bench.fits`), benchmarks/fit_units.py the
-other; `fitting.converge` batches a rung's chains and `fitting.units` a rung's units where that
+other; `fitting.converge` batches a rung's chains and `fitting.cohorts` a rung's units where that
 measured a gain (on a GPU, not on a CPU).
 """
 
@@ -46,7 +46,7 @@ class BatchedLevenbergMarquardt:
     bound by per-operation overhead, the one thing batching saves; its per-example Jacobian and
     J^T J are memory and matmul work that batching does not shrink. On an H200 it paid: 674
     certified fits per minute batched against 311 one at a time at P = 433 (8 fits, 32
-    iterations). So `fitting.converge` batches a rung's chains, and `fitting.units` a rung's
+    iterations). So `fitting.converge` batches a rung's chains, and `fitting.cohorts` a rung's
     units, on a GPU only."""
 
     # devices on which members of their own sets are linearized one by one, each as a lone fit

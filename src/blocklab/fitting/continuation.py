@@ -29,7 +29,6 @@ import hashlib
 import io
 import json
 import math
-import sqlite3
 import sys
 from typing import Any
 
@@ -40,16 +39,10 @@ from blocklab.fitting.certify import Certificate, first_check
 from blocklab.fitting.converge import Restart
 from blocklab.fitting.monitor import TrainResult
 from blocklab.specs import TrainConfig, TrialSpec
-from blocklab.store import FINISHED, Store
+from blocklab.store import FINISHED, Store, fit_states
 
 # the settings a continued trial may change: the iteration budget and the stop rule
 BUDGET = ("steps", "converge_tol")
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS fit_states (
-    id TEXT PRIMARY KEY, key TEXT NOT NULL, steps INTEGER NOT NULL, tol REAL NOT NULL,
-    state BLOB NOT NULL
-)
-"""
 KEPT, CONTINUED, REFIT = "kept", "continued", "refit"
 ACTIONS = (KEPT, CONTINUED, REFIT)
 
@@ -213,12 +206,7 @@ def put(store: Store, record: dict[str, Any]) -> None:
     store.put(record)
     if state is None or record["status"] not in FINISHED:
         return
-    with store.errors():
-        store.conn.execute(SCHEMA)
-        store.conn.execute(
-            "INSERT OR REPLACE INTO fit_states VALUES (?,?,?,?,?)",
-            (record["id"], state["key"], state["steps"], state["tol"], state["blob"]),
-        )
+    fit_states.put(store, record["id"], state["key"], state["steps"], state["tol"], state["blob"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,21 +226,8 @@ def parents(specs: list[TrialSpec], store: Store, fingerprints: dict[str, str]) 
     if not keyed or store.reuse == "none":
         return {}
     found: dict[str, list[tuple]] = {}
-    wanted = sorted(set(keyed.values()))
-    for i in range(0, len(wanted), 500):
-        chunk = wanted[i : i + 500]
-        try:
-            rows = store.conn.execute(
-                "SELECT s.key, s.id, s.steps, s.tol, s.state, "
-                "json_extract(t.provenance, '$.code.fingerprint') FROM fit_states s "
-                f"JOIN trials t ON t.id = s.id WHERE t.status IN ({_finished()}) "
-                f"AND s.key IN ({','.join('?' * len(chunk))})",
-                tuple(chunk),
-            ).fetchall()
-        except sqlite3.OperationalError:  # no fit states stored yet
-            return {}
-        for row in rows:
-            found.setdefault(row[0], []).append(row[1:])
+    for row in fit_states.finished(store, sorted(set(keyed.values()))):
+        found.setdefault(row[0], []).append(row[1:])
     out = {}
     for spec in specs:
         rows = [
@@ -264,10 +239,6 @@ def parents(specs: list[TrialSpec], store: Store, fingerprints: dict[str, str]) 
             best = max(rows, key=lambda r: (r[1], -r[2]))
             out[spec.id] = Parent(best[0], best[1], best[2], best[3])
     return out
-
-
-def _finished() -> str:
-    return ", ".join(f"'{s}'" for s in FINISHED)
 
 
 def say(specs: list[TrialSpec], found: dict[str, Parent]) -> None:
@@ -292,8 +263,9 @@ def say(specs: list[TrialSpec], found: dict[str, Parent]) -> None:
         )
 
 
-class Unit(list):
-    """A unit of work (a list of specs) with the `Parent` of each spec that continues one."""
+class Batch(list):
+    """A batch of work (a list of specs, `specs.batches`) with the `Parent` of each spec that
+    continues one."""
 
     def __init__(self, specs, parents: dict[str, Parent] | None = None):
         super().__init__(specs)

@@ -208,7 +208,7 @@ def run(cfg: NeedleConfig, store: Store, *, resources=None, progress=True) -> Ne
     trained = plan_trained(cfg)
     # every draw and trial planned before the first runs: a stopped run's index counts them all
     draws = [_random_id(cfg, s, t)[0] for s in cfg.seq_lens for t in cfg.tau1s]
-    store.plan(draws + [spec.id for _, spec in trained])
+    store.expect(draws + [spec.id for _, spec in trained])
     random_rows = []
     for seq_len in cfg.seq_lens:
         for tau1 in cfg.tau1s:

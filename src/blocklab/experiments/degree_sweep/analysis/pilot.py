@@ -15,7 +15,7 @@
 The multiplier model's standard error is about sqrt(2 sigma^2 / n) / alpha per multiplier, so
 sigma, alpha and the spread between teachers are what a larger run's size rests on.
 
-A run sized to a resolution (`Spreads`, what sizing reads of a finished run; `size`, the `Plan`)
+A run sized to a resolution (`Spreads`, what sizing reads of a finished run; `size`, the `RunSize`)
 is this one calculation at another target: the units grow by whole teachers, each teacher
 keeping the run's seeds.
 """
@@ -184,7 +184,7 @@ class Spreads:
 
 
 @dataclass(frozen=True)
-class Plan:
+class RunSize:
     """A run sized to +-`target` (the half width of the multipliers' 95% intervals, as a share):
     its units as teachers x seeds, its fit time in core-seconds at the measured cost per unit,
     and on one GPU (estimated: `GPU_OVER_CORE`). `units` None: the spreads bound no decisive
@@ -214,16 +214,16 @@ class Plan:
         }
 
 
-def size(spreads: Spreads, target: float, seeds: int, arms: int = 1) -> Plan:
+def size(spreads: Spreads, target: float, seeds: int, arms: int = 1) -> RunSize:
     """The run that reaches +-`target` by `spreads`' power calculation (`Pilot.units_for`):
     whole teachers of `seeds` seeds each, the teachers being the intervals' groups; a unit is a
     trial of each of the `arms`."""
     need = spreads.units_for(target)
     if need is None:
-        return Plan(target, None, None, seeds, None, None, spreads)
+        return RunSize(target, None, None, seeds, None, None, spreads)
     teachers = max(2, math.ceil(need / seeds))  # a t over teachers needs two of them
     units = teachers * seeds
     total = units * spreads.core_seconds_per_unit
     total = total if math.isfinite(total) else None  # no cost per unit measured
-    return Plan(target, units, teachers, seeds, total, _spread_out(total, 1, gpu=True), spreads,
+    return RunSize(target, units, teachers, seeds, total, _spread_out(total, 1, gpu=True), spreads,
                 units * arms)  # fmt: skip

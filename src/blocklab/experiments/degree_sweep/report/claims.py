@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from blocklab.experiments.degree_sweep.analysis.claims import Claim
-from blocklab.experiments.degree_sweep.analysis.pilot import Plan
+from blocklab.experiments.degree_sweep.analysis.pilot import RunSize
 from blocklab.experiments.degree_sweep.report.pilot import plan_lines
 from blocklab.formatting import markdown_table, plain
 
@@ -22,7 +22,7 @@ def _interval(c: Claim) -> str:
 
 
 def lines(
-    claims: list[Claim], r: float, given: bool, deciding: Plan | None, words: list[str]
+    claims: list[Claim], r: float, given: bool, deciding: RunSize | None, words: list[str]
 ) -> list[str]:  # fmt: skip
     """The table of claims at resolution `r` (`given`: --target-resolution set it; else the
     predicted effect), and `deciding`, the +-3% run's plan, where a claim is undecided."""

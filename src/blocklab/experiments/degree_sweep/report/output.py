@@ -55,7 +55,7 @@ def write(out_dir, cfg, trials) -> Report:
         lr_choice=result.lr_choice,
         failed=result.failed,
         # what the fits ran: the config's optimizer, or L-BFGS where a fit's cost moved it there
-        # (`fitting.plan`); both, joined, when the cells differ
+        # (`fitting.estimate`); both, joined, when the cells differ
         optimizer="+".join(
             sorted({r.get("optimizer") or cfg.train.optimizer for r in result.rows})
         ),

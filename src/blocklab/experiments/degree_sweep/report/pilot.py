@@ -12,7 +12,7 @@ from typing import Any
 
 from blocklab.errors import UserError
 from blocklab.experiments.degree_sweep import sizing
-from blocklab.experiments.degree_sweep.analysis.pilot import GPU_OVER_CORE, Pilot, Plan, Spreads
+from blocklab.experiments.degree_sweep.analysis.pilot import GPU_OVER_CORE, Pilot, RunSize, Spreads
 from blocklab.experiments.degree_sweep.analysis.pilot import size as plan_for
 from blocklab.formatting import minutes, plain
 
@@ -78,7 +78,7 @@ ELSEWHERE = (
 SIZED = ("--teachers", "--seeds", "--target-resolution")  # flags the plan's command sets
 
 
-def plan_command(words: list[str], plan: Plan) -> list[str]:
+def plan_command(words: list[str], plan: RunSize) -> list[str]:
     """The command that runs `plan`: `words` (a command line, "blocklab ...") less --plan and
     --json and the flags the plan sets, then those."""
     out, skip = [], False
@@ -96,7 +96,7 @@ def plan_command(words: list[str], plan: Plan) -> list[str]:
     ]  # fmt: skip
 
 
-def plan_lines(plan: Plan, cfg=None, words: list[str] | None = None) -> list[str]:
+def plan_lines(plan: RunSize, cfg=None, words: list[str] | None = None) -> list[str]:
     """What a run sized to +-R is, what it was sized from, and what it costs here and elsewhere,
     each with its command."""
     s = plan.spreads

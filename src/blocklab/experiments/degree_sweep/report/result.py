@@ -16,7 +16,7 @@ from blocklab.experiments.degree_sweep.analysis.capacity import (
 from blocklab.experiments.degree_sweep.analysis.capacity import analyze as analyze_capacity
 from blocklab.experiments.degree_sweep.analysis.claims import Claim
 from blocklab.experiments.degree_sweep.analysis.claims import claims as word_claims
-from blocklab.experiments.degree_sweep.analysis.pilot import Pilot, Plan, Spreads
+from blocklab.experiments.degree_sweep.analysis.pilot import Pilot, RunSize, Spreads
 from blocklab.experiments.degree_sweep.analysis.pilot import pilot as measure_spreads
 from blocklab.experiments.degree_sweep.analysis.pilot import size as size_for
 from blocklab.experiments.degree_sweep.experiment import EXPERIMENT, DegreeSweep
@@ -46,7 +46,7 @@ class Result:
     # is undecided the run that would decide it at +-3%, from this run's spreads
     claims: list[Claim] = field(default_factory=list)
     resolution: float = PREDICTED_EFFECT
-    deciding: Plan | None = None
+    deciding: RunSize | None = None
 
 
 def _capacity(cfg, trials, rows, verdicts, command, on_draw=None, referee=()):

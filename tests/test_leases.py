@@ -1,6 +1,7 @@
-"""Sweeps sharing a store split its trials: a trial claimed by a live sweep is left to it and read
-once stored, a claim whose sweep is gone (exited here, silent elsewhere) is taken over, and two
-identical sweeps started at once train every trial once between them."""
+"""Sweeps sharing a store split its trials by leases: a trial leased by a live sweep is left to it
+and read once stored, a lease whose sweep is gone (exited here, silent elsewhere) is taken over,
+and two identical sweeps started at once train every trial once between them. The lease table's
+queries are the store's (`store.leases`); the table keeps its name and columns."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ import pytest
 import blocklab
 from _specs import small_trial
 from blocklab import specs
-from blocklab.engine import claims, executors, sweep
+from blocklab.engine import executors, leases, sweep
 from blocklab.specs import TrainConfig
 from blocklab.store import Store
+from blocklab.store import leases as table
 
 SRC = str(Path(blocklab.__file__).resolve().parents[1])
 
@@ -34,27 +36,26 @@ def dead_pid() -> int:
     return proc.pid
 
 
-def claim_as(store: Store, ids, pid: int, host: str, at: float) -> None:
-    store.conn.executescript(claims.SCHEMA)
-    store.conn.executemany(
-        "INSERT OR REPLACE INTO claims VALUES (?,?,?,?,?)",
-        [(i, "another sweep", pid, host, at) for i in ids],
-    )
+def lease_as(store: Store, ids, pid: int, host: str, at: float) -> None:
+    """Another sweep's leases on `ids`, taken whoever holds them."""
+    table.create(store.conn)
+    assert table.take(store.conn, list(ids), ("another sweep", pid, host), at, lambda row: False)
 
 
-def test_a_claim_holds_until_released_and_leaving_releases_all(tmp_path):
+def test_a_lease_holds_until_released_and_leaving_releases_all(tmp_path):
     store = Store(tmp_path)
-    with claims.Claims(store) as mine, claims.Claims(Store(tmp_path)) as theirs:
-        assert mine.claim(["a", "b"])
-        assert not theirs.claim(["b", "c"])  # all or none: c stays free
-        assert theirs.claim(["c"])
+    with leases.Leases(store) as mine, leases.Leases(Store(tmp_path)) as theirs:
+        assert mine.take(["a", "b"])
+        assert not theirs.take(["b", "c"])  # all or none: c stays free
+        assert theirs.take(["c"])
+        assert table.count(store.conn) == 3
         mine.release(["b"])
-        assert theirs.claim(["b"])
-        assert not mine.claim(["b"])
-    assert store.conn.execute("SELECT count(*) FROM claims").fetchone()[0] == 0
+        assert theirs.take(["b"])
+        assert not mine.take(["b"])
+    assert table.count(store.conn) == 0
 
 
-def test_a_unit_is_stored_all_or_none(tmp_path):
+def test_a_batch_is_stored_all_or_none(tmp_path):
     store = Store(tmp_path)
     records = [
         {"id": i, "experiment": "t", "status": "done", "seed": 0, "config": {}} for i in "abc"
@@ -62,55 +63,55 @@ def test_a_unit_is_stored_all_or_none(tmp_path):
 
     def put_two(record):
         if record["id"] == "c":
-            raise KeyboardInterrupt  # stopped in the middle of the unit
+            raise KeyboardInterrupt  # stopped in the middle of the batch
         store.put(record)
 
-    with claims.Claims(store) as mine:
-        assert mine.claim("abc")
+    with leases.Leases(store) as mine:
+        assert mine.take("abc")
         with pytest.raises(KeyboardInterrupt):
             mine.store(put_two, records)
         assert store.records() == [] and not store.conn.in_transaction
-        assert not claims.Claims(store).claim("a")  # still held
+        assert not leases.Leases(store).take("a")  # still held
         mine.store(store.put, records)
         assert store.finished("abc") == set("abc")
-        assert claims.Claims(store).claim("abc")  # released as stored
+        assert leases.Leases(store).take("abc")  # released as stored
 
 
-def test_claims_of_the_dead_and_the_silent_are_taken_over(tmp_path):
+def test_leases_of_the_dead_and_the_silent_are_taken_over(tmp_path):
     store = Store(tmp_path)
-    now, host = time.time(), claims.Claims(store).host
-    claim_as(store, ["dead"], dead_pid(), host, now)
-    claim_as(store, ["live"], os.getpid(), host, now)
-    claim_as(store, ["far"], 1, "another-host", now)
-    claim_as(store, ["silent"], 1, "another-host", now - 11)
-    taker = claims.Claims(store, stale=10)
-    assert taker.claim(["dead"]) and taker.claim(["silent"])
-    assert not taker.claim(["live"]) and not taker.claim(["far"])
-    assert not claims.alive(dead_pid())
+    now, host = time.time(), leases.Leases(store).host
+    lease_as(store, ["dead"], dead_pid(), host, now)
+    lease_as(store, ["live"], os.getpid(), host, now)
+    lease_as(store, ["far"], 1, "another-host", now)
+    lease_as(store, ["silent"], 1, "another-host", now - 11)
+    taker = leases.Leases(store, stale=10)
+    assert taker.take(["dead"]) and taker.take(["silent"])
+    assert not taker.take(["live"]) and not taker.take(["far"])
+    assert not leases.alive(dead_pid())
 
 
-def test_a_live_sweep_renews_its_claims(tmp_path):
+def test_a_live_sweep_renews_its_leases(tmp_path):
     store = Store(tmp_path)
-    with claims.Claims(store, stale=0.4) as mine:
-        assert mine.claim(["a"])
+    with leases.Leases(store, stale=0.4) as mine:
+        assert mine.take(["a"])
         time.sleep(1.0)  # past the staleness, renewed every 0.1 s
-        assert not claims.Claims(Store(tmp_path), stale=0.4).claim(["a"])
+        assert not leases.Leases(Store(tmp_path), stale=0.4).take(["a"])
 
 
-def test_a_sweep_takes_over_what_a_dead_sweep_claimed(tmp_path):
+def test_a_sweep_takes_over_what_a_dead_sweep_leased(tmp_path):
     trials, store = _specs(), Store(tmp_path)
-    claim_as(store, [s.id for s in trials], dead_pid(), claims.Claims(store).host, time.time())
+    lease_as(store, [s.id for s in trials], dead_pid(), leases.Leases(store).host, time.time())
     start = time.monotonic()
     records = sweep.run(trials, store, "t", progress=False)
     assert {r["status"] for r in records.values()} == {"done"} and len(records) == len(trials)
-    assert time.monotonic() - start < 60  # not the ten minutes a silent claim holds
-    assert store.conn.execute("SELECT count(*) FROM claims").fetchone()[0] == 0
+    assert time.monotonic() - start < 60  # not the ten minutes a silent lease holds
+    assert table.count(store.conn) == 0
 
 
-def test_a_sweep_waits_for_a_silent_claim_to_go_stale(tmp_path, monkeypatch):
+def test_a_sweep_waits_for_a_silent_lease_to_go_stale(tmp_path, monkeypatch):
     monkeypatch.setenv("BLOCKLAB_CLAIM_STALE", "2")
     trials, store = _specs(), Store(tmp_path)
-    claim_as(store, [trials[0].id], 1, "another-host", time.time())
+    lease_as(store, [trials[0].id], 1, "another-host", time.time())
     start = time.monotonic()
     records = sweep.run(trials, store, "t", progress=False)
     assert time.monotonic() - start >= 2
@@ -122,7 +123,7 @@ def test_a_sweep_reads_what_another_live_sweep_stores(tmp_path):
     and returns the other's record."""
     trials, store = _specs(), Store(tmp_path)
     held = trials[2]
-    claim_as(store, [held.id], os.getpid(), claims.Claims(store).host, time.time())
+    lease_as(store, [held.id], os.getpid(), leases.Leases(store).host, time.time())
 
     def finish_it():
         time.sleep(1.5)
@@ -131,7 +132,7 @@ def test_a_sweep_reads_what_another_live_sweep_stores(tmp_path):
             {"id": held.id, "experiment": "t", "status": "done", "seed": held.seed}
             | {"config": held.config(), "metrics": {"by": "the other sweep"}}
         )
-        theirs.conn.execute("DELETE FROM claims WHERE id = ?", (held.id,))
+        table.release(theirs.conn, "another sweep", [held.id])
 
     thread = threading.Thread(target=finish_it)
     thread.start()

@@ -10,7 +10,7 @@ set drawn as alone (`converge.training_set` of its own data and seed), and each 
 best chain and its own rungs. A unit whose rung the refit rule sends back (`ladder.Climb.refit`)
 fits its second attempt together with the other units' sent back at that rung, as one more batched
 fit, before any unit climbs on. Which trials climb together is the sweep's choice
-(`specs.fit_key`, `specs.plan_units`), made where batching pays (`batch_units`: a GPU).
+(`specs.fit_key`, `specs.batches`), made where batching pays (`batch_units`: a GPU).
 """
 
 from __future__ import annotations
