@@ -14,9 +14,11 @@ import blocklab
 
 SRC = Path(blocklab.__file__).resolve().parent
 
-# a number (thousands by commas, decimals, a range) then a unit of time or of a rate
+# a number (thousands by commas, decimals, a range) then a unit of time or of a rate, the unit
+# perhaps after one word ("220 more seconds") or joined to one ("220 core-seconds", "3 GPU-hours")
 MEASURED = re.compile(
     r"(?<![\w.])\d+(?:,\d{3})*(?:\.\d+)?(?:-\d+(?:\.\d+)?)?\s?"
+    r"(?:[A-Za-z]+-|(?:[A-Za-z]+ )?(?=(?:seconds?|minutes?|hours?)\b))?"
     r"(?:ms|s|sec|seconds?|min|minutes?|h|hours?|[GMT]FLOP/s|it/s)(?![\w/])"
 )
 # (file under src/blocklab, the matched text) -> why it stays: a setting or a formula's value
@@ -74,10 +76,14 @@ def test_the_rule_finds_a_planted_measurement_and_lets_an_allowed_one_stay():
         "def f():\n"
         '    """Runs at 42 GFLOP/s on one thread, 1,024 iterations in 2-5 min."""\n'
         "    return ['2', '[3,2]', 'f(n=2,h=1)']  # 3 steps, 95% interval, d=3\n"
+        "# a unit cost 220 core-seconds, 3 more minutes on 2 cores, 1.5 GPU-hours\n"
     )
     hits = stale("planted.py", planted, {})
-    assert [(line, number) for _, line, number, _ in hits] == [
-        (2, "143 ms"), (4, "42 GFLOP/s"), (4, "2-5 min")
+    assert sorted((line, number) for _, line, number, _ in hits) == [
+        (2, "143 ms"), (4, "2-5 min"), (4, "42 GFLOP/s"), (6, "1.5 GPU-hours"),
+        (6, "220 core-seconds"), (6, "3 more minutes")
     ]  # fmt: skip
+    # a word before "min" is not read as a unit: "the K/2 against min over all K" is no time
+    assert stale("planted.py", "# min over the first K/2 against min over all K\n", {}) == []
     allowed = {("planted.py", "143 ms"): "a planted one"}
-    assert len(stale("planted.py", planted, allowed)) == 2
+    assert len(stale("planted.py", planted, allowed)) == 5

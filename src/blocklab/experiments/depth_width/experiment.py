@@ -82,8 +82,7 @@ class DepthWidthConfig:
     @classmethod
     def medium(cls) -> DepthWidthConfig:
         """Depths 1-4 at budgets 3e4-4e5 and 2000 steps, so that transitions of more than one pair
-        of depths (and then a fit) can fall inside the range: about 270 core-minutes on a CPU
-        (4 seeds), minutes on a GPU (`--device cuda`)."""
+        of depths (and then a fit) can fall inside the range."""
         return cls(depths=(1, 2, 3, 4), budgets=(30000, 100000, 200000, 400000))
 
     @classmethod
@@ -161,7 +160,11 @@ def run(cfg: DepthWidthConfig, store: Store, *, resources=None, progress=True) -
 class DepthWidth(Experiment):
     Config = DepthWidthConfig
     run = staticmethod(run)
-    forms = {"medium": None, "full": None}
+    forms = {
+        "medium": "estimated, not measured: about 270 core-minutes on a CPU (4 seeds), minutes "
+        "on a GPU (`--device cuda`)",
+        "full": None,
+    }
     commands = (
         Command(
             "depth-width",
