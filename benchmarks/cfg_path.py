@@ -3,15 +3,18 @@ config, in order, by file; then the files it entered and the moves from one file
 call back into a file already left counts as a move). The config's own methods and properties
 (`cfg.arms()`, `cfg.staged`) read it where it is declared, and are counted apart.
 
-    PYTHONPATH=src python benchmarks/cfg_path.py [--optimizer adam] [--command [WORD ...]]
+    PYTHONPATH=src python benchmarks/cfg_path.py [--optimizer adam] [--experiment NAME]
+        [--command [WORD ...]]
 
 By default it follows the very config object `run` was given, from the experiment's `run` down:
 the tiny degree-sweep form (`gpu_check.TINY`) in this process, one worker, into a temporary store.
 With `--command` it runs that form's whole command (`blocklab degree-sweep ... --json`; or the
 words given after it, for a tree whose `gpu_check` cannot be imported) and follows every
 degree-sweep config from the command line through the run path, the experiment, the analysis
-and the report. A call from a module into one of a higher layer (a callback: the layers as
-`tests/test_architecture.py` reads them) is counted as a call up a layer.
+and the report. `--experiment NAME` follows another registered experiment's config through its
+tiny form's whole command (as `--command`). A call from a module into one of a higher layer (a
+callback: the layers as `tests/project/test_architecture.py` reads them) is counted as a call up
+a layer.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ ROOT = str(Path(blocklab.__file__).parent)
 sys.path.insert(0, str(Path(__file__).parent))
 
 # the layers as the architecture test reads them: one owner of the map
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+# (an older checkout's is at tests/ itself)
+TESTS = Path(__file__).resolve().parent.parent / "tests"
+sys.path.insert(0, str(TESTS / "project" if (TESTS / "project").is_dir() else TESTS))
 from test_architecture import LAYER, _component  # noqa: E402
 
 
@@ -82,15 +87,18 @@ def trace(optimizer: str) -> list[tuple[str, str]]:
     return calls
 
 
-def trace_command(optimizer: str, words: list[str], ups: list[str]) -> list[tuple[str, str]]:
+def trace_command(
+    optimizer: str, words: list[str], ups: list[str], name: str = "degree_sweep"
+) -> list[tuple[str, str]]:
     from blocklab.cli import main
     from blocklab.experiments import EXPERIMENTS
 
     if not words:
         from gpu_check import TINY
 
-        words = TINY["degree-sweep"]
-    kind = EXPERIMENTS.get("degree_sweep").Config
+        forms = {k.replace("-", " "): v for k, v in TINY.items()}
+        words = forms[name.replace("_", " ")]
+    kind = EXPERIMENTS.get(name).Config
     argv = [*words, "--workers", "1", "--device", "cpu", "--quiet", "--json"]
     if optimizer == "adam":  # no warm start: it sets a second-order fit
         at = argv.index("--warm-start") if "--warm-start" in argv else None
@@ -113,12 +121,15 @@ def main() -> None:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--optimizer", default="lm", choices=("lm", "adam"))
+    p.add_argument("--experiment", default="degree_sweep", help="the experiment to follow")
     p.add_argument("--command", nargs=argparse.REMAINDER, help="follow the whole command")
     args, ups = p.parse_args(), []
+    if args.experiment != "degree_sweep" and args.command is None:
+        args.command = []  # another experiment: its tiny form's whole command
     if args.command is None:
         calls = trace(args.optimizer)
     else:
-        calls = trace_command(args.optimizer, args.command, ups)
+        calls = trace_command(args.optimizer, args.command, ups, args.experiment)
     by_file: dict[str, Counter] = {}
     for file, fn in calls:
         by_file.setdefault(file, Counter())[fn] += 1

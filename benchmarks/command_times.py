@@ -34,7 +34,7 @@ SIMD = ("avx", "fma", "amx", "sse4")  # the lscpu flags kept: the vector extensi
 ABOUT = (
     "Measured wall times of blocklab commands, the one source of the times their --help states. "
     "Written by benchmarks/command_times.py (or kept from the results log an entry's source "
-    "names); tests/test_timings.py holds every entry to its command's current config."
+    "names); tests/cli/test_timings.py holds every entry to its command's current config."
 )
 PROBE = """
 import json, sys

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import shutil
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -21,6 +22,14 @@ import pytest
 from _plots import check_labels
 from _stops import TrialsStored, trials_only
 from blocklab.experiments.degree_sweep import SHAPE
+
+# the tests live in folders named as the code's (`fitting/`, `experiments/degree_sweep/`), and some
+# read another folder's planted rows or tiny forms by module name (`from test_ladder import
+# TINY`): every folder is importable from the start, whichever file is collected first
+TESTS = Path(__file__).resolve().parent
+for _folder in sorted({p.parent for p in TESTS.rglob("test_*.py")}):
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
 
 
 def pytest_configure(config):
@@ -66,9 +75,9 @@ FIRST = (
     "test_main_guard.py",
     "test_bench.py",
     "test_ladder.py",
-    "test_fit_units.py",
+    "test_cohorts.py",
     "test_converged_report.py",
-    "test_degree_page.py",
+    "test_page.py",
     "test_check_outcomes.py",
     "test_coverage.py",
 )
@@ -146,8 +155,9 @@ def ladder_run(tmp_path_factory, exclusive) -> SharedRun:
     fits), run once for every test that reads it, not quiet: under pytest-xdist the first worker
     to ask runs it into the directory every worker's base temp lies in, and the others read it
     there."""
-    from blocklab.cli import main
     from test_ladder import TINY
+
+    from blocklab.cli import main
 
     root = tmp_path_factory.getbasetemp()
     root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root

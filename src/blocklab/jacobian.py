@@ -73,8 +73,8 @@ class FlatParams:
         """The residuals at a point the fit may move to. On the layer rule's path they come from
         the forward pass its Jacobian needs, kept, so that an accepted step's `jacobian(theta)`
         runs only the backward: one forward pass per accepted step fewer, the same numbers (the
-        same operations on the same values; `tests/test_fit.py` compares them bit for bit). A
-        rejected step's pass is dropped by the next trial (or by `forget`)."""
+        same operations on the same values; `tests/fitting/test_fit.py` compares them bit for bit).
+        A rejected step's pass is dropped by the next trial (or by `forget`)."""
         self.forget()
         if self.path == "layers":
             try:

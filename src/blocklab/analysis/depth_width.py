@@ -149,7 +149,7 @@ def fit_transitions(depths, widths, errors, source=None):
 
 
 # closed-form curves (the paper's eq. 10-11 at given depths, for a given fit): evaluating them
-# computes no statistic, so a report's figure may draw them (tests/test_architecture.py)
+# computes no statistic, so a report's figure may draw them (tests/project/test_architecture.py)
 FORMULAS = ("n_transition", "transition_width")
 
 

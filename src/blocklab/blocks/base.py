@@ -178,3 +178,10 @@ def per_member(param: Tensor, like: Tensor, rank: int) -> Tensor:
     if param.dim() == rank:
         return param
     return param.view(param.shape[0], *[1] * (like.dim() - param.dim()), *param.shape[1:])
+
+
+def make_block(name: str, d_in: int, d_out: int, **kwargs) -> Block:
+    """The registered block `name` (`blocklab.blocks.BLOCKS`, plugins' included), d_in -> d_out."""
+    from blocklab.blocks import BLOCKS  # the registry its entries, this module's subclasses, fill
+
+    return BLOCKS.get(name)(d_in, d_out, **kwargs)

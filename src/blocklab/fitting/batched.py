@@ -1,8 +1,9 @@
 """Levenberg-Marquardt on many fits of one architecture as one batched computation, beside the
-one-at-a-time fitter of `fitting.fit` that is its plain reference (tests/test_fit.py and
-tests/test_fit_units.py compare them step by step, certificates included: both are certified by
-`certify.certify`). The members share one training set (a fit's restarts, a ladder rung's chains)
-or each fits its own of one shape (the units of `fitting.cohorts`: other teachers, other seeds).
+one-at-a-time fitter of `fitting.fit` that is its plain reference (tests/fitting/test_fit.py
+and tests/fitting/test_cohorts.py compare them step by step, certificates included: both are
+certified by `certify.certify`). The members share one training set (a fit's restarts, a ladder
+rung's chains) or each fits its own of one shape (the ladders of a cohort, `fitting.cohorts`:
+other teachers, other seeds).
 `blocklab bench` measures the shared case (`bench.fits`), benchmarks/fit_units.py the
 other; `fitting.converge` batches a rung's chains and `fitting.cohorts` a rung's units where that
 measured a gain (on a GPU, not on a CPU).
@@ -32,8 +33,8 @@ class BatchedLevenbergMarquardt:
     members, where their Jacobian is by layers, compute residuals and Jacobians as they would
     alone (`_trial`), on a CPU their normal matrices too (`ONE_BY_ONE`). Each
     member keeps its own damping and its own accept/reject, so it takes exactly the steps
-    `LevenbergMarquardt` takes on it alone (to float rounding; tests/test_fit.py,
-    tests/test_fit_units.py).
+    `LevenbergMarquardt` takes on it alone (to float rounding; tests/fitting/test_fit.py,
+    tests/fitting/test_cohorts.py).
 
     `run(iterations, on_step)` calls `on_step(i, losses)` with the R members' mean squared errors
     before each iteration's update; it returns None (all go on) or R booleans, False for a member

@@ -2,7 +2,7 @@
 seeds (the initialization's and the teacher's) fitted, rung by rung, as one batched
 Levenberg-Marquardt computation (`batched.BatchedLevenbergMarquardt`, each member on its own
 training set), beside `ladder.fit_ladder`, which climbs one ladder and is their plain reference
-(tests/test_fit_units.py compares the two step by step).
+(tests/fitting/test_cohorts.py compares the two step by step).
 
 At each rung every unit's chains are members of one fit: each chain is made, warmed, monitored and
 certified as it would be alone (`ladder.Climb`, `converge.fit_batched`), each unit's training

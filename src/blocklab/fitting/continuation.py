@@ -18,7 +18,7 @@ tolerance) starts from it (`actions`):
 
 The continued trial has its own id (its spec's) and records its parent (`metrics["continued"]`).
 On one machine a continued fit equals a fresh fit of the larger budget bit for bit in its
-parameters, losses and certificate (tests/test_continuation.py); only its validation curve's
+parameters, losses and certificate (tests/fitting/test_continuation.py); only its validation curve's
 checkpoints differ, which follow the budget each stretch ran under.
 """
 

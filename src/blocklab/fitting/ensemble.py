@@ -9,7 +9,7 @@ Members differ in initialization, batches and data (their seeds) and in learning
 shared. Each member follows `train.train` step for step: the same batches, schedule, gradient
 clipping (per member) and divergence rule (a `monitor.TrialMonitor` per member), through the same
 backward pass and wsd branch (`train.backward`, `train.wsd_half_run`), so its result equals
-training it alone to float tolerance (tests/test_ensemble.py). A member that diverges stops
+training it alone to float tolerance (tests/fitting/test_ensemble.py). A member that diverges stops
 where it would alone and is left out of every later update, so its NaN reaches no other member.
 
 Two forward paths; results record which one ran:

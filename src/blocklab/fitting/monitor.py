@@ -106,7 +106,7 @@ def diverging(
 ) -> torch.Tensor:
     """`diverges` for many trials at once where their losses live, (E,) -> (E,) bool, nothing
     read back to the host. In float64, as `diverges` reads each float32 value, so the two agree
-    value for value (tests/test_monitor.py)."""
+    value for value (tests/fitting/test_monitor.py)."""
     losses, starts, grad_norms = losses.double(), starts.double(), grad_norms.double()
     finite = torch.isfinite(losses) & torch.isfinite(grad_norms)
     return ~finite | (losses > blowup * starts.clamp(min=START_FLOOR))

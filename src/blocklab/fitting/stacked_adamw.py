@@ -19,7 +19,7 @@ where it stood, by one of two paths, chosen by the device:
   copy, the selection and the spread are three more passes over every buffer, each as long as
   the kernel's own: the cost that made the ensemble slower there than training its members one
   by one (docs/results/scale.md).
-Both give the same numbers, bit for bit (tests/test_stacked_adamw.py).
+Both give the same numbers, bit for bit (tests/fitting/test_stacked_adamw.py).
 """
 
 from __future__ import annotations

@@ -41,3 +41,24 @@ class Measure(abc.ABC):
         numbers, lists and strings, with the headline number under "value". The same seed gives
         the same result, and the model is left as it was (weights, dtype, mode).
         """
+
+
+def make_measure(name: str, **opts) -> Measure:
+    """The registered measure `name` (`blocklab.measures.MEASURES`, plugins' included)."""
+    from blocklab.measures import (
+        MEASURES,  # the registry its entries, this module's subclasses, fill
+    )
+
+    return MEASURES.get(name)(**opts)
+
+
+def parse_measure(text: str) -> Measure:
+    """'collapse' or 'seprank(templates=8,partition=interleaved)' -> the measure."""
+    from blocklab.errors import UserError
+    from blocklab.options import parse_pairs, split_list
+
+    s = str(text).strip().replace(" ", "")
+    name, _, rest = s.partition("(")
+    if rest and not rest.endswith(")"):
+        raise UserError(f"measure {text!r}: options go in parentheses, e.g. seprank(templates=8)")
+    return make_measure(name, **parse_pairs(split_list(rest[:-1]), f"measure {name}"))

@@ -3,84 +3,16 @@
 trials)` turns what the run returned (`blocklab.experiments.Trials`) into its summaries over
 seeds, tests, fits and findings, and its `write(out_dir, cfg, trials)` analyzes, writes report.md
 and its figures into the run directory and returns a `Report`, what the command line prints.
-Here: `Report`, `Status` and `Findings`; `markdown` and `figures`, the pieces the reports share;
-`_seprank`, the two seprank reports' tables; and the run's page (`html`, `page_trials`), which
-the run path writes for every experiment.
+Here: `base` (`Report`, `Status` and `Findings`); `markdown` and `figures`, the pieces the
+reports share; `_seprank`, the two seprank reports' tables; and the run's page (`html`,
+`page_trials`), which the run path writes for every experiment.
 """
-
-from __future__ import annotations
-
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import matplotlib
 
-# files only, no display (servers, worker processes): set before any report draws (pyplot, if
-# a report imported it first, switches to it)
+# files only, no display (servers, worker processes): set before any report imports pyplot
 matplotlib.use("Agg")
 
+from blocklab.reports.base import Findings, Report, Status  # noqa: E402
 
-@dataclass(frozen=True)
-class Status:
-    """The one line a run sums up in, shown first on its page, last in the terminal, in the
-    runs index and as `status` in its JSON. `verdict`: whether the run states a verdict; a run
-    that refuses one says why, and an experiment that reports findings rather than a verdict
-    sums them up."""
-
-    verdict: bool
-    line: str
-    # the keywords the next run changes, named as `blocklab.api.run` takes them (the flags'
-    # names: {"steps": 1024}), with their new values; empty where there is nothing to change
-    next: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def of_verdict(cls, verdict: str | None, refusal: str) -> Status:
-        """A verdict's first sentence, or why there is none."""
-        if verdict:
-            return cls(True, f"VERDICT: {verdict.split('. ')[0].rstrip('.')}")
-        return cls(False, f"NO VERDICT: {refusal}")
-
-    @classmethod
-    def of_findings(cls, findings: list[dict[str, Any]], shown: int = 3) -> Status:
-        """Findings (what was predicted beside what was measured), each by its verdict."""
-        said = [
-            f"{' '.join(str(f[k]) for k in ('part', 'setting') if k in f) or 'finding'}: "
-            f"{f.get('verdict', f.get('measured', '-'))}"
-            for f in findings
-        ]
-        more = f"; and {len(said) - shown} more" if len(said) > shown else ""
-        return cls(False, f"FINDINGS: {'; '.join(said[:shown]) or 'none'}{more}")
-
-    def as_json(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "line": self.line, "next": dict(self.next)}
-
-
-@dataclass
-class Report:
-    """A written report: its path, the run's JSON (the command line adds `report`, `config` and
-    `status`), the lines it prints without --json, and its status line."""
-
-    path: Path
-    json: dict[str, Any]
-    text: list[str]
-    status: Status | None = None
-
-    def __post_init__(self):
-        # a report of findings sums them up; any other, by the first line it prints
-        if self.status is None and self.json.get("findings"):
-            self.status = Status.of_findings(self.json["findings"])
-        elif self.status is None:
-            self.status = Status(False, next((t for t in self.text if t.strip()), "-").strip())
-
-
-@dataclass
-class Findings:
-    """An analyzed run of an experiment that tests predictions: its rows, their summaries over
-    seeds, one finding per prediction (what the seed predicts beside what was measured), and the
-    trials that raised."""
-
-    rows: list[dict[str, Any]]
-    summaries: list[dict[str, Any]]
-    findings: list[dict[str, Any]]
-    failed: list[dict[str, Any]]
+__all__ = ["Findings", "Report", "Status"]

@@ -264,3 +264,10 @@ def regression_splits(
         return xs, ((ys - mean) / std).float()
 
     return train, val, test, target_std, sample
+
+
+def make_task(name: str, **opts) -> Task:
+    """The registered task `name` (`blocklab.tasks.TASKS`, plugins' included) with `opts`."""
+    from blocklab.tasks import TASKS  # the registry its entries, this module's subclasses, fill
+
+    return TASKS.get(name)(**opts)

@@ -12,8 +12,8 @@ import sys
 
 import numpy as np
 import pytest
-
 import test_api
+
 from blocklab.api import run
 from blocklab.cli import main
 from blocklab.engine import progress as progress_mod

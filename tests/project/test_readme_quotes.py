@@ -17,10 +17,9 @@ from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import pytest
-
 from test_docs import heading_anchors, heading_lines, split_fences
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = "docs/results/"
 DEMO, GLANCE, MEASURED = "What the demo prints", "Results at a glance", "measured"
 

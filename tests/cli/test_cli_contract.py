@@ -17,7 +17,7 @@ from _pages import Page, markdown_tables
 from blocklab.cli import build_parser, main
 from blocklab.store import Store
 
-CONTRACT = json.loads((Path(__file__).parent / "cli_contract.json").read_text())
+CONTRACT = json.loads((Path(__file__).resolve().parents[1] / "cli_contract.json").read_text())
 
 # values whose keys are data (an arm's label, a learning rate), not names of the contract
 DATA_KEYED = {"arms", "lr_choice", "metrics", "values", "config", "provenance", "scores"}

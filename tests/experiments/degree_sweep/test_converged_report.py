@@ -9,12 +9,12 @@ import types
 from dataclasses import replace
 
 import pytest
+from test_capacity_fits import BUDGETS, fit_rows, referee_rows
 
 from blocklab.experiments.degree_sweep import SHAPE, DegreeSweepConfig, DegreeSweepTrials
 from blocklab.experiments.degree_sweep import report as degree_report
 from blocklab.formatting import plain
 from blocklab.specs import TrainConfig
-from test_capacity_fits import BUDGETS, fit_rows, referee_rows
 
 
 @pytest.fixture(autouse=True)

@@ -11,6 +11,8 @@ import re
 import shlex
 
 import pytest
+from test_capacity import _choice, _rows
+from test_capacity_fits import BUDGETS, fit_rows
 
 from blocklab import launch
 from blocklab.cli.experiment import flags, form
@@ -25,8 +27,6 @@ from blocklab.experiments.degree_sweep.report.status_line import STATUS_WIDTH, s
 from blocklab.formatting import config_json
 from blocklab.reports import Status, html, markdown
 from blocklab.rundir import RunDir
-from test_capacity import _choice, _rows
-from test_capacity_fits import BUDGETS, fit_rows
 
 # the command a run of the synthetic fits was started by: the demo's arms at their budgets
 RUN = ["demo", "--budgets", *map(str, BUDGETS), "--width", "8", "--seeds", "3", "--restarts"]

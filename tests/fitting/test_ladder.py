@@ -176,7 +176,7 @@ def test_a_network_that_hides_an_input_is_refused_before_any_fit(tmp_path, capsy
 
 # --- a block the ladder cannot continue: `check` fails it and the sweep refuses it -------------
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # the README's gated linear unit without its scale_output_: its output is a product, not a
 # linear map's own output, so nothing in it says how to rescale or silence it

@@ -14,7 +14,7 @@ import pytest
 
 from blocklab.cli import build_parser, docs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "reference" / "cli.md"
 AGAIN = "run `python -m blocklab.cli.docs` to regenerate it"
 

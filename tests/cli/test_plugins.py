@@ -23,7 +23,7 @@ from blocklab.store import Store
 # what `blocklab check` prints for two blocks that pass every check of the contract
 ALL_PASSED_TWICE = "{0} of {0} checks passed".format(2 * len(block_contract.CHECKS))
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 CUBIC = """
 import torch

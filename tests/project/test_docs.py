@@ -20,7 +20,7 @@ import pytest
 from blocklab.cli import build_parser
 from blocklab.errors import UserError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README_MAX_LINES = 250
 
 

@@ -9,6 +9,7 @@ import json
 import math
 
 import pytest
+from test_ladder import TINY
 
 from blocklab import load_rungs
 from blocklab.cli import main
@@ -18,7 +19,6 @@ from blocklab.experiments.degree_sweep.analysis import coverage, multiplier
 from blocklab.experiments.degree_sweep.analysis.pilot import Spreads, size
 from blocklab.experiments.degree_sweep.report.pilot import plan_command
 from blocklab.experiments.degree_sweep.report.pilot import size as size_run
-from test_ladder import TINY
 
 DEMO = DegreeSweepConfig.demo()
 

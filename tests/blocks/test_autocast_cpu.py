@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_ensemble import _block_arms, mixes_tokens
 
 from blocklab.blocks import BLOCKS
 from blocklab.fitting.ensemble import Ensemble
 from blocklab.fitting.stacked import _StackedMatmul
 from blocklab.models import Net
 from blocklab.specs import NetShape
-from test_ensemble import _block_arms, mixes_tokens
 
 
 def _nets(arm, n: int = 2):
@@ -68,7 +68,7 @@ def test_the_stacked_matmul_backward_runs_after_autocast_exits():
     torch.testing.assert_close(_StackedMatmul.apply(x2, w2, b2), ref)
 
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "blocklab"
+SRC = Path(__file__).resolve().parents[2] / "src" / "blocklab"
 
 
 def test_no_numpy_call_on_a_tensor_that_may_live_on_a_device():

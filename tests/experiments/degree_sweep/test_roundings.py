@@ -9,13 +9,13 @@ import dataclasses
 import json
 
 import torch
+from test_capacity_fits import analyze, fit_rows
+from test_ladder import TINY
 
 from blocklab.cli import main
 from blocklab.experiments.degree_sweep.analysis import capacity
 from blocklab.experiments.degree_sweep.report.roundings import Across
 from blocklab.fitting.network import rounded
-from test_capacity_fits import analyze, fit_rows
-from test_ladder import TINY
 
 
 def _net():

@@ -22,7 +22,7 @@ from blocklab.experiments import EXPERIMENTS, Command, Experiment
 from blocklab.registry import Registry
 from blocklab.reports import Report
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SRC = Path(blocklab.__file__).resolve().parent
 
 # bottom to top: a module may import its own layer and those below it (ARCHITECTURE.md).
@@ -885,3 +885,61 @@ def test_the_writer_rule_fails_on_a_planted_statistic():
     formula = "from blocklab.analysis.depth_width import n_transition\n"
     formula += "def draw(r):\n    return n_transition(r)\n"
     assert _computing_writers({planted: report, at: formula}) == set()  # a FORMULAS curve
+
+
+def _code_in_init(source: str) -> list[str]:
+    """What a package's `__init__.py` (`source`) defines beyond naming what its modules hold: a
+    function or a class (the lazy attributes of PEP 562, `__getattr__` and `__dir__`, live only
+    there), or a loop, `with` or `try`. Imports, `__all__`, a registry's creation and the call
+    that fills it (`import_submodules`) are the package's naming, not code."""
+    lazy = ("__getattr__", "__dir__")
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.While, ast.With)
+    return [
+        f"line {node.lineno}: {type(node).__name__} {getattr(node, 'name', '')}".rstrip()
+        for node in ast.parse(source).body
+        if isinstance(node, (*kinds, ast.Try)) and getattr(node, "name", None) not in lazy
+    ]
+
+
+def test_package_inits_hold_no_code():
+    """Every `__init__.py` names what its package's modules hold; the code lives in modules named
+    for it (`bench/throughput`, `reports/base`, `checks/battery`, a home's `experiment`)."""
+    found = {
+        str(p.relative_to(SRC)): _code_in_init(p.read_text())
+        for p in sorted(SRC.rglob("__init__.py"))
+    }
+    assert {k: v for k, v in found.items() if v} == {}
+
+
+def test_the_init_rule_fails_on_planted_code():
+    planted = '"""A package."""\nfrom x import y\nREG = Registry("x")\nfill(__name__)\n'
+    assert _code_in_init(planted) == []
+    planted += "def make(name):\n    return REG.get(name)\n\nclass Base:\n    pass\n"
+    assert _code_in_init(planted) == ["line 5: FunctionDef make", "line 8: ClassDef Base"]
+    assert _code_in_init("def __getattr__(name):\n    return name\n") == []
+
+
+def _unfound_paths(table: str) -> list[str]:
+    """The backticked file and folder paths (`name.py`, `name/`) of a layer table that name
+    nothing: a path from the repository's root, from src/blocklab/, or the end of one there."""
+    inside = [p.relative_to(SRC).as_posix() + ("/" if p.is_dir() else "") for p in SRC.rglob("*")]
+    missing = []
+    for path in dict.fromkeys(re.findall(r"`([A-Za-z_./]+(?:/|\.py))`", table)):
+        if (ROOT / path).exists() or (SRC / path).exists():
+            continue
+        if not any(p == path or p.endswith("/" + path) for p in inside):
+            missing.append(path)
+    return missing
+
+
+def test_the_guides_map_names_every_module_and_only_what_is_there():
+    """docs/guide/architecture.md, the map in words, names every module of its layers as
+    ARCHITECTURE.md does, and each file or folder it names is in the tree."""
+    table = _layer_table((ROOT / "docs/guide/architecture.md").read_text())
+    assert _unmapped(table) == []
+    assert _unfound_paths(table) == []
+
+
+def test_the_guides_path_check_fails_on_a_path_not_in_the_tree():
+    table = "| fitting | `fitting/`: `estimate.py`, `fit_plan.py`, `gone/`, `engine/leases.py` |"
+    assert _unfound_paths(table) == ["fit_plan.py", "gone/"]

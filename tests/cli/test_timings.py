@@ -17,7 +17,7 @@ import pytest
 from blocklab.cli import main, timings
 from blocklab.experiments import EXPERIMENTS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENTRIES = timings.entries()
 
 

@@ -177,7 +177,9 @@ def test_two_identical_sweeps_at_once_train_each_trial_once(tmp_path):
         *("--lr-grid", "0.01", "0.03", "--lr-extend", "0", "--steps", "50"),
         *("--workers", "1", "--ensemble", "2", "--optimizer", "adam"),
     ]
-    path = os.pathsep.join([SRC, str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
+    path = os.pathsep.join(
+        [SRC, str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+    )
     procs = [
         subprocess.Popen(
             command,

@@ -15,7 +15,7 @@ from blocklab.cli import main
 from blocklab.config import load_toml
 from blocklab.tasks import TASKS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "examples").glob("*.toml"))
 # config -> the bound its input_rank states (None: every arm sees every input); a config not
 # listed is only run

@@ -14,7 +14,7 @@ from blocklab.models import parse_arm
 from blocklab.options import meta
 from blocklab.specs import SINCE, NetShape, TrainConfig, TrialSpec
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 CASES = json.loads((DATA / "trial_ids.json").read_text())
 # the ids trials over every optimizer, schedule, warm start and ladder had before each setting
 # declared who reads it (36 specs, 28 ids: the settings a trial does not read leave its id)

@@ -27,7 +27,7 @@ ITEMS = [3, 1, 4, 0]
 
 
 def worker_path() -> str:
-    here, src = Path(__file__).parent, Path(blocklab.__file__).parents[1]
+    here, src = Path(__file__).resolve().parents[1], Path(blocklab.__file__).parents[1]
     return os.pathsep.join([str(here), str(src), os.environ.get("PYTHONPATH", "")])
 
 

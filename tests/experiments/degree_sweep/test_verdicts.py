@@ -78,7 +78,7 @@ def test_a_refused_verdict_says_why_and_names_what_diverged():
 
 
 def test_the_json_keeps_the_contract_keys_and_carries_the_words():
-    contract = json.loads((Path(__file__).parent / "cli_contract.json").read_text())
+    contract = json.loads((Path(__file__).resolve().parents[2] / "cli_contract.json").read_text())
     keys = contract["json"]["degree-sweep"]["verdicts"]
     for values in ({"A": [1.0, 1.1, 0.9], "B": [2.0, 2.1, 1.9]}, {"A": [1.0]}):
         [v] = compare(rows(values))

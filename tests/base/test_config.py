@@ -95,7 +95,9 @@ def test_toml_string_lists_keep_brackets_and_bools_are_not_numbers():
         options.build(DegreeSweepConfig, {"seeds": True})
 
 
-@pytest.mark.parametrize("path", sorted(Path(__file__).parent.parent.glob("examples/*.toml")))
+@pytest.mark.parametrize(
+    "path", sorted(Path(__file__).resolve().parents[2].glob("examples/*.toml"))
+)
 def test_example_configs_resolve_and_plan(path):
     from blocklab.experiments import degree_sweep
 

@@ -11,14 +11,14 @@ import math
 
 import numpy as np
 import pytest
-
-from blocklab.experiments.degree_sweep.analysis import capacity, cells
-from blocklab.experiments.degree_sweep.report.capacity import capacity_json, detail
-from blocklab.experiments.degree_sweep.report.status_line import status_line
 from test_capacity import BUDGETS as ADAM_BUDGETS
 from test_capacity import _analyze as analyze_adam
 from test_capacity import _rows as adam_rows
 from test_capacity_fits import analyze, fit_rows
+
+from blocklab.experiments.degree_sweep.analysis import capacity, cells
+from blocklab.experiments.degree_sweep.report.capacity import capacity_json, detail
+from blocklab.experiments.degree_sweep.report.status_line import status_line
 
 NO, INC = capacity.Outcome.NO_VERDICT, capacity.Outcome.INCONCLUSIVE
 

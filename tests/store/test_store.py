@@ -13,7 +13,7 @@ import pytest
 from blocklab.errors import UserError
 from blocklab.store import DB_NAME, Store, fit_states, leases
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def record(trial_id, status="done", seed=0, **extra):
