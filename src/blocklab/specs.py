@@ -1,6 +1,7 @@
 """What a trial is, free of torch: the arm, the training config, the trial spec and its id, the
-degrees and switches a network takes by name, and how trials group into units of work. Configs and
-the command line read these without importing torch; `engine.sweep` runs the specs.
+degrees and switches a network takes by name, and how trials group into batches of work
+(`batches`). Configs and the command line read these without importing torch; `engine.sweep`
+runs the specs.
 """
 
 from __future__ import annotations
