@@ -123,6 +123,16 @@ def code(modules: Iterable[str]) -> dict[str, object]:
     return {"fingerprint": _hashed[key], "modules": names}
 
 
+def moved_only(recorded: dict[str, object] | None, modules: Iterable[str]) -> bool:
+    """Whether a stored trial's code record is the code of `modules` now, some of them recorded
+    under the names they have since moved from (`MOVED`): the same modules, the same text. Its
+    fingerprint differs from theirs, which hashes the names too, yet the trial is current."""
+    names = (recorded or {}).get("modules") or ()
+    if {MOVED.get(m, m) for m in names} != set(modules):  # type: ignore[union-attr]
+        return False
+    return is_current(recorded)
+
+
 def is_current(recorded: dict[str, object] | None) -> bool:
     """Whether a stored trial's code record matches the code here now; a trial stored without
     one was made by code this store cannot tell, so it is not current."""

@@ -194,6 +194,33 @@ def test_a_module_that_only_moved_is_the_same_code(tmp_path, monkeypatch):
     assert not fingerprint.is_current(recorded)
 
 
+def test_a_stored_trial_whose_modules_only_moved_is_kept(tmp_path, monkeypatch):
+    """A rerun keeps a trial recorded under a module's old name when the module only moved
+    (`Store.reusable` with the modules, `fingerprint.moved_only`): its fingerprint, which hashes
+    the names, differs from today's, yet the code is the same. Planted: an edited module, and a
+    module set that grew, are other code."""
+    (tmp_path / "moved_a.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    recorded = fingerprint.code(["moved_a"])
+    (tmp_path / "moved_a.py").rename(tmp_path / "moved_b.py")
+    sys.modules.pop("moved_a", None)
+    importlib.invalidate_caches()
+    monkeypatch.setitem(fingerprint.MOVED, "moved_a", "moved_b")
+    now = fingerprint.code(["moved_b"])
+    assert now["fingerprint"] != recorded["fingerprint"]
+    store = Store(tmp_path / "store")
+    rec = {"id": "a", "experiment": "t", "status": "done", "seed": 0, "config": {}}
+    store.put({**rec, "provenance": {"code": recorded}})
+    fps, mods = {"a": now["fingerprint"]}, {"a": now["modules"]}
+    assert store.reusable(fps) == (set(), {"a"})  # without the modules: other code
+    assert store.reusable(fps, mods) == ({"a"}, set())
+    grown = {"a": [*now["modules"], "blocklab.tasks.teacher"]}
+    assert store.reusable(fps, grown) == (set(), {"a"})
+    (tmp_path / "moved_b.py").write_text("VALUE = 2\n")
+    sys.modules.pop("moved_b", None)
+    assert store.reusable(fps, mods) == (set(), {"a"})
+
+
 def test_every_moved_module_is_found_where_it_moved():
     assert all(fingerprint.source(old) is not None for old in fingerprint.MOVED)
 

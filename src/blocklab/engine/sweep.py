@@ -75,10 +75,11 @@ def work_left(specs: Iterable[TrialSpec], store: Store) -> dict[str, tuple[float
     trial (`continuation.share`); a trial it reuses is absent."""
     specs = list({s.id: s for s in specs}.values())
     with once():  # each set of modules hashed once (and once per run inside a caller's)
-        codes = {s.id: code(code_modules(s))["fingerprint"] for s in specs}
-    done, _ = store.reusable(codes)
+        codes = {s.id: code(code_modules(s)) for s in specs}
+    fingerprints = {i: c["fingerprint"] for i, c in codes.items()}
+    done, _ = store.reusable(fingerprints, {i: c["modules"] for i, c in codes.items()})
     todo = [s for s in specs if s.id not in done]
-    parents = continuation.parents(todo, store, codes)
+    parents = continuation.parents(todo, store, fingerprints)
     return {
         s.id: continuation.share(parents[s.id], s.train) if s.id in parents else None for s in todo
     }
@@ -125,7 +126,8 @@ def run(
     # stored since (a record's finished_at is stamped just before it is committed)
     since = time.time()
     store.expect(codes)
-    done, stale = store.reusable({i: c["fingerprint"] for i, c in codes.items()})
+    fingerprints = {i: c["fingerprint"] for i, c in codes.items()}
+    done, stale = store.reusable(fingerprints, {i: c["modules"] for i, c in codes.items()})
     store.say_stale(stale)
     device = device_name(res.device)
     done -= other_precision(specs, store, done, device)
@@ -134,7 +136,7 @@ def run(
     parents = continuation.parents(
         [s for s in specs if s.id not in done],
         store,
-        {i: c["fingerprint"] for i, c in codes.items()},
+        fingerprints,
     )
     continuation.say(specs, parents)
     prov = provenance(device)

@@ -126,11 +126,16 @@ class Store:
         for listener in self.on_expect:
             listener(ids)
 
-    def reusable(self, fingerprints: dict[str, str | None]) -> tuple[set[str], set[str]]:
+    def reusable(
+        self, fingerprints: dict[str, str | None], modules: dict[str, list[str]] | None = None
+    ) -> tuple[set[str], set[str]]:
         """For trial id -> the fingerprint of the code that would make it now: the ids whose
         finished trial this store's `reuse` lets a rerun keep, and the finished ones made by other
         code (a trial stored without a fingerprint counts as other code). Under "none" only the
-        trials finished after this store was opened are kept, those made by this code."""
+        trials finished after this store was opened are kept, those made by this code. With
+        `modules` (trial id -> the modules that fingerprint hashes), a trial recorded under the
+        names its unchanged modules have since moved from is this code
+        (`fingerprint.moved_only`)."""
         ids = list(fingerprints)
         stored, since = {}, set()
         for i in range(0, len(ids), 500):
@@ -147,11 +152,29 @@ class Store:
             # and training it again costs time where reusing it would break --fresh
             since.update(trial for trial, _, at in rows if at > self.opened)
         stale = {i for i, fp in stored.items() if fp is None or fp != fingerprints[i]}
+        stale -= self._moved(stale, modules or {})
         if self.reuse == "none":
             return since - stale, stale
         if self.reuse == "stale":
             return set(stored), stale
         return set(stored) - stale, stale
+
+    def _moved(self, ids: set[str], modules: dict[str, list[str]]) -> set[str]:
+        """Of `ids` (finished, other fingerprints), those whose code only moved."""
+        from blocklab.fingerprint import moved_only
+
+        ids = [i for i in ids if i in modules]
+        moved: set[str] = set()
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            with self.errors():
+                rows = self.conn.execute(
+                    "SELECT id, json_extract(provenance, '$.code') FROM trials WHERE id IN "
+                    f"({','.join('?' * len(chunk))})",
+                    tuple(chunk),
+                ).fetchall()
+            moved |= {i for i, code in rows if code and moved_only(json.loads(code), modules[i])}
+        return moved
 
     def say_stale(self, ids: set[str]) -> None:
         """One line on stderr when a rerun meets finished trials made by other code, each trial
