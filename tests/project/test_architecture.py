@@ -45,7 +45,7 @@ LAYERS = [
         "numerics",
         "rundir",
     }
-    | {"fingerprint", "plugins", "frames", "formatting"},
+    | {"fingerprint", "plugins", "frames", "formatting", "sample_size"},
     {"blocks", "tasks", "measures", "jacobian"},
     {"models", "budget", "checks", "constructions"},
     {"fitting", "bench"},

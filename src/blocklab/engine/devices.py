@@ -17,6 +17,14 @@ from blocklab.errors import UserError
 GPU_OVER_CORE = 3.1
 
 
+def spread_out(core_seconds: float | None, cores: int, gpu: bool) -> float | None:
+    """Wall seconds of `core_seconds` of fits on `cores` CPU cores, a trial to each, or on one
+    GPU (`GPU_OVER_CORE`, trials one at a time); None where no cost is known."""
+    if core_seconds is None:
+        return None
+    return core_seconds / GPU_OVER_CORE if gpu else core_seconds / max(1, cores)
+
+
 def device_name(requested: str = "auto") -> str:
     """ "auto" (CUDA when present), "cpu", "cuda" or "cuda:N" -> the device to use; anything
     else, or a CUDA device that is not there, is a one-line error. Under "cuda" the workers of a

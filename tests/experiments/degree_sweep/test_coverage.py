@@ -10,6 +10,7 @@ from scipy import stats
 
 from blocklab.experiments.degree_sweep.analysis import coverage, multiplier
 from blocklab.experiments.degree_sweep.analysis.scaling import Observation
+from blocklab.sample_size import units_for
 
 # Replications per design. The assertion "covers >= 90%" is read as: every quantity's observed
 # coverage >= 85% and their mean >= 90%. With R = 80 the Monte Carlo SE of a 95% coverage is
@@ -98,12 +99,12 @@ def test_run_size_solves_the_t_interval_at_the_new_degrees_of_freedom():
     hw, goal = math.log(1.06), math.log(1.03)
     t = lambda n: stats.t.ppf(0.975, n - 1)  # noqa: E731
     sd = hw / t(3) * math.sqrt(3)
-    n = multiplier.units_for(hw, 3)
+    n = units_for(hw, 3)
     assert t(n) * sd / math.sqrt(n) <= goal < t(n - 1) * sd / math.sqrt(n - 1)
     # t_2 = 4.3 made this run's interval wide on a small spread: fewer units than 1 / sqrt(n)
-    assert n < multiplier.units_for(hw, 3, df=math.inf) == 12
+    assert n < units_for(hw, 3, df=math.inf) == 12
     # teachers as the groups (4 units in 2 teachers, df 1): the run grows by whole teachers
-    g = multiplier.units_for(hw, 4, df=1) / 2
+    g = units_for(hw, 4, df=1) / 2
     sd = hw / t(2) * math.sqrt(2)
     assert g == int(g) and t(g) * sd / math.sqrt(g) <= goal < t(g - 1) * sd / math.sqrt(g - 1)
-    assert multiplier.units_for(hw, 4, df=0) is None
+    assert units_for(hw, 4, df=0) is None

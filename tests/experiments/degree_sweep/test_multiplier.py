@@ -9,6 +9,7 @@ import pytest
 
 from blocklab.experiments.degree_sweep.analysis import multiplier
 from blocklab.experiments.degree_sweep.analysis.scaling import Observation
+from blocklab.sample_size import units_for
 
 PARAMS = (30, 60, 120, 240)
 
@@ -81,8 +82,8 @@ def test_teachers_keep_their_seeds_in_the_bootstrap():
 def test_run_size_for_three_percent_grows_as_the_square_of_the_half_width():
     """The bootstrap's half width (df = inf) shrinks as 1 / sqrt(units)."""
     hw = math.log(1.06)  # +-6% with 4 units: +-3% needs 4 times as many
-    assert multiplier.units_for(hw, 4, df=math.inf) == math.ceil(4 * (hw / math.log(1.03)) ** 2)
-    assert multiplier.units_for(math.inf, 4) is None
+    assert units_for(hw, 4, df=math.inf) == math.ceil(4 * (hw / math.log(1.03)) ** 2)
+    assert units_for(math.inf, 4) is None
 
 
 def test_without_the_reference_there_is_no_fit():

@@ -9,8 +9,9 @@ import math
 import numpy as np
 import pytest
 
+from blocklab.engine.devices import GPU_OVER_CORE
 from blocklab.experiments.degree_sweep import DegreeSweepConfig
-from blocklab.experiments.degree_sweep.analysis.pilot import GPU_OVER_CORE, pilot
+from blocklab.experiments.degree_sweep.analysis.pilot import pilot
 from blocklab.experiments.degree_sweep.report.pilot import pilot_json, pilot_lines
 
 

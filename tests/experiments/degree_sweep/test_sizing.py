@@ -15,10 +15,11 @@ from blocklab import load_rungs
 from blocklab.cli import main
 from blocklab.errors import UserError
 from blocklab.experiments.degree_sweep import DegreeSweepConfig, sizing
-from blocklab.experiments.degree_sweep.analysis import coverage, multiplier
-from blocklab.experiments.degree_sweep.analysis.pilot import Spreads, size
-from blocklab.experiments.degree_sweep.report.pilot import plan_command
-from blocklab.experiments.degree_sweep.report.pilot import size as size_run
+from blocklab.experiments.degree_sweep.analysis import coverage
+from blocklab.experiments.degree_sweep.sizing import Spreads, plan_command
+from blocklab.experiments.degree_sweep.sizing import size as size_run
+from blocklab.experiments.degree_sweep.sizing import size_for as size
+from blocklab.sample_size import units_for
 
 DEMO = DegreeSweepConfig.demo()
 
@@ -29,7 +30,7 @@ def _spreads(widest=0.3, units=3, df=2.0, cost=100.0):
 
 def test_the_plan_is_the_one_power_calculation_in_whole_teachers():
     plan = size(_spreads(), 0.1, seeds=2, arms=3)
-    need = multiplier.units_for(0.3, 3, 0.1, df=2.0)
+    need = units_for(0.3, 3, 0.1, df=2.0)
     assert plan.teachers == math.ceil(need / 2) and plan.units == 2 * plan.teachers
     assert plan.core_seconds == pytest.approx(plan.units * 100.0)
     assert plan.trials == plan.units * 3
@@ -46,7 +47,7 @@ def test_the_demos_design_is_sized_from_its_recorded_run(tmp_path):
     cfg = dataclasses.replace(DEMO, target_resolution=0.1)
     sized, plan = size_run(cfg, tmp_path)
     demo = sizing.DEMO_SPREADS
-    need = multiplier.units_for(demo["widest"], demo["units"], 0.1, df=demo["df"])
+    need = units_for(demo["widest"], demo["units"], 0.1, df=demo["df"])
     assert sized.teachers == plan.teachers == need and plan.spreads.source == demo["source"]
     # more iterations a rung is the same design, sized by the demo's teachers recorded at its
     # own iterations where there is such a run (2,048), else by the demo's
@@ -54,7 +55,7 @@ def test_the_demos_design_is_sized_from_its_recorded_run(tmp_path):
     assert size_run(steps(1024), tmp_path)[0].teachers == need
     at = sizing.RECORDED_SPREADS[2048]
     longer, plan = size_run(steps(2048), tmp_path)
-    assert longer.teachers == multiplier.units_for(at["widest"], at["units"], 0.1, df=at["df"])
+    assert longer.teachers == units_for(at["widest"], at["units"], 0.1, df=at["df"])
     assert plan.spreads.source == at["source"] and longer.teachers != need
     # more chains: the same size, at the cost per unit measured at them, else scaled by them
     def chained(n):
@@ -86,13 +87,13 @@ def test_a_run_in_out_sizes_it_and_a_run_never_shrinks(tmp_path):
     _record(tmp_path, cfg, widest=0.2, units=5, teachers=5, df=4)
     sized, plan = size_run(cfg, tmp_path)
     assert plan.spreads.source == "the run in out"
-    assert sized.teachers == multiplier.units_for(0.2, 5, 0.1, df=4)
+    assert sized.teachers == units_for(0.2, 5, 0.1, df=4)
     # a run of 30 teachers already narrower than needed keeps them all
     _record(tmp_path, cfg, widest=0.02, units=30, teachers=30, df=29)
     assert size_run(cfg, tmp_path)[0].teachers == 30
     # teachers given on the command line stay as given; the plan still says what R needs
     pinned, plan = size_run(dataclasses.replace(cfg, teachers=7), tmp_path, pinned=True)
-    assert pinned.teachers == 7 and plan.teachers == multiplier.units_for(0.02, 30, 0.1, df=29)
+    assert pinned.teachers == 7 and plan.teachers == units_for(0.02, 30, 0.1, df=29)
     # a record written before chains left the design (its train holds them) is still read
     _record(tmp_path, cfg, widest=0.2, units=5, teachers=5, df=4)
     entry = json.loads((tmp_path / sizing.SPREADS_FILE).read_text())

@@ -2,9 +2,11 @@
 of a finished run of the same design, the run in --out where its report recorded them
 (`SPREADS_FILE`, written by every degree report), else, where the design is the demo's, the
 recorded run of the demo's teachers at the run's own iteration count (`RECORDED_SPREADS`), or the
-demo's (`DEMO_SPREADS`) where none was recorded at it. The report module sizes the run from them
-(`size` there: the power calculation of `degree_sweep.analysis.pilot`); `size` and `plan_lines`
-here are the manifest's sizing hook (`experiments.Sizing`), which reaches it.
+demo's (`DEMO_SPREADS`) where none was recorded at it; and the run they size: `size` sizes the
+config by the power calculation on them (`sample_size.units_for`, the one the analysis reads
+after a run), and `plan_lines` words the plan with its cost and commands. Those two are the
+manifest's sizing hook (`experiments.Sizing`): everything a plan needs is here, below the
+analysis and the report, so the command line and the API ask the manifest for a plan.
 
 The size is fixed before any fit of the run it sizes, and a run grows but never shrinks: the
 teachers already fitted in --out stay in it. Sized from a run in the same store, the finished
@@ -15,15 +17,19 @@ intervals under that rule is measured by `degree_sweep.analysis.coverage.simulat
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
+import os
+import shlex
+from dataclasses import dataclass, replace
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+from blocklab.engine.devices import GPU_OVER_CORE, spread_out
 from blocklab.errors import UserError
 from blocklab.experiments.degree_sweep.config import DegreeSweepConfig
+from blocklab.formatting import minutes
+from blocklab.sample_size import units_for
 
 SPREADS_FILE = "spreads.json"
 # what a design leaves out: the run's size, how it is read, and how long each fit may run (the
@@ -154,21 +160,164 @@ def scaled(entry: dict[str, Any], cfg: DegreeSweepConfig) -> dict[str, Any]:
     }
 
 
-def size(cfg: DegreeSweepConfig, out_dir: str | Path, pinned: bool = False):
-    """The sizing hook's `size`: (config, plan), `cfg` with the teachers its `target_resolution`
-    needs by the power calculation on the spreads `measured` reads (the report's `size`)."""
-    return _report().size(cfg, out_dir, pinned)
+@dataclass(frozen=True)
+class Spreads:
+    """What sizing reads of a finished run: its widest decisive interval (`Pilot.widest`, over
+    every count the run reports), the units and t it was read with, the cost of a unit, and
+    where the run is recorded."""
+
+    widest: float
+    units: int
+    df: float
+    level: float
+    core_seconds_per_unit: float
+    source: str
+
+    @classmethod
+    def recorded(cls, entry: dict[str, Any]) -> Spreads:
+        """From a run's record (`measured`): null is NaN, or inf for df."""
+
+        def number(key: str, missing: float) -> float:
+            value = entry.get(key)
+            return missing if value is None else float(value)
+
+        return cls(
+            number("widest", math.nan), int(entry["units"]), number("df", math.inf),
+            number("level", 0.95), number("core_seconds_per_unit", math.nan),
+            str(entry["source"]),
+        )  # fmt: skip
+
+    def units_for(self, target: float) -> int | None:
+        """The power calculation (`sample_size.units_for`): the units a +-`target` interval on
+        the widest decisive multiplier needs; None where none is bounded."""
+        return units_for(self.widest, self.units, target, self.df, self.level)
 
 
-def plan_lines(plan, cfg: DegreeSweepConfig, words: list[str]) -> list[str]:
-    """The sizing hook's `plan_lines`: the plan, its cost and its commands (the report's)."""
-    return _report().plan_lines(plan, cfg, words)
+@dataclass(frozen=True)
+class RunSize:
+    """A run sized to +-`target` (the half width of the multipliers' 95% intervals, as a share):
+    its units as teachers x seeds, its fit time in core-seconds at the measured cost per unit,
+    and on one GPU (estimated: `GPU_OVER_CORE`). `units` None: the spreads bound no decisive
+    interval, and nothing can be sized from them."""
+
+    target: float
+    units: int | None
+    teachers: int | None
+    seeds: int
+    core_seconds: float | None
+    gpu_seconds: float | None
+    spreads: Spreads
+    trials: int | None = None  # units x arms: no more cores than trials can work at once
+
+    def seconds(self, cores: int) -> float | None:
+        """Wall seconds on `cores` CPU cores, a trial to a core."""
+        return spread_out(self.core_seconds, min(cores, self.trials or cores), gpu=False)
+
+    def json(self) -> dict[str, Any]:
+        """The `plan` object of the JSON contract."""
+        return {
+            "units": self.units,
+            "teachers": self.teachers,
+            "seeds": self.seeds,
+            "core_seconds": self.core_seconds,
+            "gpu_seconds": self.gpu_seconds,
+        }
 
 
-def _report() -> ModuleType:
-    # The plan is the analysis's power calculation on these spreads and its words are the
-    # report's, both in layers above this one, which no import here may name (a function-local
-    # one included): the hook reaches them as the run reaches the report, by the module's name
-    # in its home (`<home>.report`), so the command line and the API ask the manifest and never
-    # the report for a plan.
-    return importlib.import_module(f"{__package__}.report")
+def size_for(spreads: Spreads, target: float, seeds: int, arms: int = 1) -> RunSize:
+    """The run that reaches +-`target` by `spreads`' power calculation (`Pilot.units_for`):
+    whole teachers of `seeds` seeds each, the teachers being the intervals' groups; a unit is a
+    trial of each of the `arms`."""
+    need = spreads.units_for(target)
+    if need is None:
+        return RunSize(target, None, None, seeds, None, None, spreads)
+    teachers = max(2, math.ceil(need / seeds))  # a t over teachers needs two of them
+    units = teachers * seeds
+    total = units * spreads.core_seconds_per_unit
+    total = total if math.isfinite(total) else None  # no cost per unit measured
+    return RunSize(target, units, teachers, seeds, total, spread_out(total, 1, gpu=True), spreads,
+                units * arms)  # fmt: skip
+
+
+def _hours(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else minutes(seconds)
+
+
+# where a sized run can run, beside this machine: (name, cores, the flags that send it there)
+ELSEWHERE = (
+    ("Ray", 64, ["--executor", "ray", "--executor-option", "address=HOST:PORT"]),
+    ("Slurm", 64, ["--executor", "slurm", "--executor-option", "partition=P"]),
+)
+SIZED = ("--teachers", "--seeds", "--target-resolution")  # flags the plan's command sets
+
+
+def plan_command(words: list[str], plan: RunSize) -> list[str]:
+    """The command that runs `plan`: `words` (a command line, "blocklab ...") less --plan and
+    --json and the flags the plan sets, then those."""
+    out, skip = [], False
+    for w in words:
+        name = w.split("=", 1)[0]
+        if skip:
+            skip = False
+        elif name in SIZED:
+            skip = "=" not in w
+        elif w not in ("--plan", "--json"):
+            out.append(w)
+    return out + [
+        "--target-resolution", f"{plan.target:g}", "--teachers", str(plan.teachers),
+        "--seeds", str(plan.seeds),
+    ]  # fmt: skip
+
+
+def plan_lines(plan: RunSize, cfg=None, words: list[str] | None = None) -> list[str]:
+    """What a run sized to +-R is, what it was sized from, and what it costs here and elsewhere,
+    each with its command."""
+    s = plan.spreads
+    read = f"t with df {s.df:g}" if math.isfinite(s.df) else "bootstrap"
+    widest = f"+-{math.expm1(s.widest):.1%}" if math.isfinite(s.widest) else "unbounded"
+    lines = [
+        f"sized to +-{plan.target:.0%}: {plan.units} (teacher, seed) units, {plan.teachers} "
+        f"teachers x {plan.seeds} seed{'s' if plan.seeds > 1 else ''}, by the power calculation "
+        f"on {s.source} (its widest decisive interval {widest} at {s.units} units, {read})"
+    ]
+    if cfg is not None and cfg.teachers != plan.teachers:
+        lines.append(f"this run fits {cfg.teachers} teachers (given, or already in --out)")
+    if plan.core_seconds is None:
+        lines.append("its time: not estimated (no cost per unit was measured)")
+        return lines
+    command = plan_command(words or ["blocklab", "degree-sweep"], plan)
+    here = os.cpu_count() or 1
+    lines.append(
+        f"fits: {plan.core_seconds / 3600:.1f} core-hours at {s.core_seconds_per_unit:.0f} "
+        "core-seconds a unit (the cost recorded with those spreads):"
+    )
+    lines.append(f"- here, {here} cores: about {_hours(plan.seconds(here))}: {shlex.join(command)}")
+    for name, cores, flags in ELSEWHERE:
+        lines.append(
+            f"- {name}, {min(cores, plan.trials or cores)} cores (a trial to each): about "
+            f"{_hours(plan.seconds(cores))}: {shlex.join(command + flags)}"
+        )
+    lines.append(
+        f"- one GPU: about {_hours(plan.gpu_seconds)} (estimated: a GPU at {GPU_OVER_CORE:g} CPU "
+        f"cores, from the results log): {shlex.join(command + ['--device', 'cuda'])}"
+    )
+    return lines
+
+
+def size(cfg, out_dir: str | Path, pinned: bool = False):
+    """(config, plan): `cfg` with the teachers its `target_resolution` needs by the power
+    calculation on the recorded spreads of its design (`sizing.measured`); `pinned`: the
+    teachers were given, and stay. Never fewer teachers than --out's run already fitted."""
+    entry = measured(cfg, out_dir)
+    spreads = Spreads.recorded(entry)
+    plan = size_for(spreads, cfg.target_resolution, cfg.seeds, len(cfg.arms()))
+    if plan.teachers is None:
+        raise UserError(
+            f"--target-resolution: {spreads.source} bounds no decisive multiplier interval, "
+            "so nothing sizes a run from it; run more teachers first (--teachers)"
+        )
+    if not pinned:
+        cfg = replace(cfg, teachers=max(plan.teachers, int(entry.get("teachers") or 0)))
+    return cfg, plan

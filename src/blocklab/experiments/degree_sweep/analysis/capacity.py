@@ -57,6 +57,7 @@ from blocklab.experiments.degree_sweep.analysis.decision import (  # noqa: F401 
 )
 from blocklab.experiments.degree_sweep.analysis.design import design_checks
 from blocklab.experiments.degree_sweep.analysis.referee import RefereeSummary, referee_summary
+from blocklab.sample_size import units_for
 from blocklab.specs import TrainConfig
 from blocklab.theory import predicted_multiplier
 
@@ -100,7 +101,7 @@ def decide(
         findings=tuple(findings),
         decisive=decisive,
         units=model.units,
-        units_for_3pct=multiplier.units_for(widest, model.units, df=model.df, level=model.level),
+        units_for_3pct=units_for(widest, model.units, df=model.df, level=model.level),
         level=model.level,
         widest=widest,
         df=model.df,

@@ -29,6 +29,7 @@ import numpy as np
 
 from blocklab.experiments.degree_sweep.analysis import multiplier
 from blocklab.experiments.degree_sweep.analysis.scaling import Observation
+from blocklab.sample_size import units_for
 from blocklab.theory import CONTROL_LABEL
 
 PER_LAYER = {"d=2": 18, "d=3": 27, "d=4": 36, "mlp": 12}
@@ -212,7 +213,7 @@ def simulate_sized(
 ) -> list[SizedRow]:  # fmt: skip
     """Coverage of the "units" intervals (a t over teachers of one seed each) at the size a
     sizing rule reaches: "fixed", `first` teachers; "pilot", the first `first` teachers'
-    intervals sized by `multiplier.units_for` to +-`target` (at most `cap`, at least `first`),
+    intervals sized by `sample_size.units_for` to +-`target` (at most `cap`, at least `first`),
     then the interval read over all of them, the first ones included (an internal pilot:
     the size depends on the data the interval then reads)."""
     rng = np.random.default_rng(seed)
@@ -224,7 +225,7 @@ def simulate_sized(
         if rule == "pilot":
             got = intervals(_subset(obs, first), ("units",))
             hw = _widest(got) if got is not None else math.inf
-            need = multiplier.units_for(hw, first, target, df=first - 1)
+            need = units_for(hw, first, target, df=first - 1)
             n = cap if need is None else min(cap, max(first, need))
         got = intervals(_subset(obs, n), ("units",))
         sizes.append(n)

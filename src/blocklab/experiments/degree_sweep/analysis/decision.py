@@ -64,7 +64,7 @@ class Decision:  # the status of a run: what its checks and intervals support
     level: float = math.nan
     # the widest decisive interval's half width in log units (inf: unbounded; NaN: none), and
     # the degrees of freedom of the t the intervals read (`MultiplierFit.df`): what a run of
-    # another resolution is sized by (`multiplier.units_for`)
+    # another resolution is sized by (`sample_size.units_for`)
     widest: float = math.nan
     df: float = math.inf
     # NO_VERDICT, INCONCLUSIVE: the command to run next (`design.next_run`); None: the run's

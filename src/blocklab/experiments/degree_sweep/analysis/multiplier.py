@@ -347,25 +347,3 @@ def _left_out(shape: ShapeTest, table, units, shared: SharedLaw) -> ShapeTest:
         ps.append(NAN if got is None else got.p)
     return replace(shape, left_out=tuple(named), left_out_p=tuple(ps),
                    units=tuple(tuple(u) for u in units))  # fmt: skip
-
-
-def units_for(
-    half_width_log: float, units: int, target: float = 0.03, df: float | None = None,
-    level: float = 0.95,
-) -> int | None:  # fmt: skip
-    """(teacher, seed) units for a +-`target` interval on a multiplier, from the half width this
-    run reached with `units` and `df` (`MultiplierFit.df`; None: units - 1). A t interval over
-    G = df + 1 groups is t_{G-1} s / sqrt(G): the run grows by whole groups (teachers, where they
-    are the groups) until that is <= log(1 + target). df = inf (bootstrap): 1 / sqrt(units)."""
-    df = units - 1 if df is None else df
-    if not (math.isfinite(half_width_log) and half_width_log > 0 and units > 0 and df >= 1):
-        return None
-    goal = math.log1p(target)
-    if math.isinf(df):
-        return math.ceil(units * (half_width_log / goal) ** 2)
-    q = lambda n: float(st.t.ppf((1 + level) / 2, n - 1))  # noqa: E731
-    sd = half_width_log / q(df + 1) * math.sqrt(df + 1)  # the groups' own spread
-    grow = max(2, math.ceil((float(st.norm.ppf((1 + level) / 2)) * sd / goal) ** 2))  # t > z
-    while q(grow) * sd / math.sqrt(grow) > goal:
-        grow += 1
-    return math.ceil(grow * units / (df + 1))

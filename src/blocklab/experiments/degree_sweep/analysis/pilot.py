@@ -7,7 +7,7 @@
 - `teacher_spread`: per arm, the standard deviation between teachers of its difference from the
   reference (d = 3) in mean log loss over the shared cells' budgets ranks; NaN with one teacher.
 - `units_for(R)`: the (teacher, seed) units a +-R interval on the widest decisive multiplier
-  needs (`multiplier.units_for`, from that interval's half width and its t's degrees of
+  needs (`sample_size.units_for`, from that interval's half width and its t's degrees of
   freedom), and `core_seconds_per_unit`: what one unit cost here, the fit seconds of every rung
   of every arm summed over the units. Their product is the run's cost in core-seconds, which
   `estimate` divides among cores or by a GPU's measured speed-up.
@@ -15,9 +15,9 @@
 The multiplier model's standard error is about sqrt(2 sigma^2 / n) / alpha per multiplier, so
 sigma, alpha and the spread between teachers are what a larger run's size rests on.
 
-A run sized to a resolution (`Spreads`, what sizing reads of a finished run; `size`, the `RunSize`)
-is this one calculation at another target: the units grow by whole teachers, each teacher
-keeping the run's seeds.
+A run sized to a resolution before it runs (`experiments.degree_sweep.sizing`: its `Spreads`,
+what sizing reads of a finished run, and its `RunSize`) is this one calculation at another
+target: the units grow by whole teachers, each teacher keeping the run's seeds.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from blocklab.engine.devices import GPU_OVER_CORE
-from blocklab.experiments.degree_sweep.analysis import multiplier
+from blocklab.engine.devices import spread_out
 from blocklab.experiments.degree_sweep.analysis.cells import loss
+from blocklab.sample_size import units_for
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Pilot:
     def units_for(self, target: float) -> int | None:
         """The (teacher, seed) units a +-`target` interval on the widest decisive multiplier
         needs; None where no decisive interval is bounded."""
-        return Spreads.of(self, "this run").units_for(target)
+        return units_for(self.widest, self.units, target, self.df, self.level)
 
     @property
     def units_for_3pct(self) -> int | None:
@@ -68,13 +68,7 @@ class Pilot:
     def estimate(self, cores: int = 1, gpu: bool = False, target: float = 0.03) -> float | None:
         """Seconds of the +-`target` run on `cores` CPU cores (one trial per core: Ray, Slurm or
         the local pool), or on one GPU (`GPU_OVER_CORE`, trials one at a time)."""
-        return _spread_out(self.core_seconds(target), cores, gpu)
-
-
-def _spread_out(core_seconds: float | None, cores: int, gpu: bool) -> float | None:
-    if core_seconds is None:
-        return None
-    return core_seconds / GPU_OVER_CORE if gpu else core_seconds / max(1, cores)
+        return spread_out(self.core_seconds(target), cores, gpu)
 
 
 def _unit(r: dict[str, Any]) -> tuple[Any, Any]:
@@ -144,86 +138,3 @@ def _teacher_spread(by_unit, reference: str) -> dict[str, float]:
                 gaps.append(float(np.mean(np.subtract(mine[:k], ref[:k]))))
         out[arm] = float(np.std(gaps, ddof=1)) if len(gaps) > 1 else math.nan
     return out
-
-
-@dataclass(frozen=True)
-class Spreads:
-    """What sizing reads of a finished run: its widest decisive interval (`Pilot.widest`, over
-    every count the run reports), the units and t it was read with, the cost of a unit, and
-    where the run is recorded."""
-
-    widest: float
-    units: int
-    df: float
-    level: float
-    core_seconds_per_unit: float
-    source: str
-
-    @classmethod
-    def of(cls, p: Pilot, source: str) -> Spreads:
-        return cls(p.widest, p.units, p.df, p.level, p.core_seconds_per_unit, source)
-
-    @classmethod
-    def recorded(cls, entry: dict[str, Any]) -> Spreads:
-        """From a run's record (`experiments.degree_sweep.sizing`): null is NaN, or inf for df."""
-
-        def number(key: str, missing: float) -> float:
-            value = entry.get(key)
-            return missing if value is None else float(value)
-
-        return cls(
-            number("widest", math.nan), int(entry["units"]), number("df", math.inf),
-            number("level", 0.95), number("core_seconds_per_unit", math.nan),
-            str(entry["source"]),
-        )  # fmt: skip
-
-    def units_for(self, target: float) -> int | None:
-        """The power calculation (`multiplier.units_for`): the units a +-`target` interval on
-        the widest decisive multiplier needs; None where none is bounded."""
-        return multiplier.units_for(self.widest, self.units, target, self.df, self.level)
-
-
-@dataclass(frozen=True)
-class RunSize:
-    """A run sized to +-`target` (the half width of the multipliers' 95% intervals, as a share):
-    its units as teachers x seeds, its fit time in core-seconds at the measured cost per unit,
-    and on one GPU (estimated: `GPU_OVER_CORE`). `units` None: the spreads bound no decisive
-    interval, and nothing can be sized from them."""
-
-    target: float
-    units: int | None
-    teachers: int | None
-    seeds: int
-    core_seconds: float | None
-    gpu_seconds: float | None
-    spreads: Spreads
-    trials: int | None = None  # units x arms: no more cores than trials can work at once
-
-    def seconds(self, cores: int) -> float | None:
-        """Wall seconds on `cores` CPU cores, a trial to a core."""
-        return _spread_out(self.core_seconds, min(cores, self.trials or cores), gpu=False)
-
-    def json(self) -> dict[str, Any]:
-        """The `plan` object of the JSON contract."""
-        return {
-            "units": self.units,
-            "teachers": self.teachers,
-            "seeds": self.seeds,
-            "core_seconds": self.core_seconds,
-            "gpu_seconds": self.gpu_seconds,
-        }
-
-
-def size(spreads: Spreads, target: float, seeds: int, arms: int = 1) -> RunSize:
-    """The run that reaches +-`target` by `spreads`' power calculation (`Pilot.units_for`):
-    whole teachers of `seeds` seeds each, the teachers being the intervals' groups; a unit is a
-    trial of each of the `arms`."""
-    need = spreads.units_for(target)
-    if need is None:
-        return RunSize(target, None, None, seeds, None, None, spreads)
-    teachers = max(2, math.ceil(need / seeds))  # a t over teachers needs two of them
-    units = teachers * seeds
-    total = units * spreads.core_seconds_per_unit
-    total = total if math.isfinite(total) else None  # no cost per unit measured
-    return RunSize(target, units, teachers, seeds, total, _spread_out(total, 1, gpu=True), spreads,
-                units * arms)  # fmt: skip

@@ -8,15 +8,13 @@ The package: `result` (`analyze`: the analysis of a run's rows, one `Result`), `
 summaries, paired tests and rankings, `tabulate`, and their JSON, `to_json`), `document`
 (report.md and its figures, `write_report`), `output` (`write`: what the command writes and
 prints); the sections and lines they word: `capacity`, `answer`, `multipliers`, `claims`,
-`exact`, `theory`, `referee`, `roundings`, `pilot` (with `size` and `plan_lines`, what a sized
-run's --target-resolution and --plan read), `loss_table`, `intervals`, `edges`, `status`,
+`exact`, `theory`, `referee`, `roundings`, `pilot`, `loss_table`, `intervals`, `edges`, `status`,
 `status_line`; the figures: `plots` and `curves`. This file names what callers import.
 """
 
 from blocklab.experiments.degree_sweep.report.document import write_report
 from blocklab.experiments.degree_sweep.report.loss_table import table
 from blocklab.experiments.degree_sweep.report.output import write
-from blocklab.experiments.degree_sweep.report.pilot import plan_lines, size
 from blocklab.experiments.degree_sweep.report.result import Result, analyze
 from blocklab.experiments.degree_sweep.report.tables import COLUMNS, Tables, tabulate, to_json
 
@@ -25,8 +23,6 @@ __all__ = [
     "Result",
     "Tables",
     "analyze",
-    "plan_lines",
-    "size",
     "table",
     "tabulate",
     "to_json",

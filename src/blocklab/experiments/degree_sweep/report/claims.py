@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from blocklab.experiments.degree_sweep.analysis.claims import Claim
-from blocklab.experiments.degree_sweep.analysis.pilot import RunSize
-from blocklab.experiments.degree_sweep.report.pilot import plan_lines
+from blocklab.experiments.degree_sweep.sizing import RunSize, plan_lines
 from blocklab.formatting import markdown_table, plain
 
 DECIDING = 0.03  # the resolution the run that decides an undecided claim is sized to

@@ -1,19 +1,15 @@
-"""The degree run's spreads, the size of a +-3% run and of a run sized to a resolution
-(`degree_sweep.analysis.pilot`), for the terminal and the JSON."""
+"""The degree run's spreads and the size of a +-3% run (`degree_sweep.analysis.pilot`), for the
+terminal and the JSON; a run sized to a resolution is worded where it is sized
+(`degree_sweep.sizing.plan_lines`)."""
 
 from __future__ import annotations
 
 import math
-import os
-import shlex
-from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-from blocklab.errors import UserError
-from blocklab.experiments.degree_sweep import sizing
-from blocklab.experiments.degree_sweep.analysis.pilot import GPU_OVER_CORE, Pilot, RunSize, Spreads
-from blocklab.experiments.degree_sweep.analysis.pilot import size as plan_for
+from blocklab.engine.devices import GPU_OVER_CORE
+from blocklab.experiments.degree_sweep.analysis.pilot import Pilot
+from blocklab.experiments.degree_sweep.sizing import Spreads
 from blocklab.formatting import minutes, plain
 
 CORES = (2, 64)  # the reference machine, and a Ray or Slurm allocation of that many cores
@@ -70,79 +66,6 @@ def pilot_json(p: Pilot) -> dict[str, Any]:
     )
 
 
-# where a sized run can run, beside this machine: (name, cores, the flags that send it there)
-ELSEWHERE = (
-    ("Ray", 64, ["--executor", "ray", "--executor-option", "address=HOST:PORT"]),
-    ("Slurm", 64, ["--executor", "slurm", "--executor-option", "partition=P"]),
-)
-SIZED = ("--teachers", "--seeds", "--target-resolution")  # flags the plan's command sets
-
-
-def plan_command(words: list[str], plan: RunSize) -> list[str]:
-    """The command that runs `plan`: `words` (a command line, "blocklab ...") less --plan and
-    --json and the flags the plan sets, then those."""
-    out, skip = [], False
-    for w in words:
-        name = w.split("=", 1)[0]
-        if skip:
-            skip = False
-        elif name in SIZED:
-            skip = "=" not in w
-        elif w not in ("--plan", "--json"):
-            out.append(w)
-    return out + [
-        "--target-resolution", f"{plan.target:g}", "--teachers", str(plan.teachers),
-        "--seeds", str(plan.seeds),
-    ]  # fmt: skip
-
-
-def plan_lines(plan: RunSize, cfg=None, words: list[str] | None = None) -> list[str]:
-    """What a run sized to +-R is, what it was sized from, and what it costs here and elsewhere,
-    each with its command."""
-    s = plan.spreads
-    read = f"t with df {s.df:g}" if math.isfinite(s.df) else "bootstrap"
-    widest = f"+-{math.expm1(s.widest):.1%}" if math.isfinite(s.widest) else "unbounded"
-    lines = [
-        f"sized to +-{plan.target:.0%}: {plan.units} (teacher, seed) units, {plan.teachers} "
-        f"teachers x {plan.seeds} seed{'s' if plan.seeds > 1 else ''}, by the power calculation "
-        f"on {s.source} (its widest decisive interval {widest} at {s.units} units, {read})"
-    ]
-    if cfg is not None and cfg.teachers != plan.teachers:
-        lines.append(f"this run fits {cfg.teachers} teachers (given, or already in --out)")
-    if plan.core_seconds is None:
-        lines.append("its time: not estimated (no cost per unit was measured)")
-        return lines
-    command = plan_command(words or ["blocklab", "degree-sweep"], plan)
-    here = os.cpu_count() or 1
-    lines.append(
-        f"fits: {plan.core_seconds / 3600:.1f} core-hours at {s.core_seconds_per_unit:.0f} "
-        "core-seconds a unit (the cost recorded with those spreads):"
-    )
-    lines.append(f"- here, {here} cores: about {_hours(plan.seconds(here))}: {shlex.join(command)}")
-    for name, cores, flags in ELSEWHERE:
-        lines.append(
-            f"- {name}, {min(cores, plan.trials or cores)} cores (a trial to each): about "
-            f"{_hours(plan.seconds(cores))}: {shlex.join(command + flags)}"
-        )
-    lines.append(
-        f"- one GPU: about {_hours(plan.gpu_seconds)} (estimated: a GPU at {GPU_OVER_CORE:g} CPU "
-        f"cores, from the results log): {shlex.join(command + ['--device', 'cuda'])}"
-    )
-    return lines
-
-
-def size(cfg, out_dir: str | Path, pinned: bool = False):
-    """(config, plan): `cfg` with the teachers its `target_resolution` needs by the power
-    calculation on the recorded spreads of its design (`sizing.measured`); `pinned`: the
-    teachers were given, and stay. Never fewer teachers than --out's run already fitted."""
-    entry = sizing.measured(cfg, out_dir)
-    spreads = Spreads.recorded(entry)
-    plan = plan_for(spreads, cfg.target_resolution, cfg.seeds, len(cfg.arms()))
-    if plan.teachers is None:
-        raise UserError(
-            f"--target-resolution: {spreads.source} bounds no decisive multiplier interval, "
-            "so nothing sizes a run from it; run more teachers first (--teachers)"
-        )
-    if not pinned:
-        cfg = replace(cfg, teachers=max(plan.teachers, int(entry.get("teachers") or 0)))
-    return cfg, plan
+def spreads_of(p: Pilot, source: str) -> Spreads:
+    """What a sized run reads of this run's spreads (`sizing.Spreads`), named by `source`."""
+    return Spreads(p.widest, p.units, p.df, p.level, p.core_seconds_per_unit, source)

@@ -16,12 +16,13 @@ from blocklab.experiments.degree_sweep.analysis.capacity import (
 from blocklab.experiments.degree_sweep.analysis.capacity import analyze as analyze_capacity
 from blocklab.experiments.degree_sweep.analysis.claims import Claim
 from blocklab.experiments.degree_sweep.analysis.claims import claims as word_claims
-from blocklab.experiments.degree_sweep.analysis.pilot import Pilot, RunSize, Spreads
+from blocklab.experiments.degree_sweep.analysis.pilot import Pilot
 from blocklab.experiments.degree_sweep.analysis.pilot import pilot as measure_spreads
-from blocklab.experiments.degree_sweep.analysis.pilot import size as size_for
 from blocklab.experiments.degree_sweep.experiment import EXPERIMENT, DegreeSweep
 from blocklab.experiments.degree_sweep.report.claims import DECIDING
+from blocklab.experiments.degree_sweep.report.pilot import spreads_of
 from blocklab.experiments.degree_sweep.report.tables import Tables, tabulate
+from blocklab.experiments.degree_sweep.sizing import RunSize, size_for
 
 
 @dataclass
@@ -93,7 +94,7 @@ def analyze(cfg, trials, command: str | None = None) -> Result:
     worded = word_claims(cap, r, others)
     deciding = None
     if any(c.word == "undecided" for c in worded):
-        deciding = size_for(Spreads.of(spreads, "this run"), DECIDING, cfg.seeds, len(cfg.arms()))
+        deciding = size_for(spreads_of(spreads, "this run"), DECIDING, cfg.seeds, len(cfg.arms()))
     return Result(
         rows, trials.lr_choice, trials.failed, tables, cap, spreads, refitted, seen,
         getattr(trials, "exact", {}), others, worded, r, deciding,
