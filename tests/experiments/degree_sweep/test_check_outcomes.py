@@ -134,7 +134,7 @@ def test_each_check_at_each_outcome_gives_its_status(name, outcome):
 
 def test_a_check_at_its_edge_names_its_figure_band_and_what_settles_it():
     rows = fit_rows(unconverged=5)
-    from test_reasons import RUN, reported
+    from test_next_step_reasons import RUN, reported
 
     _, result = reported(RUN, rows)
     line = status_line(result)[1]
@@ -146,7 +146,7 @@ def test_a_check_at_its_edge_names_its_figure_band_and_what_settles_it():
 
 def test_every_trial_counted_and_the_band_still_short_asks_for_more_trials():
     """32 of 32 converged: no 32 trials clear 90% (35 do); the remedy is seeds, not steps."""
-    from test_reasons import RUN, reported
+    from test_next_step_reasons import RUN, reported
 
     cfg, result = reported([*RUN[:9], "2", *RUN[10:]], fit_rows(seeds=2))
     c = _check(result, "converged")
