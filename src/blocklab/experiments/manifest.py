@@ -86,10 +86,11 @@ class Experiment:
         report module, its `write` beside it."""
         if cls.report:
             return cls.report
+        from blocklab.experiments import EXPERIMENTS  # its `name_of`: the one home-name rule
+
         module = cls.__module__
-        home = EXPERIMENTS_PACKAGE + "."
-        if module.startswith(home):
-            return f"{home}{module[len(home) :].split('.')[0]}.report"
+        if module.startswith(EXPERIMENTS_PACKAGE + "."):
+            return f"{EXPERIMENTS_PACKAGE}.{EXPERIMENTS.name_of(module)}.report"
         package, dot, _ = module.rpartition(".")
         return f"{package}.report" if dot else module
 

@@ -1,5 +1,5 @@
 """Networks at initialization, built once for what reads them before a run fits: an experiment's
-design checks, a fit's cost estimate (`plan.estimate`), the timed steps (`timing`) and the build
+design checks, a fit's cost estimate (`estimate.estimate`), the timed steps (`timing`) and the build
 check of every architecture (`engine.sweep.check_builds`). Within `once()` these share one cache,
 so a network they all need is built once; outside it each caller gets a cache of its own.
 

@@ -266,6 +266,19 @@ def regression_splits(
     return train, val, test, target_std, sample
 
 
+
+def check_generated(options: Any, *sizes: str) -> None:
+    """The ranges every generated target's options share: each of `sizes` and the splits
+    (`n_train`, `n_val`, `n_test`) at least 1, the label noise (`noise`) at least 0."""
+    from blocklab.errors import UserError
+
+    for key in (*sizes, "n_train", "n_val", "n_test"):
+        if getattr(options, key) < 1:
+            raise UserError(f"{key} must be >= 1, got {getattr(options, key)}")
+    if options.noise < 0:
+        raise UserError(f"noise must be >= 0, got {options.noise}")
+
+
 def make_task(name: str, **opts) -> Task:
     """The registered task `name` (`blocklab.tasks.TASKS`, plugins' included) with `opts`."""
     from blocklab.tasks import TASKS  # the registry its entries, this module's subclasses, fill

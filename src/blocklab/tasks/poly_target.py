@@ -15,7 +15,7 @@ import torch
 
 from blocklab.errors import UserError
 from blocklab.tasks import TASKS
-from blocklab.tasks.base import Task, TaskData, regression_splits
+from blocklab.tasks.base import Task, TaskData, check_generated, regression_splits
 
 
 @TASKS.register
@@ -56,11 +56,7 @@ class PolyTarget(Task):
                     "need 0 <= min_exponent <= max_exponent and max_exponent >= 1 (else y is "
                     f"constant), got {self.min_exponent}, {self.max_exponent}"
                 )
-            for key in ("n_train", "n_val", "n_test"):
-                if getattr(self, key) < 1:
-                    raise UserError(f"{key} must be >= 1, got {getattr(self, key)}")
-            if self.noise < 0:
-                raise UserError(f"noise must be >= 0, got {self.noise}")
+            check_generated(self)
 
     def _polynomial(self, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         o = self.options

@@ -25,7 +25,7 @@ import torch
 
 from blocklab.errors import UserError
 from blocklab.tasks import TASKS
-from blocklab.tasks.base import Task, TaskData, regression_splits
+from blocklab.tasks.base import Task, TaskData, check_generated, regression_splits
 
 OMEGA = math.pi / math.sqrt(3.0)  # cos(k OMEGA x) runs k whole half-periods over [-sqrt 3, sqrt 3]
 
@@ -62,11 +62,7 @@ class Separable(Task):
                     f"rank {self.rank} needs at least {math.ceil(self.rank / 2)} frequencies "
                     f"(2 K functions span at most 2 K dimensions), got {self.frequencies}"
                 )
-            for key in ("n_train", "n_val", "n_test"):
-                if getattr(self, key) < 1:
-                    raise UserError(f"{key} must be >= 1, got {getattr(self, key)}")
-            if self.noise < 0:
-                raise UserError(f"noise must be >= 0, got {self.noise}")
+            check_generated(self)
 
     def _factors(self, g: torch.Generator) -> torch.Tensor:
         """(2, R, 2K) coefficients: [0] the g_r, [1] the h_r, over (cos k w x, sin k w x)_k."""

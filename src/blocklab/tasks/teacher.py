@@ -11,7 +11,7 @@ import torch
 
 from blocklab.errors import UserError
 from blocklab.tasks import TASKS
-from blocklab.tasks.base import Task, TaskData, regression_splits
+from blocklab.tasks.base import Task, TaskData, check_generated, regression_splits
 
 TEACHERS = ("tanh", "mixed")
 # the nonlinearity of the teacher's non-product layers: tanh is analytic, so a deep network's fit
@@ -132,9 +132,7 @@ class Teacher(Task):
             if self.teacher not in TEACHERS:
                 known = ", ".join(TEACHERS)
                 raise UserError(f"teacher must be one of {known}, got {self.teacher!r}")
-            for key in ("n_in", "n_out", "width", "depth", "n_train", "n_val", "n_test"):
-                if getattr(self, key) < 1:
-                    raise UserError(f"{key} must be >= 1, got {getattr(self, key)}")
+            check_generated(self, "n_in", "n_out", "width", "depth")
             if self.activation not in ACTIVATIONS:
                 known = ", ".join(ACTIVATIONS)
                 raise UserError(f"activation must be one of {known}, got {self.activation!r}")
@@ -142,8 +140,6 @@ class Teacher(Task):
                 raise UserError(f"gain must be > 0, got {self.gain}")
             if self.inputs not in INPUTS:
                 raise UserError(f"inputs must be one of {', '.join(INPUTS)}, got {self.inputs!r}")
-            if self.noise < 0:
-                raise UserError(f"noise must be >= 0, got {self.noise}")
 
     @property
     def threshold(self) -> float:
