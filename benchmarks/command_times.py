@@ -21,8 +21,9 @@ The checkout's source must be committed (nothing changed under src/, benchmarks/
 pyproject.toml or constraints.txt but the timings file itself), so that each entry's commit is
 the code it timed; else the script refuses in one line (exit 2). An entry records the command
 line, the wall time, the machine (CPU model, cores, vector-extension flags of `lscpu`, the
-1-minute load average before the run, its mean over the run and after it, and the CPU-seconds
-other work took while it ran: a run waits first until other work is quiet, at most `--wait`
+1-minute load average before the run, its mean over the run and after it, the run's own
+processes among it, and the CPU-seconds other work took while it ran, the command's pool
+workers counted as the command's: a run waits first until other work is quiet, at most `--wait`
 seconds), the checkout's commit, the date, the torch version, and the fingerprint of the config
 the command resolved to (`blocklab.cli.timings.config_fingerprint`), which a test compares with
 the config's now. A command that fails is not recorded (the others still are; exit 1). Entries
@@ -33,6 +34,7 @@ it).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import datetime
 import json
 import os
@@ -120,6 +122,29 @@ def busy_seconds() -> float:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
+def adopt_orphans() -> bool:
+    """Make this process the reaper of its descendants' orphans (Linux's
+    PR_SET_CHILD_SUBREAPER): a command's pool workers outlive its own process by a moment, and
+    their CPU time counts as the command's (`children_seconds`) only once `reap` has waited for
+    them; else it would count as other work's. False where the system has no such call."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def reap(longest: float = 60.0) -> None:
+    """Wait for the orphans this process adopted to end, at most `longest` seconds."""
+    end = time.monotonic() + longest
+    while time.monotonic() < end:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.05)
+
+
 def children_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -170,6 +195,7 @@ def load_sampler() -> tuple[threading.Event, list[float]]:
 
 def timed(cmd: list[str], cwd: Path, env: dict) -> tuple[subprocess.CompletedProcess, dict]:
     """Run `cmd` once in `cwd`: what it did, and its wall time, the load and others' work."""
+    reap()  # what an earlier command (a setup) left: not this one's
     before = os.getloadavg()[0]
     busy, ours = busy_seconds(), children_seconds()
     stop, seen = load_sampler()
@@ -177,9 +203,10 @@ def timed(cmd: list[str], cwd: Path, env: dict) -> tuple[subprocess.CompletedPro
     done = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     stop.set()
+    busy, after = busy_seconds() - busy, os.getloadavg()[0]
+    reap()  # the command's pool workers, whose CPU time is the command's
     # CPU-seconds others took during the run: the machine's busy time less the command's
-    others = max(0.0, busy_seconds() - busy - (children_seconds() - ours))
-    after = os.getloadavg()[0]
+    others = max(0.0, busy - (children_seconds() - ours))
     loads = {
         "load_before": round(before, 2),
         "load_mean": round(sum(seen) / len(seen), 2) if seen else round(after, 2),
@@ -362,6 +389,7 @@ def main() -> int:
     failures = 0
     if not args.examples:
         todo = [{"command": [w, args.form]} for w in words]
+    adopt_orphans()
     torch = torch_version(python, env).strip()
     with tempfile.TemporaryDirectory(prefix="blocklab-examples-") as tmp:
         made: dict = {}

@@ -29,6 +29,11 @@ def test_every_example_entry_was_timed_with_the_config_it_runs_now():
     assert not problems, "\n".join(problems)
 
 
+def test_every_example_entry_stands_for_an_example():
+    problems = examples.unused(FOUND, ENTRIES)
+    assert not problems, "\n".join(problems)
+
+
 def test_the_pages_read_are_the_readme_and_the_guide():
     pages = {str(p.relative_to(ROOT)) for p in examples.pages()}
     assert {"README.md", "docs/extending.md", "docs/scale.md", "docs/guide/degree.md"} <= pages
@@ -112,6 +117,12 @@ def test_an_untimed_example_a_missing_stand_in_and_a_wrong_time_fail():
     [problem] = examples.untimed(found, slower)
     assert problem.startswith("page.md:7: states `blocklab mad --full --seeds 1` took 1 min 4 s")
     assert problem.endswith("its entry: 1 min 5 s")
+    orphan = _entry("blocklab collapse --steps 3")
+    assert examples.unused(found, timed) == []
+    [problem] = examples.unused(found, [*timed, orphan])
+    assert problem == (
+        "timings.json holds `blocklab collapse --steps 3`, which no page shows or names: remove it"
+    )
 
 
 def test_a_python_example_is_keyed_by_its_code():

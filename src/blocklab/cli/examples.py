@@ -13,8 +13,8 @@ a comment on its line or on the comment lines right below it: `# timed: COMMAND 
 the wall time that command's entry holds (`targets`: what must be timed). `untimed` names every
 example with neither a time nor such a link, a link to no entry, and a stated time that is not
 the entry's; `stale` every example entry whose config is not the one its command line resolves
-to now. The examples' test runs both, and `benchmarks/command_times.py --examples` times what
-`targets` names.
+to now; `unused` every example entry that nothing shows or names. The examples' test runs all
+three, and `benchmarks/command_times.py --examples` times what `targets` names.
 """
 
 from __future__ import annotations
@@ -205,6 +205,17 @@ def untimed(found: list[Example], entries: list[dict[str, Any]]) -> list[str]:
                 f"{timings.wall(entry['seconds'])}"
             )
     return out
+
+
+def unused(found: list[Example], entries: list[dict[str, Any]]) -> list[str]:
+    """Each example entry no page shows or names as a stand-in any more: its time stands for
+    nothing (a command's entries are `--help`'s, and stay)."""
+    asked = {ex.key for ex in targets(found)}
+    return [
+        f"timings.json holds `{_short(e['example'])}`, which no page shows or names: remove it"
+        for e in entries
+        if "example" in e and e["example"] not in asked
+    ]
 
 
 def _short(text: str) -> str:
