@@ -129,6 +129,7 @@ def test_a_verdict_reads_as_its_first_sentence_and_a_refusal_as_its_reason():
         "verdict": False,
         "line": "NO VERDICT: design checks failed: plateau",
         "next": {},
+        "next_cost": {"core_seconds": None, "reason": "no next command: nothing to change"},
     }
 
 

@@ -27,6 +27,9 @@ class Status:
     # the keywords the next run changes, named as `blocklab.api.run` takes them (the flags'
     # names: {"steps": 1024}), with their new values; empty where there is nothing to change
     next: dict[str, Any] = field(default_factory=dict)
+    # what the next run costs (`engine.pricing.Plan.cost`: core-seconds, or the reason there is
+    # no figure); None: `NO_NEXT_COST`'s words
+    next_cost: dict[str, Any] | None = None
 
     @classmethod
     def of_verdict(cls, verdict: str | None, refusal: str) -> Status:
@@ -47,7 +50,12 @@ class Status:
         return cls(False, f"FINDINGS: {'; '.join(said[:shown]) or 'none'}{more}")
 
     def as_json(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "line": self.line, "next": dict(self.next)}
+        cost = self.next_cost or {
+            "core_seconds": None,
+            "reason": "not priced" if self.next else "no next command: nothing to change",
+        }
+        return {"verdict": self.verdict, "line": self.line, "next": dict(self.next),
+                "next_cost": dict(cost)}  # fmt: skip
 
 
 @dataclass

@@ -12,8 +12,8 @@ from blocklab.experiments.degree_sweep.report import exact
 from blocklab.experiments.degree_sweep.report.roundings import Across
 from blocklab.experiments.degree_sweep.report.status_line import (
     change,
-    next_cost,
     next_keywords,
+    next_plan,
     status_line,
 )
 from blocklab.reports import Status
@@ -29,7 +29,7 @@ class Banner(Status):
     command: str | None = None
     change: str | None = None
     beside: tuple[str, ...] = ()
-    cost: str | None = None  # the next command's estimated cost, in words
+    cost: str | None = None  # the next command's plan and cost, in words
 
     def as_json(self) -> dict[str, Any]:
         parts = {"head": self.head, "command": self.command, "change": self.change}
@@ -48,7 +48,15 @@ def status(cap, roundings: tuple = (), measured: dict[str, dict[str, Any]] | Non
         verdict, line = across.status(verdict, line)
     beside = exact.beside(cap, measured or {})
     command, words = change(cap)
+    keywords, plan = next_keywords(cap), next_plan(cap)
+    cost, said = None, None
+    if plan is not None:
+        cost = plan.cost()
+        said = "; ".join(x for x in (plan.trials_said(), plan.cost_said(), plan.note) if x)
+    elif keywords:
+        cost = {"core_seconds": None, "reason": "not priced: the report was made without a store"}
+        said = cost["reason"]
     return Banner(
-        verdict, "; ".join([line, *beside]), next_keywords(cap), head=head, command=command,
-        change=words, beside=tuple(beside), cost=next_cost(cap),
+        verdict, "; ".join([line, *beside]), keywords, cost, head=head, command=command,
+        change=words, beside=tuple(beside), cost=said,
     )  # fmt: skip
