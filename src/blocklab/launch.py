@@ -30,9 +30,9 @@ from blocklab.store import DB_NAME, Store
 
 @dataclass(frozen=True)
 class Ran:
-    """What `run` returns: the experiment, its config as it ran (sized where a plan sized it),
-    with `plan_only` the plan (`engine.pricing.Plan`: what the run would fit, keep or continue,
-    and its cost), the run size where a target resolution sized it, and once the trials ran (not `plan_only`) the report,
+    """What `run` returns: the experiment, its config as it ran (sized where a target resolution
+    sized it), with `plan_only` the plan (`engine.pricing.Plan`: what the run would fit, keep or
+    continue, and its cost), the run size, and once the trials ran (not `plan_only`) the report,
     the JSON `--json` prints, a line per arm some of whose trials raised (`failure_lines`) and
     whether every trial of some arm raised (`lost`: the run failed, as the command exits 1)."""
 
@@ -68,8 +68,9 @@ def run(
     `config_file` names: the config's names may be theirs), resolve the config (the defaults or
     `form` < the TOML file < `given(experiment)`, the keys given, nested as the config nests
     them), size it by its `target_resolution`, with `plan_only` price it (`priced`: what it would
-    fit and what that costs) and stop there (`planned` hears the size or the plan first), run it into `out` (None: the command's directory) with `command(out)` as run.json
-    records the call and `resources(plugins loaded)` where the trials run, and name the arms
+    fit and what that costs) and stop there (`planned` hears the size or the plan first), run
+    it into `out` (None: the command's directory) with `command(out)` as run.json records the
+    call and `resources(plugins loaded)` where the trials run, and name the arms
     whose trials raised."""
     toml = str(config_file) if config_file else None
     loaded = plugins.load([*imports, *cfgmod.imports(toml)])

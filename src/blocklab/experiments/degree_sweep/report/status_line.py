@@ -11,7 +11,7 @@ from blocklab.experiments.degree_sweep.report import answer
 from blocklab.experiments.degree_sweep.report.edges import edge_words, names, shape_edge_words
 from blocklab.experiments.degree_sweep.report.intervals import after
 from blocklab.experiments.degree_sweep.report.multipliers import inf_or, pct
-from blocklab.formatting import duration, minutes
+from blocklab.formatting import duration
 
 STATUS_WIDTH = 100  # the terminal's columns: the status line fits in one where it can
 # what to change where a check failed, in a few words, where the run's config is not known and
