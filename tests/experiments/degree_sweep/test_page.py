@@ -94,7 +94,7 @@ def test_a_shared_lines_plot_draws_no_line_through_an_x_a_series_lacks(tmp_path,
         {"model": m, "width": w, "mean": v, "lo": v - 0.1, "hi": v + 0.1, "n": 3}
         for m, w, v in cells
     ]
-    figures.lines_plot(summaries, tmp_path / "l.png", x="width", series=("model",),
+    figures.lines_plot(summaries, tmp_path / "l.png", x="width", series=("model",), arm="model",
                        xlabel="width (units)", ylabel="accuracy (fraction)")  # fmt: skip
     ax = kept["fig"].axes[0]
     lines = [ln for ln in ax.get_lines() if ln.get_linestyle() not in ("None", "none")]

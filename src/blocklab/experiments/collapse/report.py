@@ -311,7 +311,9 @@ def curves_figure(result, path: Path) -> str:
             if st != stage:
                 continue
             group.sort(key=lambda s: s["layer"])
-            figures.errorbar(ax, [s["layer"] for s in group], group, label=variant, ms=4)
+            xs = [s["layer"] for s in group]
+            color = figures.arm_color(variant)
+            figures.errorbar(ax, xs, group, label=variant, ms=4, color=color)
         bound = result.bound.get(stage)
         if bound:
             b = bound["log10_bound"]

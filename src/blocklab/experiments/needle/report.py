@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 from blocklab.experiments.needle import analysis as needle
 from blocklab.formatting import number
 from blocklab.reports import Report, markdown
-from blocklab.reports.figures import errorbar, group_by, save_figure
+from blocklab.reports.figures import arm_color, errorbar, group_by, save_figure
 from blocklab.reports.markdown import failures, results_table
 
 QUESTION = (
@@ -60,10 +60,15 @@ def write(out_dir, cfg, trials) -> Report:
     )
 
 
+TAU1_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+
+
 def _plot(result: Result, path: Path) -> str:
     """Left: the share of separating random draws against T; right: the trained accuracy."""
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.5), squeeze=False)
     random, trained = axes[0]
+    # a kernel's colour is its arm's; its tau1 values are told apart by their markers
+    tau1s = sorted({r["tau1"] for r in result.random})
     for (model, tau1), rows in sorted(group_by(result.random, ("model", "tau1")).items()):
         rows.sort(key=lambda r: r["seq_len"])
         random.errorbar(
@@ -71,7 +76,8 @@ def _plot(result: Result, path: Path) -> str:
             [r["fraction"] for r in rows],
             yerr=[[r["fraction"] - r["lo"] for r in rows], [r["hi"] - r["fraction"] for r in rows]],
             capsize=3,
-            marker="o" if model == "softmax" else "s",
+            color=arm_color(model),
+            marker=TAU1_MARKERS[tau1s.index(tau1) % len(TAU1_MARKERS)],
             ls="-" if model == "softmax" else "--",
             label=f"{model}, tau1={tau1:g}",
         )
@@ -80,7 +86,8 @@ def _plot(result: Result, path: Path) -> str:
     )
     for model, group in sorted(group_by(result.summaries, ("model",)).items()):
         group = sorted((s for s in group if s["n"]), key=lambda s: s["seq_len"])
-        errorbar(trained, [s["seq_len"] for s in group], group, label=model[0])
+        xs = [s["seq_len"] for s in group]
+        errorbar(trained, xs, group, label=model[0], color=arm_color(model[0]))
     trained.axhline(0.5, color="grey", lw=0.8, ls=":")
     _against_length(trained, "test accuracy (fraction correct)", "trained (95% t-interval)")
     return save_figure(fig, path)

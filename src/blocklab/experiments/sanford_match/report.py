@@ -197,6 +197,7 @@ def _accuracy_plot(cfg, summaries, path: Path) -> str:
         path,
         x="width",
         series=("model", "seq_len") if several else ("model",),
+        arm="model",
         panels="task",
         xlabel="model width (hidden units)",
         ylabel="test accuracy (fraction correct)",

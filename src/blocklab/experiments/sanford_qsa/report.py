@@ -41,6 +41,7 @@ def write(out_dir, cfg, trials) -> Report:
         out / "qsa_accuracy_vs_m.png",
         x="m",
         series=("model",),
+        arm="model",
         panels="q",
         xlabel="embedding dimension m (hidden units)",
         ylabel="test accuracy (fraction within 1/(2q))",

@@ -19,7 +19,7 @@ from blocklab.experiments.mad.report import width_sweep
 from blocklab.experiments.mad.report.published import published, time_note
 from blocklab.formatting import markdown_table, number, plain
 from blocklab.reports import Findings, Report, Status, markdown
-from blocklab.reports.figures import save_figure
+from blocklab.reports.figures import arm_color, save_figure
 from blocklab.reports.markdown import require_finished
 
 QUESTION = (
@@ -104,7 +104,8 @@ def curves(results: list[dict[str, Any]], ladders: dict[str, list[str]], path: P
             ys = np.array([r["mean"] for r in group])
             lo = np.array([r["ci_low"] if r["n"] > 1 else r["mean"] for r in group])
             hi = np.array([r["ci_high"] if r["n"] > 1 else r["mean"] for r in group])
-            ax.errorbar(xs, ys, yerr=[ys - lo, hi - ys], marker="o", capsize=3, label=block)
+            ax.errorbar(xs, ys, yerr=[ys - lo, hi - ys], marker="o", capsize=3, label=block,
+                        color=arm_color(block))  # fmt: skip
         ax.set_xticks(range(len(ladders[task])), ladders[task], fontsize=7)
         ax.set_title(task)
         ax.set_xlabel("difficulty level")

@@ -19,7 +19,7 @@ from blocklab.experiments.mad.analysis import width_sweep as ws
 from blocklab.experiments.mad.report.published import GATED_CLAIM, ZOOLOGY, published, time_note
 from blocklab.formatting import number, plain
 from blocklab.reports import Report, Status, markdown
-from blocklab.reports.figures import save_figure
+from blocklab.reports.figures import arm_color, save_figure
 from blocklab.reports.markdown import require_finished
 
 QUESTION = (
@@ -49,7 +49,8 @@ def figure(table: list[dict[str, Any]], solved: float, path: Path) -> str:
             ys = np.array([c["mean"] for c in group])
             lo = np.array([c["ci_low"] if c["n"] > 1 else c["mean"] for c in group])
             hi = np.array([c["ci_high"] if c["n"] > 1 else c["mean"] for c in group])
-            ax.errorbar(xs, ys, yerr=[ys - lo, hi - ys], marker="o", capsize=3, label=block)
+            ax.errorbar(xs, ys, yerr=[ys - lo, hi - ys], marker="o", capsize=3, label=block,
+                        color=arm_color(block))  # fmt: skip
         ax.axhline(solved, color="grey", lw=0.8, ls="--")
         ax.set_xscale("log", base=2)
         ax.set_xticks(sorted({c["width"] for c in table}))
