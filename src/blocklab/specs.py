@@ -21,6 +21,7 @@ NORMS = ("none", "layer", "rms")
 SCHEDULES = ("cosine", "wsd")  # the learning rate after warmup (train.lr_factor)
 ACTIVATIONS = ("none", "relu", "gelu", "tanh")  # after each block (models.ACTIVATIONS builds them)
 FEED_FORWARD = {"none": 0, "relu4x": 4}  # name -> hidden expansion of the position-wise MLP
+DEGREE_FORMS = "a real number >= 1 (2, 3, 2.5) or e"  # what a degree may be, as errors say it
 # how far from its budget an arm's parameter count may land, as a share of it (budget.solve)
 BUDGET_TOLERANCE = 0.02
 # how a trial fits its network: AdamW on minibatches (`fitting.train`), or a full-batch float64
@@ -76,14 +77,16 @@ def format_degree(d: float) -> str:
     return f"{d:g}"
 
 
-def parse_degree(text: str) -> float:
+def parse_degree(text: str, forms: str = DEGREE_FORMS) -> float:
+    """A degree from text; anything else fails naming `forms`, what the place it came from takes."""
     s = str(text).strip().lower()
     try:
         d = math.e if s == "e" else float(s)
     except ValueError:
-        raise UserError(f"degree {text!r} is not a number or 'e'") from None
+        raise UserError(f"degree {text!r} is not a number; a degree is {forms}") from None
     if not math.isfinite(d) or d < 1:
-        raise UserError(f"degree must be a real number >= 1, got {text!r}")
+        why = "is below 1" if d < 1 else "is not finite"
+        raise UserError(f"degree {text!r} {why}; a degree is {forms}")
     return d
 
 

@@ -158,7 +158,7 @@ def causal_arm(text: str):
     from blocklab.blocks import BLOCKS
     from blocklab.models import mixes_tokens, parse_arm
 
-    arm = parse_arm(text)
+    arm = _trials.arm(text)  # an option the block does not take fails with the nearest name
     if not mixes_tokens(arm):
         raise UserError(f"{arm.label} does not mix positions: the suite compares sequence blocks")
     if not _builds_causal(BLOCKS.get(arm.block), arm.kwargs):
