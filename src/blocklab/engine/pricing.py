@@ -22,6 +22,7 @@ Where none applies, the plan carries no cost and says why (`reason`).
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -281,11 +282,18 @@ def _per_iteration(rung: dict[str, Any]) -> float | None:
 
 def cell(config: dict[str, Any]) -> str:
     """The networks a trial fits (its config as stored, `TrialSpec.config`), whatever its seed,
-    teacher (`data_seed`) and training: the stored trials a new one is priced by."""
+    teacher (`data_seed`), training and arm's label (the negative control is d=3 under another
+    name): the stored trials a new one is priced by."""
     import json
 
     kept = {k: v for k, v in config.items() if k not in ("seed", "data_seed", "train")}
+    if isinstance(kept.get("arm"), dict):  # an arm's label names it; its block builds it
+        kept["arm"] = {k: v for k, v in kept["arm"].items() if k != "label"}
     return json.dumps(kept, sort_keys=True, default=str)
+
+
+# the training settings a fit's N is drawn by (`fitting.converge.examples`)
+_DATA = ("data_ratio", "min_examples", "max_examples")
 
 
 def _rescaled(spec, record: dict[str, Any]) -> tuple[float, bool] | None:
@@ -298,17 +306,18 @@ def _rescaled(spec, record: dict[str, Any]) -> tuple[float, bool] | None:
 
     train = (record.get("config") or {}).get("train") or {}
     chains = spec.train.steps * spec.train.restarts
-    before = (train.get("steps") or spec.train.steps) * (train.get("restarts") or 1)
-    total, up = 0.0, chains > before
+    ran = (train.get("steps") or spec.train.steps) * (train.get("restarts") or 1)
+    total, up = 0.0, chains > ran
     for rung in rung_records(record):
         metrics = rung.get("metrics") or {}
         seconds, n, params = metrics.get("seconds"), metrics.get("examples"), metrics.get("params")
         if not seconds:
             return None
-        ratio = chains / before
+        ratio = chains / ran
         params = params.get("total") if isinstance(params, dict) else params
-        if n and params:
-            ratio *= examples(spec.train, int(params), None) / n
+        if n and params and all(k in train for k in _DATA):  # N by either's rule at these P
+            then = SimpleNamespace(**{k: train[k] for k in _DATA})
+            ratio *= examples(spec.train, int(params), None) / examples(then, int(params), None)
         up = up or ratio > 1
         total += float(seconds) * ratio
     return total, up

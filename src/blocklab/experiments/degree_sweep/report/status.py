@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from blocklab.experiments.degree_sweep.report import exact
+from blocklab.experiments.degree_sweep.report.capacity import WORD, detail
 from blocklab.experiments.degree_sweep.report.roundings import Across
 from blocklab.experiments.degree_sweep.report.status_line import (
     change,
@@ -30,11 +31,15 @@ class Banner(Status):
     change: str | None = None
     beside: tuple[str, ...] = ()
     cost: str | None = None  # the next command's plan and cost, in words
+    # the design checks the status rests on, each as the terminal lists it: what a status that
+    # says "given with the design checks" is given with, wherever it is read
+    checks: tuple[dict[str, Any], ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         parts = {"head": self.head, "command": self.command, "change": self.change}
         parts["cost"] = self.cost
-        return {**super().as_json(), "banner": {**parts, "beside": list(self.beside)}}
+        said = {"checks": [dict(c) for c in self.checks]}
+        return {**super().as_json(), **said, "banner": {**parts, "beside": list(self.beside)}}
 
 
 def status(cap, roundings: tuple = (), measured: dict[str, dict[str, Any]] | None = None):
@@ -56,7 +61,11 @@ def status(cap, roundings: tuple = (), measured: dict[str, dict[str, Any]] | Non
     elif keywords:
         cost = {"core_seconds": None, "reason": "not priced: the report was made without a store"}
         said = cost["reason"]
+    checks = tuple(
+        {"name": c.name, "outcome": c.outcome, "line": f"{WORD[c.outcome]}: {c.name}: {detail(c)}"}
+        for c in cap.checks
+    )
     return Banner(
         verdict, "; ".join([line, *beside]), keywords, cost, head=head, command=command,
-        change=words, beside=tuple(beside), cost=said,
+        change=words, beside=tuple(beside), cost=said, checks=checks,
     )  # fmt: skip
