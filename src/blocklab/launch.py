@@ -170,7 +170,7 @@ def execute(
     except KeyboardInterrupt:
         # a stop outside a sweep's trials (between two sweeps, in the analysis) keeps what the
         # command stored as well: the same words as one inside them
-        raise Interrupted(store.stored) from None
+        raise Interrupted(store.kept()) from None
     finally:
         store.close()  # the last connection to close folds the WAL back into the store file
     payload = {**report.json, "report": str(report.path), "config": config_json(cfg)}

@@ -350,8 +350,10 @@ class TrialSpec:
         fit = self.train.optimizer if self.train.second_order else f"lr={self.train.lr:g}"
         depths = "/".join(map(str, self.ladder)) if self.ladder else str(self.shape.depth)
         shape = f"L={depths} w={self.shape.width} {fit}"
-        rounding = f" rounding={self.rounding}" if self.rounding else ""
-        return f"{self.task} B={self.budget} {self.arm.label} {shape} seed={self.seed}{rounding}"
+        # the teacher (the task's data seed) tells apart trials that share a cell and a seed
+        seeds = f"teacher={self.data_seed} " if self.data_seed is not None else ""
+        seeds += f"seed={self.seed}" + (f" rounding={self.rounding}" if self.rounding else "")
+        return f"{self.task} B={self.budget} {self.arm.label} {shape} {seeds}"
 
 
 def ensemble_key(spec: TrialSpec) -> str | None:
