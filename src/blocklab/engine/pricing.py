@@ -22,9 +22,9 @@ Where none applies, the plan carries no cost and says why (`reason`).
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from blocklab.engine.devices import GPU_OVER_CORE, spread_out
