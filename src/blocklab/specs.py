@@ -78,7 +78,6 @@ def format_degree(d: float) -> str:
 
 
 def parse_degree(text: str, forms: str = DEGREE_FORMS) -> float:
-    """A degree from text; anything else fails naming `forms`, what the place it came from takes."""
     s = str(text).strip().lower()
     try:
         d = math.e if s == "e" else float(s)
@@ -350,8 +349,7 @@ class TrialSpec:
         fit = self.train.optimizer if self.train.second_order else f"lr={self.train.lr:g}"
         depths = "/".join(map(str, self.ladder)) if self.ladder else str(self.shape.depth)
         shape = f"L={depths} w={self.shape.width} {fit}"
-        # the teacher (the task's data seed) tells apart trials that share a cell and a seed
-        seeds = f"teacher={self.data_seed} " if self.data_seed is not None else ""
+        seeds = f"teacher={self.data_seed} " if self.data_seed is not None else ""  # its data
         seeds += f"seed={self.seed}" + (f" rounding={self.rounding}" if self.rounding else "")
         return f"{self.task} B={self.budget} {self.arm.label} {shape} {seeds}"
 
