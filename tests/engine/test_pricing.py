@@ -126,6 +126,22 @@ def test_more_iterations_continue_the_stored_ladders_fit_by_fit(longer_run):
     assert plan["core_seconds"] >= 0 and plan["basis"].startswith("measured")
 
 
+def test_a_plan_that_adds_iterations_says_what_the_stores_earlier_continuation_changed(
+    longer_run, tmp_path
+):
+    out = tmp_path / "continued"
+    import shutil
+
+    shutil.copytree(longer_run, out)
+    assert "earlier continuation" not in str(_plan(out, *LONGER, "--steps", "256")["note"])
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["degree-sweep", *TINY, *LONGER, "--steps", "256", "--out", str(out)]) in (0, 1)
+    plan = _plan(out, *LONGER, "--steps", "512")
+    assert plan["trials_continued"] > 0
+    assert "earlier continuation, from 128 to 256 iterations" in plan["note"]
+    assert "median" in plan["note"] and "certified fits" in plan["note"]
+
+
 def test_an_empty_directory_of_a_new_design_says_why_it_has_no_price(tmp_path, ladder_run):
     cfg = _cfg()
     plan = pricing.price(cfg, tmp_path, time_here=False)

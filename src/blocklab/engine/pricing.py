@@ -103,8 +103,9 @@ class Plan:
         if self.trials_continued:
             said.append(
                 f"{self.trials_continued} stored trial{_s(self.trials_continued)} continued "
-                f"({self.continued} fit{_s(self.continued)} continue where their budget cut "
-                f"them, {self.refit} above them fit again, {self.kept} stand as they ended)"
+                f"(of their fits, {self.continued} continue{_v(self.continued)} where the budget "
+                f"cut it, {self.refit} above one fit{_v(self.refit)} again, {self.kept} "
+                f"stand{_v(self.kept)} as it ended)"
             )
         said.append(f"{self.trials_stored} stored trial{_s(self.trials_stored)} kept whole")
         return ", ".join(said)
@@ -124,6 +125,11 @@ class Plan:
 
 def _s(n: int) -> str:
     return "" if n == 1 else "s"
+
+
+def _v(n: int) -> str:
+    """A verb's ending for `n` subjects: "continues", "continue"."""
+    return "s" if n == 1 else ""
 
 
 def _round(x: float | None) -> float | None:

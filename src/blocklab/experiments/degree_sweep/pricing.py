@@ -1,9 +1,9 @@
 """The degree sweep's plan before it fits (`price`, the manifest's price hook): the trials its
 config plans (`plan`), met with the store in --out and priced as `engine.pricing` prices them,
 with the run's units, teachers and seeds; and the price of the next command a report proposes
-(`pricer`: the config with its changes, priced against the store the run just wrote). What an
-earlier continuation of the store changed, where the next command only adds iterations, is
-`continued_before`.
+(`pricer`: the config with its changes, priced against the store the run just wrote). A plan
+that adds iterations to stored ladders says what the store's earlier continuation changed, where
+one ran (`continued_before`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from blocklab.engine.pricing import Plan, price_specs
+from blocklab.engine.pricing import Plan, meet, price_specs
 from blocklab.errors import UserError
 from blocklab.experiments.degree_sweep import plan, sizing
 from blocklab.experiments.degree_sweep.config import DegreeSweepConfig
@@ -43,13 +43,25 @@ def price(cfg: DegreeSweepConfig, out_dir: str | Path, time_here: bool = True) -
     (`engine.pricing.price_specs`), with its units, teachers and seeds."""
     store = opened(out_dir)
     try:
-        return price_specs(
-            planned(cfg), store, recorded=lambda new: _recorded(cfg, out_dir, new),
+        specs = planned(cfg)
+        found = price_specs(
+            specs, store, recorded=lambda new: _recorded(cfg, out_dir, new),
             time_here=time_here, extra=_units(cfg),
         )  # fmt: skip
+        if not found.trials_continued:
+            return found
+        # it adds iterations to stored ladders: what the store's earlier continuation changed
+        before = {p.steps for p in meet(specs, store).parents.values()}
     finally:
         if store is not None:
             store.close()
+    notes = [continued_before(_steps(cfg, steps), out_dir) for steps in sorted(before)]
+    note = "; ".join(n for n in notes if n)
+    return dataclasses.replace(found, note=note) if note else found
+
+
+def _steps(cfg: DegreeSweepConfig, steps: int) -> DegreeSweepConfig:
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=steps))
 
 
 def _units(cfg: DegreeSweepConfig) -> dict[str, Any]:
@@ -93,15 +105,9 @@ def pricer(cfg: DegreeSweepConfig, out_dir: str | Path):
 
     def priced(changes) -> Plan:
         try:
-            after = with_changes(cfg, changes)
-            found = price(after, out_dir, time_here=False)
+            return price(with_changes(cfg, changes), out_dir, time_here=False)
         except UserError as exc:
             return Plan(0, 0, reason=f"the next command's changes cannot be priced ({exc})")
-        if {c.key for c in changes} == {"train.steps"}:
-            note = continued_before(cfg, out_dir)
-            if note:
-                found = dataclasses.replace(found, note=note)
-        return found
 
     return priced
 
@@ -139,7 +145,8 @@ def continued_before(cfg: DegreeSweepConfig, out_dir: str | Path) -> str | None:
     biggest = min(changes)
     return (
         f"this store's earlier continuation, from {', '.join(f'{b:,}' for b in sorted(befores))} "
-        f"to {cfg.train.steps:,} iterations on {len(found)} trials, moved each rung's test loss "
+        f"to {cfg.train.steps:,} iterations on {len(found)} trial{'s' if len(found) > 1 else ''}, "
+        "moved each rung's test loss "
         f"by a median of {statistics.median(changes):+.1%} (most: {biggest:+.1%}); certified "
         f"fits {certified[0]} before, {certified[1]} after, of {fits}"
     )
