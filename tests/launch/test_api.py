@@ -138,3 +138,19 @@ def test_findings_sum_up_in_one_line():
     line = Status.of_findings(findings).line
     assert line == "FINDINGS: p0: agrees; p1: agrees; p2: agrees; and 2 more"
     assert Status.of_findings([]).line == "FINDINGS: none"
+
+
+def test_plan_prices_a_run_from_python_as_plan_does_and_fits_nothing(tmp_path):
+    import blocklab
+
+    given = dict(
+        out=tmp_path / "x", seeds=1, degrees=["2"], baselines=[], depths=[1, 2], steps=8,
+        warm_start=20, task_options={"n_train": 256, "n_val": 64, "n_test": 256},
+    )  # fmt: skip
+    planned = blocklab.plan("degree-sweep", **given)
+    assert planned["trials_new"] > 0 and planned["trials_stored"] == 0
+    assert planned["units"] == 1 and planned["teachers"] == 1 and planned["seeds"] == 1
+    assert not (tmp_path / "x").exists()  # nothing fitted, nothing written
+    # an experiment that prices nothing is refused, as --plan is
+    with pytest.raises(UserError, match="no plan"):
+        blocklab.plan("seprank degree", out=tmp_path / "y")
