@@ -13,7 +13,9 @@ CHANCE = Chance(0.01, True)
 
 
 def check(variant, score, unmoved=0, chance=CHANCE):
-    return Check({"variant": variant}, 3, score, chance, unmoved, 3)
+    """A setting of 3 trials as `analysis.learned.checks` reads it."""
+    gain, at = chance.gain(score), chance.holds(score)
+    return Check({"variant": variant}, 3, score, chance, gain, at, unmoved, 3)
 
 
 def name(group):
@@ -45,6 +47,7 @@ def test_a_run_that_learned_keeps_its_words():
     assert note([check("pure", 0.6)], name).endswith(
         "No setting is at chance and every loss moved."
     )
+    assert note([], name).endswith("No trained setting to check.")
 
 
 def test_the_note_names_every_flagged_setting_and_the_clause_the_first_few():

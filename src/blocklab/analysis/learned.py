@@ -91,16 +91,10 @@ class Check:
     trials: int  # finished trials with a test score
     score: float | None  # their mean test score; None without one
     chance: Chance
+    gain: float | None  # `Chance.gain` of the score; None without one
+    at_chance: bool  # `Chance.holds` of the score; False without one
     unmoved: int  # trials whose loss never moved (`unmoved`)
     read: int  # trials whose curve tells (`unmoved` not None)
-
-    @property
-    def at_chance(self) -> bool:
-        return self.score is not None and self.chance.holds(self.score)
-
-    @property
-    def flagged(self) -> bool:
-        return self.at_chance or self.unmoved > 0
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -108,7 +102,7 @@ class Check:
             "trials": self.trials,
             "score": self.score,
             "chance": self.chance.score,
-            "gain": None if self.score is None else self.chance.gain(self.score),
+            "gain": self.gain,
             "at_chance": self.at_chance,
             "unmoved": self.unmoved,
             "read": self.read,
@@ -131,12 +125,16 @@ def checks(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[Check]:
         name = json.dumps([task, options], sort_keys=True)
         if name not in known:
             known[name] = chance(task, options)
+        level = known[name]
+        score = sum(r["test_metric"] for r in done) / len(done) if done else None
         out.append(
             Check(
                 group=dict(zip(keys, key, strict=True)),
                 trials=len(done),
-                score=sum(r["test_metric"] for r in done) / len(done) if done else None,
-                chance=known[name],
+                score=score,
+                chance=level,
+                gain=None if score is None else level.gain(score),
+                at_chance=score is not None and level.holds(score),
                 unmoved=sum(s is True for s in said),
                 read=sum(s is not None for s in said),
             )

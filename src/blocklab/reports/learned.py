@@ -63,6 +63,8 @@ def note(checks: list[Check], name: Name) -> str:
     )
     at = [c for c in checks if c.at_chance]
     still = [c for c in checks if c.unmoved]
+    if not checks:
+        return f"{rule} No trained setting to check."
     if not at and not still:
         return f"{rule} No setting is at chance and every loss moved."
     said = [f"{name(c.group)}: {c.score:.3g} ({_gained(c)})" for c in at]
@@ -77,8 +79,7 @@ def note(checks: list[Check], name: Name) -> str:
 
 def _gained(c: Check) -> str:
     """The score beside chance: how far toward perfect it got, or that it fell below."""
-    gain = c.chance.gain(c.score)
-    way = "below chance" if gain < 0 else f"{gain:.1%} of the way to perfect"
+    way = "below chance" if c.gain < 0 else f"{c.gain:.1%} of the way to perfect"
     return f"chance {c.chance.score:.3g}, {way}"
 
 
