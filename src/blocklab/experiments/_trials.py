@@ -235,6 +235,8 @@ def row(spec: TrialSpec, rec: dict[str, Any], **keys: Any) -> dict[str, Any]:
     return {
         "id": spec.id,
         "task": spec.task,
+        # the options the task was made with: what a report reads the task's chance from
+        "task_options": dict(spec.task_options),
         "budget": spec.budget,
         "arm": spec.arm.label,
         "degree": spec.arm.degree,
