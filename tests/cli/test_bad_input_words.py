@@ -17,7 +17,7 @@ import pytest
 
 from blocklab.blocks import Block
 from blocklab.cli import main
-from blocklab.experiments import _trials
+from blocklab.experiments import _arms
 
 # what a degree may be, as every degree's refusal words it
 DEGREE = "a degree is a real number >= 1 (2, 3, 2.5) or e"
@@ -163,14 +163,14 @@ def test_a_tight_fit_shows_its_uncertainty_not_zero(tmp_path, capsys):
 def test_block_options_follow_a_kwargs_passed_up_and_not_one_a_block_keeps():
     from blocklab.blocks import BLOCKS
 
-    assert _trials.block_options(BLOCKS.get("mlp")) == ["bias", "activation"]
-    assert _trials.block_options(BLOCKS.get("poly_attention")) == [
+    assert _arms.block_options(BLOCKS.get("mlp")) == ["bias", "activation"]
+    assert _arms.block_options(BLOCKS.get("poly_attention")) == [
         "n", "heads", "head_dim", "causal", "bias",
     ]  # fmt: skip
-    assert "seq_len" not in _trials.block_options(BLOCKS.get("mixer"))  # the task sets it
+    assert "seq_len" not in _arms.block_options(BLOCKS.get("mixer"))  # the task sets it
 
     class Kept(Block):  # a plugin's block whose **options are its own
         def __init__(self, d_in: int, d_out: int, **options):
             super().__init__(d_in, d_out)
 
-    assert _trials.block_options(Kept) is None  # not checked: no name would be refused
+    assert _arms.block_options(Kept) is None  # not checked: no name would be refused

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from blocklab.errors import UserError
-from blocklab.experiments import _trials
+from blocklab.experiments import _arms, _trials
 from blocklab.experiments.degree_sweep import arm_depths
 from blocklab.experiments.degree_sweep.arm_depths import CONTROL_LABEL, CONTROLLED
 from blocklab.options import build, meta, validate
@@ -340,7 +340,7 @@ class DegreeSweepConfig:
         from blocklab.models import parse_arm
 
         degrees = [parse_arm(_degree(d)) for d in self.degrees]
-        baselines = [_trials.arm(b) for b in self.baselines]
+        baselines = [_arms.arm(b) for b in self.baselines]
         for b, arm in zip(self.baselines, baselines, strict=True):
             if arm.degrees:
                 raise UserError(f"baseline {b!r} is a degree; put it in degrees")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from blocklab.errors import UserError
-from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
+from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _arms, _trials
 from blocklab.experiments.mad import width_sweep
 from blocklab.options import meta, validate
 from blocklab.specs import NetShape, TrainConfig
@@ -158,7 +158,7 @@ def causal_arm(text: str):
     from blocklab.blocks import BLOCKS
     from blocklab.models import mixes_tokens, parse_arm
 
-    arm = _trials.arm(text)  # an option the block does not take fails with the nearest name
+    arm = _arms.arm(text)  # an option the block does not take fails with the nearest name
     if not mixes_tokens(arm):
         raise UserError(f"{arm.label} does not mix positions: the suite compares sequence blocks")
     if not _builds_causal(BLOCKS.get(arm.block), arm.kwargs):
