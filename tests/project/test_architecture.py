@@ -45,7 +45,7 @@ LAYERS = [
         "numerics",
         "rundir",
     }
-    | {"fingerprint", "plugins", "frames", "formatting", "sample_size"},
+    | {"fingerprint", "plugins", "frames", "formatting", "sample_size", "timings"},
     {"blocks", "tasks", "measures", "jacobian"},
     {"models", "budget", "checks", "constructions"},
     {"fitting", "bench"},

@@ -351,16 +351,38 @@ def _twins(specs: list[Any], records: Iterable[dict[str, Any]]):
 
 def _timed(specs: list[Any]) -> float | None:
     """Core-seconds of `specs` with every fit at its full iterations, each network timed on
-    this machine (`fitting.estimate.choose`, one worker); None for trials it does not time
-    (not second-order fits)."""
+    this machine: second-order fits by `fitting.estimate.choose` (one worker), AdamW trials by
+    `_adam_timed`; None where the second-order ones give no cost."""
     import io
 
     from blocklab.engine.devices import device_name
     from blocklab.fitting.estimate import choose
 
-    if not all(s.train.second_order for s in specs):
-        return None
+    second = [s for s in specs if s.train.second_order]
+    total = _adam_timed([s for s in specs if not s.train.second_order])
+    if not second:
+        return total
     costs: dict[str, float] = {}
     # one worker on an idle core: core-seconds, whatever else the machine runs now
-    choose(specs, device_name("cpu"), 1, out=io.StringIO(), costs=costs, parallel=1.0)
-    return math.fsum(costs.values()) if costs else None
+    choose(second, device_name("cpu"), 1, out=io.StringIO(), costs=costs, parallel=1.0)
+    return total + math.fsum(costs.values()) if costs else None
+
+
+def _adam_timed(specs: list[Any]) -> float:
+    """Core-seconds of AdamW trials, each trained alone at its full steps
+    (`timing.AdamCosts.seconds`), from the parts of each network (`cell`, at its batch size and
+    precision) timed once on this machine, on one thread as a worker runs (`timing.adam_costs`).
+    """
+    from blocklab.engine.executors import worker_threads
+    from blocklab.fitting import built
+    from blocklab.fitting.timing import adam_costs
+
+    timed: dict[tuple[str, int, str], Any] = {}
+    total = 0.0
+    with worker_threads(1), built.once():
+        for spec in specs:
+            key = (cell(spec.config()), spec.train.batch_size, spec.train.precision)
+            if key not in timed:
+                timed[key] = adam_costs(spec)
+            total += timed[key].seconds(spec.train)
+    return total
