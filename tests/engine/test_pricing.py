@@ -69,6 +69,8 @@ def test_a_finished_run_plans_nothing_new_and_prices_its_next_command_as_plan_do
     assert again["core_seconds"] == status["next_cost"]["core_seconds"]
     assert again["reason"] == status["next_cost"]["reason"]
     assert status["next_cost"]["core_seconds"] > 0
+    # report.md gives the command with the same words the banner gives its cost
+    assert f"its cost: {status['banner']['cost']}" in (ladder_run.out / "report.md").read_text()
 
 
 def test_more_seeds_are_new_trials_priced_by_the_stored_fits_of_their_networks(ladder_run):

@@ -15,6 +15,7 @@ from blocklab.experiments.degree_sweep.report.status_line import (
     change,
     next_keywords,
     next_plan,
+    priced,
     status_line,
 )
 from blocklab.reports import Status
@@ -55,12 +56,9 @@ def status(cap, roundings: tuple = (), measured: dict[str, dict[str, Any]] | Non
     command, words = change(cap)
     keywords, plan = next_keywords(cap), next_plan(cap)
     cost, said = None, None
-    if plan is not None:
-        cost = plan.cost()
-        said = "; ".join(x for x in (plan.trials_said(), plan.cost_said(), plan.note) if x)
-    elif keywords:
-        cost = {"core_seconds": None, "reason": "not priced: the report was made without a store"}
-        said = cost["reason"]
+    if plan is not None or keywords:  # the words the terminal gives it (`priced`)
+        said = priced(plan)
+        cost = plan.cost() if plan is not None else {"core_seconds": None, "reason": said}
     checks = tuple(
         {"name": c.name, "outcome": c.outcome, "line": f"{WORD[c.outcome]}: {c.name}: {detail(c)}"}
         for c in cap.checks

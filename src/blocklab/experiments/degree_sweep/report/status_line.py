@@ -229,9 +229,9 @@ def next_keywords(capacity) -> dict[str, Any]:
 
 
 def next_lines(capacity, markdown: bool = False) -> list[str]:
-    """The command to run next where the run reached no verdict, whole: for the terminal in
-    lines of STATUS_WIDTH continued by a backslash (a shell reads them as one), for report.md
-    in a code block; [] where there is none."""
+    """The command to run next where the run reached no verdict, whole, and its cost (its plan,
+    `priced`): for the terminal in lines of STATUS_WIDTH continued by a backslash (a shell reads
+    them as one), for report.md in a code block; [] where there is none."""
     d = capacity.decision
     if d.next is None or (not markdown and d.next.command in status_line(capacity)[1]):
         return []  # none, or the status line holds it whole
@@ -241,8 +241,9 @@ def next_lines(capacity, markdown: bool = False) -> list[str]:
         if d.edges
         else "next command, with the (teacher, seed) units a +-3% interval needs"
     )  # fmt: skip
+    cost = f"its cost: {priced(d.next.cost)}"  # the terminal, report.md and the page alike
     if markdown:
-        return [f"{said[0].upper()}{said[1:]}:", "", f"    {d.next.command}"]
+        return [f"{said[0].upper()}{said[1:]}:", "", f"    {d.next.command}", "", cost]
     groups: list[str] = []  # a flag with its values, kept on one line where they fit
     for word in map(shlex.quote, shlex.split(d.next.command)):
         if groups and not (word.startswith("-") and not word[1:2].isdigit()):
@@ -255,4 +256,12 @@ def next_lines(capacity, markdown: bool = False) -> list[str]:
             lines.append(f"{line} \\")
             line = "   "
         line = f"{line} {group}" if line else group
-    return [f"{said}:", *lines, line]
+    return [f"{said}:", *lines, line, cost]
+
+
+def priced(plan) -> str:
+    """A next command's plan in the words the page's banner gives it (`status.Banner.cost`), or
+    why it has none."""
+    if plan is None:
+        return "not priced: the report was made without a store"
+    return "; ".join(x for x in (plan.trials_said(), plan.cost_said(), plan.note) if x)
