@@ -5,10 +5,10 @@ apart. Planted rows for the figures; two small runs through the command for the 
 
 from __future__ import annotations
 
-import html
 import json
 import math
 import re
+from html import unescape
 
 import numpy as np
 import pytest
@@ -205,7 +205,7 @@ def test_the_page_has_one_banner_status_first_then_the_next_command_then_the_res
     assert parts[1][1] == f"next command: <code>{status['banner']['command']}</code>"
     # the next command's plan against this run's store, as `--plan` on it prices it: new trials
     # of the networks it fitted, at their measured cost
-    assert html.unescape(parts[2][1]) == f"its cost: {status['banner']['cost']}"
+    assert unescape(parts[2][1]) == f"its cost: {status['banner']['cost']}"
     assert status["next_cost"]["core_seconds"] > 0 and status["next_cost"]["reason"] is None
     assert "measured for" in status["banner"]["cost"]
 
