@@ -25,7 +25,8 @@ def entries(path: str | Path = PATH) -> list[dict[str, Any]]:
 
 def find(words: str, form: str = "", path: str | Path = PATH) -> dict[str, Any] | None:
     """The entry of command `words` run at `form` ("": the command's own defaults), if any."""
-    return next((e for e in entries(path) if (e["command"], e["form"]) == (words, form)), None)
+    found = (e for e in entries(path) if (e.get("command"), e.get("form")) == (words, form))
+    return next(found, None)
 
 
 def config_fingerprint(cfg: Any) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from blocklab.cli import main, timings
+from blocklab.cli import examples, main, timings
 from blocklab.experiments import EXPERIMENTS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,6 +72,27 @@ def test_entries_of_no_command_or_form_and_twins_are_named():
     assert any("has no form 'enormous'" in p for p in problems)
     assert any("has two entries" in p for p in problems)
     assert any("lacks" in p for p in problems)
+    example = {**entry, "example": "blocklab check", "config_fingerprint": None}
+    del example["command"], example["form"]
+    assert timings.problems([example]) == []
+    [twice] = timings.problems([example, example])
+    assert twice == "example 'blocklab check' has two entries"
+    assert (
+        "lacks seconds"
+        in timings.problems([{k: v for k, v in example.items() if k != "seconds"}])[0]
+    )
+
+
+def test_a_time_measured_on_uncommitted_source_is_refused():
+    """Its commit is not the code it timed: the script no longer writes such an entry, and the
+    file holds none."""
+    entry = _entry()
+    assert timings.problems([{**entry, "uncommitted_source": False}]) == []
+    [problem] = timings.problems([{**entry, "uncommitted_source": True}])
+    assert "'seprank degree' was timed on uncommitted source" in problem
+    assert timings.SCRIPT in problem
+    example = {"example": "blocklab check", "uncommitted_source": True}
+    assert "'blocklab check' was timed on uncommitted source" in timings.problems([example])[0]
 
 
 def test_each_time_is_measured_where_its_entry_says():
@@ -79,12 +100,18 @@ def test_each_time_is_measured_where_its_entry_says():
     that log with its commit."""
     for e in ENTRIES:
         assert e["seconds"] > 0 and e["machine"]["cores"] >= 1, e
-        assert e["argv"][:1] == ["blocklab"] and " ".join(e["argv"]).startswith(
-            f"blocklab {e['command']}"
-        ), e
+        if "example" in e:  # the example as written, or a Python block run as a script
+            ran = e["argv"][1:]
+            shell = e["argv"][:1] == ["blocklab"] and examples.key(ran) == e["example"]
+            assert shell or e["argv"] == ["python", "example.py"], e
+        else:
+            assert e["argv"][:1] == ["blocklab"] and " ".join(e["argv"]).startswith(
+                f"blocklab {e['command']}"
+            ), e
         source = e["source"]
         if source == timings.SCRIPT:
             assert e["machine"]["cpu"] and e["machine"]["flags"], e  # lscpu's, as recorded
+            assert "load_mean" in e["machine"] or "example" not in e, e  # the load while it ran
             continue
         log = ROOT / source.split(":", 1)[0]
         assert log.parent == ROOT / "docs" / "results" and log.exists(), source
@@ -93,7 +120,7 @@ def test_each_time_is_measured_where_its_entry_says():
 
 
 def test_help_states_each_entry_and_no_time_without_one(capsys):
-    timed = {e["command"] for e in ENTRIES if not e["form"]}
+    timed = {e["command"] for e in ENTRIES if "command" in e and not e["form"]}
     for name in EXPERIMENTS.names():
         for command in EXPERIMENTS.get(name).commands:
             text = _help(capsys, *command.words.split())

@@ -9,7 +9,6 @@ import contextlib
 import functools
 import io
 import re
-import shlex
 import subprocess
 import unicodedata
 from pathlib import Path
@@ -18,6 +17,7 @@ from urllib.parse import unquote
 import pytest
 
 from blocklab.cli import build_parser
+from blocklab.cli.markdown import blocklab_argv, commands, split_fences
 from blocklab.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +31,6 @@ def markdown_files(root: Path = ROOT) -> list[Path]:
 
 # --- reading Markdown as GitHub does -------------------------------------------------------------
 
-FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)((?:(?!\n[ \t]*\n).)+?)(?<!`)\1(?!`)", re.DOTALL)
 COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 # `](dest)` ends every inline link and image, nested ones too (`[![alt](img)](page)`)
@@ -44,33 +43,6 @@ HTML_ID = re.compile(r"<[a-z][^>]*?\b(?:id|name)\s*=\s*[\"']([^\"']+)", re.IGNOR
 ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
 SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
-
-
-def split_fences(text: str) -> tuple[str, list[tuple[str, int, list[str]]]]:
-    """(the text with fenced blocks blanked, line for line; the blocks as (info, the line number
-    of their first content line, their lines)). An unclosed fence runs to the end."""
-    prose, blocks = [], []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        opened = FENCE.match(lines[i])
-        if not opened or (opened["fence"][0] == "`" and "`" in opened["info"]):
-            prose.append(lines[i])
-            i += 1
-            continue
-        fence, indent = opened["fence"], len(opened["indent"])
-        body, start = [], i + 2
-        prose.append("")
-        i += 1
-        while i < len(lines):
-            closing = lines[i].strip()
-            prose.append("")
-            i += 1
-            if closing and set(closing) == {fence[0]} and len(closing) >= len(fence):
-                break
-            body.append(lines[i - 1][indent:] if lines[i - 1][:indent].isspace() else lines[i - 1])
-        blocks.append((opened["info"].strip(), start, body))
-    return "\n".join(prose), blocks
 
 
 def _blank(match: re.Match) -> str:
@@ -231,89 +203,7 @@ def broken_links(path: Path, root: Path = ROOT) -> list[str]:
 
 
 # --- the commands shown ----------------------------------------------------------------------
-
-SHELLS = {"", "bash", "sh", "shell", "console", "zsh"}
-ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-
-
-def segments(line: str) -> list[str]:
-    """A shell line's simple commands: split at `|`, `&&`, `||`, `;` and `&` outside quotes, each
-    cut at its first redirection (`>`, `2>`, `<`), the line ended by a `#` comment."""
-    out: list[str] = []
-    current: list[str] = []
-    quote, cut, i = "", False, 0
-    while i < len(line):
-        c = line[i]
-        if quote:
-            if c == "\\" and quote == '"' and i + 1 < len(line):
-                c, i = c + line[i + 1], i + 1
-            elif c == quote:
-                quote = ""
-        elif c == "\\" and i + 1 < len(line):
-            c, i = c + line[i + 1], i + 1
-        elif c in "'\"":
-            quote = c
-        elif c == "#" and (not current or current[-1].isspace()):
-            break
-        elif c in "|&;":
-            out.append("".join(current))
-            current, cut = [], False
-            i += 1
-            continue
-        elif c in "<>":
-            text = "".join(current)
-            current, cut = list(re.sub(r"(^|\s)\d+$", r"\1", text)), True  # `2>` names a fd
-        if not cut:
-            current.append(c)
-        i += 1
-    out.append("".join(current))
-    return [s.strip() for s in out if s.strip()]
-
-
-def blocklab_argv(segment: str) -> list[str] | None:
-    """The arguments after `blocklab` (`.venv/bin/blocklab`, `python -m blocklab`), or None for
-    a command that is not blocklab's."""
-    words = shlex.split(segment)
-    while words and ASSIGNMENT.match(words[0]):
-        words.pop(0)  # FOO=1 blocklab ...
-    if words and Path(words[0]).name == "blocklab":
-        return words[1:]
-    module = words[1:3] == ["-m", "blocklab"]  # not `-m blocklab.cli.docs`
-    if module and Path(words[0]).name.startswith("python"):
-        return words[3:]
-    return None
-
-
-def commands(text: str) -> list[tuple[int, str]]:
-    """(line number, command) for every `blocklab` command in the shell blocks of `text`: bash,
-    sh, console or unlabelled; `\\` continuations joined; where a block shows `$ ` prompts, only
-    the prompted lines are commands (the others are output)."""
-    _, blocks = split_fences(text)
-    found = []
-    for info, start, body in blocks:
-        if (info.split() or [""])[0].lower() not in SHELLS:
-            continue
-        prompted = any(line.lstrip().startswith("$ ") for line in body)
-        n = 0
-        while n < len(body):
-            first, line = n, body[n]
-            while line.rstrip().endswith("\\") and n + 1 < len(body):
-                n += 1
-                line = line.rstrip()[:-1].rstrip() + " " + body[n].strip()
-            n += 1
-            line = line.strip()
-            if prompted:
-                if not line.startswith("$ "):
-                    continue
-                line = line[2:]
-            for segment in segments(line):
-                try:
-                    argv = blocklab_argv(segment)
-                except ValueError:  # unbalanced quotes: only a blocklab command is ours
-                    argv = [] if re.match(r"^(\S*/)?blocklab\b", segment) else None
-                if argv is not None:
-                    found.append((start + first, segment))
-    return found
+# read by blocklab.cli.markdown, the reader the timings file's examples use too
 
 
 @functools.lru_cache(maxsize=1)

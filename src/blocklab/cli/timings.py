@@ -1,9 +1,11 @@
 """What a command's defaults took to run: the package's timings file, `blocklab/timings.json`,
-the one place a measured wall time is kept. `benchmarks/command_times.py` writes it: each entry
-is one timed run of a command (its quick defaults, or a named form), with the command line, the
-wall time, the machine (CPU model, cores, vector-extension flags), the commit, the date, and the
-fingerprint of the config the command ran (`config_fingerprint`). An entry kept from a results
-log instead names that log in its `source`.
+the one place a measured wall time is kept. `benchmarks/command_times.py` writes it, from a
+checkout with no uncommitted change to its source: each entry is one timed run of a command (its
+quick defaults, or a named form), or of an example the documentation gives (`example`: its key,
+`blocklab.cli.examples`), with the command line, the wall time, the machine (CPU model, cores,
+vector-extension flags, the load before, during and after), the commit, the date, and the
+fingerprint of the config the command ran (`config_fingerprint`; null for a command that runs no
+experiment). An entry kept from a results log instead names that log in its `source`.
 
 `--help` states an entry's time and machine, read here without torch or numpy; a command or
 form with no entry states no time. A config whose defaults changed since its entry was timed no
@@ -21,6 +23,7 @@ from blocklab.timings import PATH, config_fingerprint, entries, find  # noqa: F4
 
 SCRIPT = "benchmarks/command_times.py"
 KEYS = ("command", "form", "argv", "seconds", "config_fingerprint", "machine", "commit", "date")
+EXAMPLE_KEYS = ("example", "argv", "seconds", "config_fingerprint", "machine", "commit", "date")
 
 
 def command(words: str):
@@ -45,11 +48,25 @@ def fingerprint_now(words: str, form: str = "") -> str:
 
 
 def problems(listed: list[dict[str, Any]]) -> list[str]:
-    """What is wrong with the entries: a key missing, a command or form that does not exist,
-    two entries of one (command, form), or a config fingerprint that is not the config's now
-    (its defaults changed since it was timed). Each line names the script that times it again."""
+    """What is wrong with the entries: a key missing, a time measured on uncommitted source, a
+    command or form that does not exist, two entries of one (command, form) or one example, or a
+    command's config fingerprint that is not the config's now (its defaults changed since it was
+    timed; an example's: `examples.stale`). Each line names the script that times it again."""
     out, seen = [], set()
     for e in listed:
+        if e.get("uncommitted_source"):
+            out.append(
+                f"{e.get('command') or e.get('example')!r} was timed on uncommitted source: "
+                f"time it again from a commit with {SCRIPT}"
+            )
+        if "example" in e:
+            missing = [k for k in EXAMPLE_KEYS if k not in e]
+            if missing:
+                out.append(f"an entry lacks {', '.join(missing)}: {e}")
+            elif ("example", e["example"]) in seen:
+                out.append(f"example {e['example']!r} has two entries")
+            seen.add(("example", e.get("example")))
+            continue
         missing = [k for k in KEYS if k not in e]
         if missing:
             out.append(f"an entry lacks {', '.join(missing)}: {e}")
@@ -96,8 +113,7 @@ def took(e: dict[str, Any]) -> str:
     where other work took a tenth of the cores or more while it ran, how much."""
     shared = e.get("others_cpu_seconds", 0) / (e["seconds"] * e["machine"]["cores"])
     busy = f", other work taking {shared:.0%} of the cores" if shared >= 0.1 else ""
-    changed = " with uncommitted changes" if e.get("uncommitted_source") else ""
-    when = f"(commit {e['commit']}{changed}, {e['date']}{busy})"
+    when = f"(commit {e['commit']}, {e['date']}{busy})"
     return f"{wall(e['seconds'])} on {machine(e['machine'])} {when}"
 
 
