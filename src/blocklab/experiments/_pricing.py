@@ -107,7 +107,7 @@ class Recorded:
 
         fingerprint = config_fingerprint(cfg)
         for entry in entries():
-            if entry["command"] in words and entry["config_fingerprint"] == fingerprint:
+            if entry.get("command") in words and entry.get("config_fingerprint") == fingerprint:
                 return cls(entry, total) if total else None
         return None
 
