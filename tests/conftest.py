@@ -117,7 +117,7 @@ def exclusive(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _progress_closed(monkeypatch):
-    """Every progress display a test opens is closed when the test ends: an open one's heartbeat
+    """Every progress display a test opens is closed when the test ends: an open one's ticker
     thread says "[label n/N, ...] running" into whatever stderr is current a minute after its
     last line, a later test's captured one included."""
     from blocklab.engine import progress

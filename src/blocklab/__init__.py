@@ -11,6 +11,7 @@ _LAZY = {
     "load_rungs": "blocklab.frames",
     "load_curves": "blocklab.frames",
     "run": "blocklab.api",
+    "plan": "blocklab.api",
 }
 
 

@@ -16,7 +16,8 @@ the command prints with `--json`. On a terminal it shows the command's progress 
 
     result = run("demo", out="runs/x", **result["status"]["next"])
 
-runs what the status line advises.
+runs what the status line advises; `result["status"]["next_cost"]` says first what it costs,
+and `plan(...)` with the same arguments what it would fit, keep or continue.
 """
 
 from __future__ import annotations
@@ -76,6 +77,33 @@ def run(
     if ran.lost:  # as the command exits 1: never silently
         raise ArmsFailed(ran.failures, ran.payload)
     return ran.payload
+
+
+def plan(
+    experiment: str,
+    out: str | Path | None = None,
+    *,
+    form: str | None = None,
+    config_file: str | Path | None = None,
+    imports: tuple[str, ...] = (),
+    **config: Any,
+) -> dict[str, Any]:
+    """What `run` with the same arguments would fit, keep or continue in `out`, and what that
+    costs, fitting nothing: the `plan` object `--plan --json` prints (`engine.pricing.Plan`).
+    An experiment that prices no run raises `UserError`, as `--plan` is refused."""
+    ran = launch.run(
+        experiment,
+        lambda found: _given(found, config),
+        form=form,
+        config_file=config_file,
+        imports=imports,
+        out=out,
+        resources=lambda loaded: Resources(),
+        command=lambda out: "",
+        progress=False,
+        plan_only=True,
+    )
+    return ran.plan.json()
 
 
 def _call(experiment: str, out, form, config_file, config: dict[str, Any]) -> str:

@@ -1,5 +1,10 @@
 """Errors a user can cause and fix, which the CLI prints as one line and exits 2; and the two
-ways a sweep stops early, which it prints as one line saying a rerun resumes."""
+ways a sweep stops early, which it prints as one line saying what the store keeps (`Kept`) and
+that a rerun resumes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
 
 
 class UserError(ValueError):
@@ -14,16 +19,36 @@ class StoreError(UserError):
 DIED = "a worker process died (killed, or out of memory)"  # when nothing more is known
 
 
+@dataclass(frozen=True)
+class Kept:
+    """What a stopped command leaves, read from its store (`Store.kept`): the finished trials
+    the store holds (`stored`, whoever stored them: this command, an earlier one, a sweep
+    beside it), those of them this command stored (`mine`), and the run directory."""
+
+    stored: int
+    mine: int
+    where: str
+
+    def __str__(self) -> str:
+        """'2 trials stored in runs/demo (1 by this command)'."""
+        if not self.stored:
+            return f"no trials stored in {self.where}"
+        stored = f"{self.stored} trial{'s' * (self.stored != 1)} stored in {self.where}"
+        if self.mine == self.stored:
+            return f"{stored} by this command"
+        return f"{stored} ({self.mine or 'none'} by this command)"
+
+
 class WorkerDied(RuntimeError):
-    def __init__(self, finished: int, cause: str = DIED):
-        super().__init__(f"{cause}; {finished} finished trials are kept")
-        self.finished = finished
+    def __init__(self, kept: Kept, cause: str = DIED):
+        super().__init__(f"{cause}; {kept}")
+        self.kept = kept
 
 
 class Interrupted(Exception):
-    def __init__(self, finished: int):
-        super().__init__(f"interrupted; {finished} finished trials are kept")
-        self.finished = finished
+    def __init__(self, kept: Kept):
+        super().__init__(f"interrupted; {kept}")
+        self.kept = kept
 
 
 class ArmsFailed(RuntimeError):

@@ -133,6 +133,15 @@ def moved_only(recorded: dict[str, object] | None, modules: Iterable[str]) -> bo
     return is_current(recorded)
 
 
+def not_imported(recorded: dict[str, object] | None) -> list[str]:
+    """The plugins (modules outside the package) of a stored trial's code record that have no
+    source here: this process has not imported them and cannot import them by name (a file
+    given to `--import` when the trial ran, not given now). Their code is not other code, it is
+    code this process cannot read; the package's own modules are never in the list."""
+    names = [str(m) for m in (recorded or {}).get("modules") or ()]  # type: ignore[union-attr]
+    return sorted(m for m in names if m.partition(".")[0] != "blocklab" and source(m) is None)
+
+
 def is_current(recorded: dict[str, object] | None) -> bool:
     """Whether a stored trial's code record matches the code here now; a trial stored without
     one was made by code this store cannot tell, so it is not current."""

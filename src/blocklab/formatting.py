@@ -106,3 +106,11 @@ def wrapped(text: str, width: int = TERMINAL_COLUMNS) -> str:
 def minutes(seconds: float) -> str:
     m, s = divmod(round(seconds), 60)
     return f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+def duration(seconds: float) -> str:
+    """`minutes` up to an hour, then hours and minutes ("3h05m")."""
+    if seconds < 3600:
+        return minutes(seconds)
+    h, m = divmod(round(seconds / 60), 60)
+    return f"{h}h{m:02d}m"

@@ -30,14 +30,16 @@ from blocklab.store import DB_NAME, Store
 
 @dataclass(frozen=True)
 class Ran:
-    """What `run` returns: the experiment, its config as it ran (sized where a plan sized it),
-    the plan (None: nothing was sized), and once the trials ran (not `plan_only`) the report,
+    """What `run` returns: the experiment, its config as it ran (sized where a target resolution
+    sized it), with `plan_only` the plan (`engine.pricing.Plan`: what the run would fit, keep or
+    continue, and its cost), the run size, and once the trials ran (not `plan_only`) the report,
     the JSON `--json` prints, a line per arm some of whose trials raised (`failure_lines`) and
     whether every trial of some arm raised (`lost`: the run failed, as the command exits 1)."""
 
     experiment: type[Experiment]
     cfg: Any
     plan: Any = None
+    size: Any = None  # the run size a target resolution asked for (`Experiment.sizing`)
     report: Any = None
     payload: dict[str, Any] | None = None
     failures: list[str] = field(default_factory=list)
@@ -65,9 +67,10 @@ def run(
     command line and `blocklab.api.run` alike: load the plugins (`imports`, then those the TOML
     `config_file` names: the config's names may be theirs), resolve the config (the defaults or
     `form` < the TOML file < `given(experiment)`, the keys given, nested as the config nests
-    them), size it by its `target_resolution` (`planned` hears the plan first; `plan_only` stops
-    there), run it into `out` (None: the command's directory) with `command(out)` as run.json
-    records the call and `resources(plugins loaded)` where the trials run, and name the arms
+    them), size it by its `target_resolution`, with `plan_only` price it (`priced`: what it would
+    fit and what that costs) and stop there (`planned` hears the size or the plan first), run
+    it into `out` (None: the command's directory) with `command(out)` as run.json records the
+    call and `resources(plugins loaded)` where the trials run, and name the arms
     whose trials raised."""
     toml = str(config_file) if config_file else None
     loaded = plugins.load([*imports, *cfgmod.imports(toml)])
@@ -78,9 +81,12 @@ def run(
     out = called.out if out is None else out
     # `target_resolution` sizes the run's teachers unless they were given (`Experiment.sizing`)
     pinned = "teachers" in keys or in_toml(toml, "teachers")
-    cfg, plan = sized(experiment, cfg, out, pinned, plan_only)
-    ran = Ran(experiment, cfg, plan)
-    if plan is not None and planned is not None:
+    if plan_only and experiment.price is None:
+        raise UserError(f"{words} has no plan to print: it prices no run before it runs")
+    cfg, size = sized(experiment, cfg, out, pinned)
+    plan = priced(experiment, cfg, out, size) if plan_only else None
+    ran = Ran(experiment, cfg, plan, size)
+    if (plan is not None or size is not None) and planned is not None:
         planned(ran)
     if plan_only:
         return ran
@@ -164,7 +170,7 @@ def execute(
     except KeyboardInterrupt:
         # a stop outside a sweep's trials (between two sweeps, in the analysis) keeps what the
         # command stored as well: the same words as one inside them
-        raise Interrupted(store.stored) from None
+        raise Interrupted(store.kept()) from None
     finally:
         store.close()  # the last connection to close folds the WAL back into the store file
     payload = {**report.json, "report": str(report.path), "config": config_json(cfg)}
@@ -284,15 +290,23 @@ def _open_run(out: str | Path, reuse: str, device: str) -> tuple[Path, Store]:
     return out, store
 
 
-def sized(experiment: type[Experiment], cfg: Any, out, pinned: bool, plan_only: bool = False):
-    """(config, plan): the config sized by its `target_resolution` (the manifest's sizing hook,
-    `Experiment.sizing`), or as it was with no plan where nothing is sized."""
+def sized(experiment: type[Experiment], cfg: Any, out, pinned: bool):
+    """(config, run size): the config sized by its `target_resolution` (the manifest's sizing
+    hook, `Experiment.sizing`), or as it was with no size where nothing is sized."""
     resolution = getattr(cfg, "target_resolution", None)
-    if plan_only and resolution is None:
-        raise UserError("--plan prints the run --target-resolution sizes: give --target-resolution")
     if experiment.sizing is None or resolution is None:
         return cfg, None
     return experiment.sizing.size(cfg, out, pinned)
+
+
+def priced(experiment: type[Experiment], cfg: Any, out, size=None):
+    """The plan of running `cfg` into `out` (the manifest's price hook, `Experiment.price`),
+    with the run size's keys where a target resolution sized it."""
+    plan = experiment.price(cfg, out)
+    if size is None:
+        return plan
+    keys = {k: v for k, v in size.json().items() if k not in ("core_seconds", "gpu_seconds")}
+    return dataclasses.replace(plan, extra={**plan.extra, **keys})
 
 
 def in_toml(path, key: str) -> bool:

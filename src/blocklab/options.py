@@ -28,6 +28,14 @@ def _unknown(key: str, known: list[str], what: str) -> UserError:
     return UserError(f"unknown {what} option {key!r}{hint} (known: {', '.join(known) or 'none'})")
 
 
+def check_keys(given: Mapping[str, Any], known: list[str], what: str) -> None:
+    """Refuse the first key of `given` not in `known`, with the nearest known name, if one is
+    near, and every known one (a block's options, which its constructor names)."""
+    for key in given:
+        if key not in known:
+            raise _unknown(key, sorted(known), what)
+
+
 def _coerce(value: Any, tp: Any, key: str, what: str) -> Any:
     """Turn a CLI string (or a TOML value) into the field's declared type."""
     origin = typing.get_origin(tp)

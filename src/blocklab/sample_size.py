@@ -31,3 +31,34 @@ def units_for(
     while q(grow) * sd / math.sqrt(grow) > goal:
         grow += 1
     return math.ceil(grow * units / (df + 1))
+
+
+def units_interval(
+    half_width_log: float, units: int, target: float = 0.03, df: float | None = None,
+    level: float = 0.95, coverage: float = 0.95,
+) -> tuple[int, int] | None:  # fmt: skip
+    """The units `units_for` asks for under the `coverage` interval of the groups' own spread:
+    a run of df + 1 groups knows its variance s^2 only to df s^2 / chi2_df, a factor of about
+    150 between the ends at df = 2. (low, high); None where `units_for` sizes nothing or the
+    spread is a bootstrap's (df = inf: no chi-square interval)."""
+    df = units - 1 if df is None else df
+    if units_for(half_width_log, units, target, df, level) is None or math.isinf(df):
+        return None
+    from scipy import stats as st
+
+    tail = (1 - coverage) / 2
+    low = half_width_log * math.sqrt(df / float(st.chi2.ppf(1 - tail, df)))
+    high = half_width_log * math.sqrt(df / float(st.chi2.ppf(tail, df)))
+    return (
+        units_for(low, units, target, df, level) or 1,
+        units_for(high, units, target, df, level) or 1,
+    )
+
+
+def variance_factor(df: float, coverage: float = 0.95) -> float:
+    """How far apart the ends of a variance's `coverage` interval from df degrees of freedom
+    are, as a factor: what a pilot of df + 1 groups leaves of the units' uncertainty."""
+    from scipy import stats as st
+
+    tail = (1 - coverage) / 2
+    return float(st.chi2.ppf(1 - tail, df) / st.chi2.ppf(tail, df))

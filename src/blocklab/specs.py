@@ -21,6 +21,7 @@ NORMS = ("none", "layer", "rms")
 SCHEDULES = ("cosine", "wsd")  # the learning rate after warmup (train.lr_factor)
 ACTIVATIONS = ("none", "relu", "gelu", "tanh")  # after each block (models.ACTIVATIONS builds them)
 FEED_FORWARD = {"none": 0, "relu4x": 4}  # name -> hidden expansion of the position-wise MLP
+DEGREE_FORMS = "a real number >= 1 (2, 3, 2.5) or e"  # what a degree may be, as errors say it
 # how far from its budget an arm's parameter count may land, as a share of it (budget.solve)
 BUDGET_TOLERANCE = 0.02
 # how a trial fits its network: AdamW on minibatches (`fitting.train`), or a full-batch float64
@@ -76,14 +77,15 @@ def format_degree(d: float) -> str:
     return f"{d:g}"
 
 
-def parse_degree(text: str) -> float:
+def parse_degree(text: str, forms: str = DEGREE_FORMS) -> float:
     s = str(text).strip().lower()
     try:
         d = math.e if s == "e" else float(s)
     except ValueError:
-        raise UserError(f"degree {text!r} is not a number or 'e'") from None
+        raise UserError(f"degree {text!r} is not a number; a degree is {forms}") from None
     if not math.isfinite(d) or d < 1:
-        raise UserError(f"degree must be a real number >= 1, got {text!r}")
+        why = "is below 1" if d < 1 else "is not finite"
+        raise UserError(f"degree {text!r} {why}; a degree is {forms}")
     return d
 
 
@@ -347,8 +349,9 @@ class TrialSpec:
         fit = self.train.optimizer if self.train.second_order else f"lr={self.train.lr:g}"
         depths = "/".join(map(str, self.ladder)) if self.ladder else str(self.shape.depth)
         shape = f"L={depths} w={self.shape.width} {fit}"
-        rounding = f" rounding={self.rounding}" if self.rounding else ""
-        return f"{self.task} B={self.budget} {self.arm.label} {shape} seed={self.seed}{rounding}"
+        seeds = f"teacher={self.data_seed} " if self.data_seed is not None else ""  # its data
+        seeds += f"seed={self.seed}" + (f" rounding={self.rounding}" if self.rounding else "")
+        return f"{self.task} B={self.budget} {self.arm.label} {shape} {seeds}"
 
 
 def ensemble_key(spec: TrialSpec) -> str | None:

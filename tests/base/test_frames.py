@@ -43,7 +43,10 @@ def record(trial_id, status="done", seed=0, lr=0.01, acc=0.25):
             "train_loss": [None, 1.0, 0.5],
             "val_loss": [2.0, math.inf, 0.2],
         },  # fmt: skip
-        "provenance": {"torch": "2.13.0", "code": {"fingerprint": "abc", "modules": ["m"]}},
+        "provenance": {
+            "torch": "2.13.0",
+            "code": {"fingerprint": "abc", "modules": ["blocklab.blocks.softmax_attention"]},
+        },
         "finished_at": 1000.0 + seed,
     }
 
@@ -186,11 +189,11 @@ def test_runs_list_names_its_columns(run_dir, capsys):
     assert main(["runs", "list", "--out", str(run_dir)]) == 0
     captured = capsys.readouterr()
     header, rows = captured.err.splitlines()[0], captured.out.splitlines()
-    assert header.split() == ["id", "experiment", "status", "fingerprint", "stale", "trial"]
+    assert header.split() == ["id", "experiment", "status", "fingerprint", "code", "trial"]
     assert [row.split()[0] for row in rows] == ["t1", "t2", "t3"]  # stdout: the rows alone
     for row, status in zip(rows, ["done", "done", "diverged"], strict=True):
         # each value starts under its column's name ("abc" is no code here now: stale)
-        shown = {"experiment": "mad", "status": status, "fingerprint": "abc", "stale": "stale"}
+        shown = {"experiment": "mad", "status": status, "fingerprint": "abc", "code": "stale"}
         for name, value in shown.items():
             assert row[header.index(name) :].split()[0] == value, (name, row)
         assert row[header.index("trial") :].startswith("icr softmax_attention ")

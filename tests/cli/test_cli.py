@@ -226,8 +226,10 @@ def test_interrupt_keeps_finished_trials(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
-    assert "finished trials are kept" in err.strip().splitlines()[-1]
-    assert len(_finished(out / "blocklab.sqlite")) >= 2
+    stored = len(_finished(out / "blocklab.sqlite"))
+    assert stored >= 2
+    said = f"blocklab: interrupted; {stored} trials stored in {out} by this command; rerun"
+    assert err.strip().splitlines()[-1].startswith(said)
 
 
 def test_a_kill_and_a_closed_terminal_stop_a_command_as_ctrl_c_does(capsys):
@@ -253,18 +255,52 @@ def test_a_kill_and_a_closed_terminal_stop_a_command_as_ctrl_c_does(capsys):
 )  # fmt: skip
 def test_a_stop_outside_the_trials_says_what_is_kept(tmp_path, capsys, monkeypatch, where, kept):
     """Ctrl-C as the fits are planned (after the rate search stored its 4 trials) or in the
-    analysis (all 8 stored): the words of a stop inside a sweep, with what the command stored."""
+    analysis (all 8 stored): the words of a stop inside a sweep, with what the command stored.
+    Run again into that directory, where an earlier command stored them, the stop says the
+    store holds them and that this command stored none."""
     import test_api
 
     def stop(*args, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(where, stop)
-    assert main(["degree-sweep", "--out", str(tmp_path), *test_api.FLAGS, "--quiet"]) == 130
+    args = ["degree-sweep", "--out", str(tmp_path), *test_api.FLAGS, "--quiet"]
+    assert main(args) == 130
     # all it says: --quiet leaves the trials' lines out (their rate search ran)
-    said = f"blocklab: interrupted; {kept} finished trials are kept; rerun the same command"
-    assert capsys.readouterr().err == f"{said} to resume\n"
+    said = f"blocklab: interrupted; {kept} trials stored in {tmp_path} by this command"
+    assert capsys.readouterr().err == f"{said}; rerun the same command to resume\n"
     assert len(_finished(tmp_path / "blocklab.sqlite")) == kept
+    assert main(args) == 130
+    said = f"blocklab: interrupted; {kept} trials stored in {tmp_path} (none by this command)"
+    assert capsys.readouterr().err == f"{said}; rerun the same command to resume\n"
+
+
+def test_a_stop_counts_the_trials_the_store_holds_and_those_this_command_stored(
+    tmp_path, capsys, monkeypatch
+):
+    """A store planted with a trial an earlier command stored, and one it failed: Ctrl-C once
+    the rate search stored its first trial says the store holds 2 finished trials, 1 of them
+    this command's."""
+    import test_api
+
+    from blocklab.engine.progress import Progress
+    from blocklab.store import Store
+
+    with Store(tmp_path) as planted:
+        for trial, status in (("earlier", "done"), ("raised", "failed")):
+            planted.put({"id": trial, "experiment": "degree-sweep", "status": status, "seed": 0,
+                         "config": {}, "metrics": {}})  # fmt: skip
+    update = Progress.update
+
+    def stop_after_one(self, spec, record):
+        update(self, spec, record)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Progress, "update", stop_after_one)
+    args = ["degree-sweep", "--out", str(tmp_path), *test_api.FLAGS, "--quiet"]
+    assert main(args) == 130
+    said = f"blocklab: interrupted; 2 trials stored in {tmp_path} (1 by this command)"
+    assert capsys.readouterr().err == f"{said}; rerun the same command to resume\n"
 
 
 ENDING = """

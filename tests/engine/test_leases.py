@@ -213,6 +213,7 @@ def test_a_stop_counts_what_the_whole_command_stored(tmp_path, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(sweep, "run_group", stop)
-    with pytest.raises(Interrupted, match="interrupted; 1 finished trials are kept") as caught:
+    with pytest.raises(Interrupted) as caught:
         sweep.run(rest, store, "t", resources=one, progress=False)
-    assert caught.value.finished == store.stored == 1
+    assert str(caught.value) == f"interrupted; 1 trial stored in {tmp_path} by this command"
+    assert (caught.value.kept.stored, caught.value.kept.mine) == (1, 1)

@@ -1,10 +1,15 @@
 """A command's progress: one display for every sweep it runs. In a log each finished trial's line
-says how long the command has run and how long the rest will take at the pace so far, over the
-whole command's trials, the phases not yet planned included."""
+says how long the command has run and how long the rest will take, over the whole command's
+trials, the phases not yet planned included. Time here is a fake clock and the ticks are driven
+by hand: no test sleeps or times anything."""
 
 from __future__ import annotations
 
 import re
+import sys
+import threading
+
+import pytest
 
 from blocklab.engine import progress as progress_mod
 from blocklab.models import parse_arm
@@ -21,31 +26,76 @@ def _err(capsys) -> str:
     return "".join(line for line in lines if not line.rstrip().endswith("] started"))
 
 
-def _done(value=0.5):
-    return {"status": "done", "metrics": {"metric": "mse", "test_metric": value}}
+def _done(value=0.5, seconds=None):
+    metrics = {"metric": "mse", "test_metric": value}
+    return {"status": "done", "metrics": metrics | ({"seconds": seconds} if seconds else {})}
 
 
-def test_a_log_line_carries_elapsed_time_and_eta(monkeypatch, capsys):
-    now = iter([100.0, 130.0])  # the start, then a trial 30 s later
-    monkeypatch.setattr(progress_mod.time, "monotonic", lambda: next(now))
-    bar = progress_mod.Progress()
+class Clock:
+    """The display's time, moved by hand."""
+
+    def __init__(self, now: float = 0.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Ticks:
+    """A ticker maker whose ticks a test gives by hand (`tick`): `live` the ticker now running,
+    None once it was stopped."""
+
+    def __init__(self):
+        self.live, self.made, self.periods = None, 0, []
+
+    def __call__(self, period, tick):
+        self.made += 1
+        self.periods.append(period)
+        ticks = self
+
+        class Fake:
+            def stop(self):
+                assert ticks.live is self, "stopped twice, or not the ticker running"
+                ticks.live = None
+
+        self.live, self._tick = Fake(), tick
+        return self.live
+
+    def tick(self):
+        assert self.live is not None, "no ticker runs"
+        self._tick()
+
+
+def _display(now=0.0, **kw):
+    clock, ticks = Clock(now), Ticks()
+    return progress_mod.Progress(clock=clock, ticker=ticks, **kw), clock, ticks
+
+
+def _bars(err: str) -> list[str]:
+    """Each state a terminal's bar was drawn in, in order (tqdm redraws it after a \\r)."""
+    return [part.strip() for part in re.split(r"[\r\n]", err) if "|" in part]
+
+
+def test_a_log_line_carries_elapsed_time_and_eta(capsys):
+    bar, clock, _ = _display(100.0)
     bar.phase("fits", 4)
-    bar.update(_spec(), _done())
+    clock.now = 130.0  # a trial 30 s later: nothing weighed, the count's pace
+    bar.update(_spec(), _done(seconds=28.0))
     line = _err(capsys)
-    assert line.startswith("[fits 1/4, 30s elapsed, ETA 1m30s] d=3 seed=0: mse=0.5")
+    assert line == "[fits 1/4, 30s elapsed, ETA 1m30s] d=3 seed=0: mse=0.5 (28.0s)\n"
 
 
-def test_phases_share_one_total_and_the_expected_phase_counts_from_the_start(monkeypatch, capsys):
-    now = iter([0.0, 10.0, 20.0])
-    monkeypatch.setattr(progress_mod.time, "monotonic", lambda: next(now))
-    bar = progress_mod.Progress()
+def test_phases_share_one_total_and_the_expected_phase_counts_from_the_start(capsys):
+    bar, clock, _ = _display()
     bar.expect(6)  # the seeds, planned after the search
     bar.phase("lr search", 2)
+    clock.now = 10.0
     bar.update(_spec(), _done())
     first = _err(capsys)
     assert first.startswith("[lr search 1/8, 10s elapsed, ETA 1m10s]")
     bar.expect(-6)
     bar.phase("seeds", 6)
+    clock.now = 20.0
     bar.update(_spec(), _done())
     assert _err(capsys).startswith("[seeds 2/8, 20s elapsed, ETA 1m00s]")
 
@@ -168,59 +218,242 @@ def test_on_a_terminal_no_bar_is_drawn_until_a_trial_is_to_train(monkeypatch, ca
 
 
 def test_a_phase_in_a_log_says_it_started_with_the_estimate_where_trials_are_weighed(capsys):
-    bar = progress_mod.Progress()
+    bar, _, _ = _display()
     bar.weigh({"a": 60.0, "b": 60.0}, parallel=2)
     bar.phase("fits", 2)
-    assert capsys.readouterr().err == "[fits 0/2, ETA 1m00s] started\n"
+    assert capsys.readouterr().err == "[fits 0/2, ETA 1m00s est.] started\n"
     bar.close()
 
 
-def test_weighed_trials_read_the_eta_off_the_work_left_not_the_count(monkeypatch, capsys):
+def test_weighed_trials_read_the_eta_off_the_work_left_not_the_count(capsys):
     """A large fit first and a small one left: the ETA is the small one's share, where the
     count would say as long again."""
-    now = iter([0.0, 0.0, 90.0])  # the start, the phase, the large fit done
-    monkeypatch.setattr(progress_mod.time, "monotonic", lambda: next(now))
-    bar = progress_mod.Progress()
+    bar, clock, _ = _display()
     bar.weigh({"a": 90.0, "b": 10.0}, parallel=1)
     bar.phase("fits", 2)
-    bar.update(_spec("a"), _done())
+    clock.now = 90.0
+    bar.update(_spec("a"), _done(seconds=90.0))
     assert _err(capsys).startswith("[fits 1/2, 1m30s elapsed, ETA 10s]")
     bar.close()
 
 
-def test_a_silent_stretch_gets_a_heartbeat_line_and_stages_say_when_they_begin(capsys):
-    bar = progress_mod.Progress()
-    bar.stage("checking the design")
-    assert capsys.readouterr().err.endswith("] checking the design\n")
-    bar.BEAT = 0.2
-    bar.phase("fits", 3)
-    import time
-
-    time.sleep(0.6)
+def test_finished_fits_scale_the_estimate_of_the_rest_by_what_they_measured(capsys):
+    """Largest first: a fit that took twice its estimate doubles the estimate of those left (60 s),
+    where the pace per trial would say 3 more of its own 200 s (10 min)."""
+    bar, clock, _ = _display()
+    bar.weigh({"a": 100.0, "b": 10.0, "c": 10.0, "d": 10.0}, parallel=1)
+    bar.phase("fits", 4)
+    clock.now = 200.0
+    bar.update(_spec("a"), _done(seconds=200.0))
+    assert _err(capsys).startswith("[fits 1/4, 3m20s elapsed, ETA 1m00s] ")
+    clock.now = 215.0  # 15 s into b, whose estimate is 2 x 10 s now
+    bar.update(_spec("b"), _done(seconds=15.0))  # 215 measured of 110 estimated: 2 x 20 s
+    assert _err(capsys).startswith("[fits 2/4, 3m35s elapsed, ETA 39s] ")
     bar.close()
-    assert "] running" in capsys.readouterr().err
+
+
+def test_before_any_fit_finishes_the_eta_is_the_estimate_less_the_time_on_those_running(capsys):
+    """Two workers on the two largest fits: the estimate of all four, less the 60 s each worker
+    put into its fit, over 2; once the running fits outrun their estimate the ETA is at least
+    what the others are estimated to take ('>'), and with only overdue fits left it says so."""
+    bar, clock, ticks = _display()
+    bar.weigh({"a": 100.0, "b": 100.0, "c": 50.0, "d": 50.0}, parallel=2)
+    bar.phase("fits", 4)
+    assert capsys.readouterr().err == "[fits 0/4, ETA 2m30s est.] started\n"
+    clock.now = 60.0
+    assert bar.clock() == "1m00s elapsed, ETA 1m30s est."
+    clock.now = 150.0  # a and b past their 100 s: c and d's 100 s on 2 workers is left at least
+    assert bar.clock() == "2m30s elapsed, ETA >50s est."
+    clock.now = 160.0
+    bar.update(_spec("c"), _done(seconds=50.0))  # as estimated: a, b and d are left
+    bar.update(_spec("d"), _done(seconds=50.0))
+    capsys.readouterr()
+    clock.now = 400.0
+    assert bar.clock() == "6m40s elapsed, past est."
+
+
+def test_a_worker_left_idle_at_the_end_gives_the_last_fit_none_of_its_time(capsys):
+    """Two workers: a and b end at 100 s, c at 150 s, and d, begun at 100 s on the worker b
+    freed, is all that is left: at 175 s it has had 75 of its 100 s, not the idle worker's 25
+    besides (which would put it past its estimate)."""
+    bar, clock, _ = _display()
+    bar.weigh({"a": 100.0, "b": 100.0, "c": 50.0, "d": 100.0}, parallel=2)
+    bar.phase("fits", 4)
+    clock.now = 100.0
+    bar.update(_spec("a"), _done(seconds=100.0))
+    bar.update(_spec("b"), _done(seconds=100.0))
+    clock.now = 150.0
+    bar.update(_spec("c"), _done(seconds=50.0))
+    capsys.readouterr()
+    clock.now = 175.0
+    assert bar.clock() == "2m55s elapsed, ETA 25s"
+    bar.close()
+
+
+def test_with_no_estimate_the_eta_is_the_plain_pace_and_none_before_a_trial_ends(capsys):
+    bar, clock, _ = _display()
+    bar.phase("fits", 3)
+    clock.now = 50.0
+    assert bar.clock() == "50s elapsed"
+    bar.update(_spec("a"), _done(seconds=50.0))
+    assert bar.clock() == "50s elapsed, ETA 1m40s"
+    bar.close()
+
+
+def test_a_ladders_measured_seconds_are_its_rungs_summed():
+    rungs = [{"depth": 1, "metrics": {"seconds": 2.0}}, {"depth": 2, "metrics": {"seconds": 5.0}}]
+    ladder = {"status": "done", "metrics": {"seconds": 5.0, "ladder": rungs}}
+    assert progress_mod.trial_seconds(ladder) == 7.0  # the top rung's own seconds are 5
+    assert progress_mod.trial_seconds(_done(seconds=3.0)) == 3.0
+    assert progress_mod.trial_seconds(_done()) is None
+
+
+def test_on_a_terminal_the_bars_clock_moves_between_trials(monkeypatch, capsys):
+    """A first fit of 10 min estimated: each tick redraws the bar's elapsed time and the
+    estimate less that time, marked 'est.'; once it finishes, the scaled estimate, unmarked."""
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    bar, clock, ticks = _display()
+    bar.weigh({"a": 600.0, "b": 300.0}, parallel=1)
+    bar.phase("fits", 2)
+    assert ticks.periods == [progress_mod.TICK] and progress_mod.TICK <= 5
+    for now in (5.0, 10.0, 700.0):
+        clock.now = now
+        ticks.tick()
+    clock.now = 800.0
+    bar.update(_spec("a"), _done(seconds=800.0))  # 4/3 of its estimate: b's 300 s is 400 s
+    clock.now = 900.0
+    ticks.tick()
+    bar.close()
+    assert ticks.live is None
+    states = [re.sub(r"\|[^|]*\|", "|", s) for s in dict.fromkeys(_bars(capsys.readouterr().err))]
+    assert states == [
+        "fits:   0%| 0/2 [0s, ETA 15m00s est.]",
+        "fits:   0%| 0/2 [5s, ETA 14m55s est.]",
+        "fits:   0%| 0/2 [10s, ETA 14m50s est.]",
+        "fits:   0%| 0/2 [11m40s, ETA >5m00s est.]",
+        "fits:  50%| 1/2 [13m20s, ETA 6m40s, d=3 mse=0.5]",
+        "fits:  50%| 1/2 [15m00s, ETA 5m00s, d=3 mse=0.5]",
+    ]
+
+
+def test_a_silent_stretch_gets_a_heartbeat_line_and_stages_say_when_they_begin(capsys):
+    bar, clock, ticks = _display()
+    clock.now = 2.0
+    bar.stage("checking the design")
+    assert capsys.readouterr().err == "[2s] checking the design\n"
+    bar.weigh({"a": 600.0}, parallel=1)
+    bar.phase("fits", 1)
+    capsys.readouterr()
+    clock.now = 2.0 + bar.BEAT - 1
+    ticks.tick()
+    assert capsys.readouterr().err == ""  # less than a minute since the last line
+    clock.now = 2.0 + bar.BEAT
+    ticks.tick()
+    assert capsys.readouterr().err == "[fits 0/1, 1m02s elapsed, ETA 9m00s est.] running\n"
+    clock.now += bar.BEAT - 1
+    ticks.tick()
+    assert capsys.readouterr().err == ""  # the last line counts from the heartbeat
+    bar.close()
+    assert ticks.live is None
 
 
 def test_a_display_kept_open_after_its_sweep_says_no_running(tmp_path, capsys):
     """A caller's display outlives the sweep (a script's, `blocklab.run`'s) and still expects
-    trials of a phase that never comes: once the sweep ended it beats no more, until the next
-    sweep's phase begins."""
-    import time
-
+    trials of a phase that never comes: once the sweep ended its ticker is stopped, until the
+    next sweep's phase begins."""
     from _specs import small_trial
     from blocklab.engine import sweep
     from blocklab.specs import TrainConfig
     from blocklab.store import Store
 
-    bar = progress_mod.Progress()
-    bar.BEAT = 0.2
+    bar, clock, ticks = _display()
     bar.expect(5)  # trials a later phase would plan: the count stays below the total
     spec = small_trial("2", 0, TrainConfig(steps=2, batch_size=8, lr=1e-2, eval_points=1))
     sweep.run([spec], Store(tmp_path), "t", progress=bar)
-    capsys.readouterr()
-    time.sleep(0.6)
-    assert "running" not in capsys.readouterr().err
+    assert ticks.made == 1 and ticks.live is None
     bar.phase("seeds", 1)
-    time.sleep(0.6)
+    capsys.readouterr()
+    clock.now += bar.BEAT
+    ticks.tick()
     bar.close()
     assert "] running" in capsys.readouterr().err
+
+
+def test_the_ticker_ticks_until_stopped_and_leaves_no_thread(capsys):
+    """The real ticker, at a period of 0: it ticks again and again on its own thread, `stop`
+    ends that thread, and a tick that meets a closed stream ends it too."""
+    three, calls = threading.Event(), []
+
+    def tick():
+        calls.append(1)
+        if len(calls) >= 3:
+            three.set()
+
+    ticker = progress_mod.Ticker(0.0, tick)
+    assert ticker.thread.daemon and ticker.thread.name == "blocklab-progress"
+    three.wait()
+    ticker.stop()
+    assert not ticker.thread.is_alive() and len(calls) >= 3
+
+    def closed():
+        raise ValueError("I/O operation on closed file")
+
+    broken = progress_mod.Ticker(0.0, closed)
+    broken.thread.join(timeout=60)
+    assert not broken.thread.is_alive()
+    broken.stop()  # stopping an ended ticker is harmless
+
+
+def _tickers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "blocklab-progress"]
+
+
+@pytest.mark.parametrize("terminal", [False, True], ids=["log", "terminal"])
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, RuntimeError], ids=["ctrl-c", "error"])
+def test_a_sweep_stopped_by_ctrl_c_or_an_error_leaves_no_ticker(
+    tmp_path, monkeypatch, capsys, terminal, stop
+):
+    """The real ticker runs while the sweep's trials do, and stops with the sweep however it
+    ends: the display's own (a flag) closed, the command's (passed in) at rest."""
+    from _specs import small_trial
+    from blocklab.engine import sweep
+    from blocklab.errors import Interrupted
+    from blocklab.specs import TrainConfig
+    from blocklab.store import Store
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: terminal)
+    assert not _tickers()
+    seen = []
+
+    def stopped(*args, **kwargs):
+        seen.append(len(_tickers()))  # the ticker runs while the trial does
+        raise stop("stopped")
+
+    monkeypatch.setattr(sweep, "run_group", stopped)
+    spec = small_trial("2", 0, TrainConfig(steps=2, batch_size=8, lr=1e-2, eval_points=1))
+    for progress in (True, progress_mod.Progress()):
+        with pytest.raises(Interrupted if stop is KeyboardInterrupt else RuntimeError):
+            sweep.run([spec], Store(tmp_path), "t", progress=progress)
+        assert not _tickers()
+    assert seen == [1, 1]
+
+
+def test_each_planned_trial_of_a_degree_sweep_has_a_line_of_its_own():
+    """Trials of one cell and seed differ by their teacher: each trial's line names it, so no
+    two of a run's lines read the same (the demo's ladders, and single fits with their
+    roundings and referees)."""
+    import dataclasses
+
+    from blocklab.experiments.degree_sweep import DegreeSweepConfig, plan
+
+    demo = dataclasses.replace(DegreeSweepConfig.demo(), teachers=3, seeds=1)
+    single = DegreeSweepConfig(baselines=(), teachers=2, seeds=2, ladder="off", roundings=2)
+    for cfg in (demo, single):
+        cells = plan.shapes(cfg)
+        planned = [s for _, s in plan.trials(cfg, cells, dict.fromkeys(cells, cfg.train.lr))]
+        lines = [s.describe() for s in planned]
+        assert len(set(lines)) == len(lines) == len({s.id for s in planned})
+        named = [re.search(r" teacher=(\d+) seed=\d+", line) for line in lines]
+        assert {int(m[1]) for m in named} == set(range(cfg.teachers))
+        assert all(m[1] == str(s.data_seed) for m, s in zip(named, planned, strict=True))
+    assert lines[2] == "teacher B=18 d=2 L=1 w=3 lm teacher=1 seed=0"

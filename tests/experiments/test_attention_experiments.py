@@ -103,6 +103,32 @@ def test_needle_verdicts_follow_the_tests():
     assert found["linear"]["verdict"] == "linear better"
 
 
+def test_needle_status_leads_with_the_tally_then_where_softmax_differs():
+    cfg = needle.NeedleConfig(seq_lens=(8, 32), tau1s=(2.0, 3.0), draws=100)
+
+    def t(part, model, seq_len, tau1, better):
+        return {"part": part, "model": model, "seq_len": seq_len, "tau1": tau1, "better": better}
+
+    tested = [t("random weights", "linear", n, x, None) for n in (8, 32) for x in (2.0, 3.0)]
+    tested[3]["better"] = tested[2]["better"] = "softmax"
+    tested += [t("random weights", "linearized", 8, 2.0, "linearized")]
+    tested += [
+        t("trained", "linearized", 64, 3.0, "softmax"),
+        t("trained", "linear", 64, 3.0, None),
+    ]
+    line = needle_report.status(cfg, tested).line
+    assert line == (
+        "FINDINGS: softmax better in 3 of 7 settings, worse in 1, no significant difference in "
+        "the other 3 (Holm p < 0.05); worse than linearized: random weights at T=8 (tau1=2); "
+        "better than linearized: trained at T=64; better than linear: random weights at T=32 "
+        "(tau1=2, 3)"
+    )
+    many = [t("random weights", "linear", n, 2.0, "softmax") for n in (2, 4, 8, 16, 32, 64)]
+    assert needle_report.status(cfg, many, shown=2).line.endswith(
+        "at T=2 (tau1=2), T=4 (tau1=2) and 4 more"
+    )
+
+
 def test_needle_analysis_adds_the_intervals_and_tests_the_counts():
     """The run returns success counts only; the report's analysis adds each share's interval
     and the tests."""
@@ -133,6 +159,23 @@ def test_qsa_findings_read_the_threshold_crossing():
     assert "non-decreasing" in found[-1]["measured"] and "NOT" not in found[-1]["measured"]
 
 
+def test_qsa_status_labels_each_first_m_with_its_q():
+    cfg = sanford_qsa.QsaConfig(qs=(1, 2, 4), dims=(2, 4, 8), seq_len=16)
+
+    def s(q, m, mean):
+        return {"q": q, "m": m, "model": "attention", "mean": mean, "n": 3}
+
+    summaries = [s(1, 2, 0.95), s(2, 2, 0.5), s(2, 4, 0.95), s(4, 8, 0.5)]
+    line = qsa_report.status(cfg, qsa.thresholds(cfg, summaries)).line
+    assert line == (
+        "FINDINGS: first m reaching 90% (of m up to 8): q=1: 2, q=2: 4, q=4: none; "
+        "non-decreasing in q; the successes respect m >= q/log2 N"
+    )
+    summaries = [s(1, 4, 0.95), s(2, 2, 0.95)]
+    line = qsa_report.status(cfg, qsa.thresholds(cfg, summaries)).line
+    assert "q=1: 4, q=2: 2, q=4: none; NOT non-decreasing in q" in line
+
+
 # --- end to end through the CLI -----------------------------------------------------------
 
 TINY_TRAIN = ["--steps", "20", "--batch-size", "32", "--eval-points", "2", "--quiet", "--json"]
@@ -161,6 +204,14 @@ def test_sanford_qsa_end_to_end(tmp_path, capsys):
     }
     assert all(s["n"] + s["diverged"] == 2 for s in payload["summaries"])
     assert [f["q"] for f in payload["findings"]] == [1, 2, "all"]
+    line = payload["status"]["line"]
+    assert "first m reaching 90% (of m up to 4): q=1: " in line and ", q=2: " in line
+    # every (q, m, model) read for learning, and the status flags what it finds
+    learning = payload["learning"]
+    assert [(c["q"], c["m"], c["model"]) for c in learning] == [
+        (s["q"], s["m"], s["model"]) for s in payload["summaries"]
+    ]
+    assert ("AT CHANCE" in line) == any(c["at_chance"] for c in learning)
     report = (tmp_path / "report.md").read_text()
     assert "## Prediction and measurement" in report and "m >= q/log2 N" in report
     assert (tmp_path / "qsa_accuracy_vs_m.png").stat().st_size > 0
@@ -214,7 +265,12 @@ def test_sanford_match_end_to_end(tmp_path, capsys):
     }
     assert all(t["n"] == 2 and t["p_holm"] >= t["p"] for t in tests)
     assert payload["power"]["n"] == 2 and payload["power"]["comparisons"] == 2
-    assert payload["status"]["line"].startswith("FINDINGS: Match2, 2 widths: ")
+    line = payload["status"]["line"]
+    assert line.startswith("FINDINGS: ") and "Match2, 2 widths: " in line
+    learning = {(c["task"], c["seq_len"], c["width"], c["model"]): c for c in payload["learning"]}
+    assert set(learning) == {(f["task"], f["seq_len"], f["width"], f["model"]) for f in findings}
+    assert all(c["chance"] > 0.4 for c in learning.values())  # binary labels, near balanced
+    assert ("AT CHANCE" in line) == any(c["at_chance"] for c in learning.values())
     # one rate fixes the search, so a --lr would say nothing: it is refused, in one line
     code, _, err = _run(capsys, *args, "--lr", "1e-3")
     assert code == 2 and "lr_grid" in err and err.count("\n") == 1
@@ -234,6 +290,13 @@ def test_needle_end_to_end(tmp_path, capsys):
         for part in ("random weights", "random weights", "trained")
     ]
     assert all(f["p_holm"] is None or 0 <= f["p_holm"] <= 1 for f in payload["findings"])
+    line = payload["status"]["line"]
+    assert "softmax better in " in line and " of 6 settings, worse in " in line
+    learning = payload["learning"]
+    assert [(c["seq_len"], c["model"], c["chance"]) for c in learning] == [
+        (8, m, 0.5) for m in ("softmax", "linear", "linearized")
+    ]
+    assert ("AT CHANCE" in line) == any(c["at_chance"] for c in learning)
     assert "Prediction and measurement" in (tmp_path / "report.md").read_text()
     n = _trials_in(tmp_path)  # 2 random settings + 3 models x 2 seeds
     assert n == 8

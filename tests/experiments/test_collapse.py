@@ -263,3 +263,24 @@ def test_cli_end_to_end_json(tmp_path, capsys):
     assert main(args) == 0  # a rerun resumes: nothing new is trained
     assert len(Store(tmp_path).records()) == n
     assert json.loads(capsys.readouterr().out)["summaries"] == payload["summaries"]
+
+
+@pytest.mark.slow
+def test_networks_that_never_trained_are_flagged_in_every_summary(tmp_path, capsys):
+    """A learning rate of 1e-12 leaves the networks as they were drawn: their loss never moves
+    and their accuracy stays at chance, and the text, the status, report.md and the page say so."""
+    args = ["collapse", "--depth", "2", "--width", "8", "--seq-len", "8", "--n-train", "128"]
+    args += ["--seeds", "2", "--variants", "pure", "--steps", "4", "--lr", "1e-12"]
+    args += ["--batch-size", "32", "--eval-points", "2", "--workers", "1", "--quiet"]
+    assert main([*args, "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("AT CHANCE after training in 1 of 1 settings: pure (test accuracy ")
+    status = out.strip().splitlines()
+    assert "LOSS NEVER MOVED in 2 of 2 trials: pure" in out
+    line = json.loads((tmp_path / "run.json").read_text())["status"]["line"]
+    assert line.startswith("FINDINGS: AT CHANCE after training in 1 of 1 settings: pure ")
+    assert "; LOSS NEVER MOVED in 2 of 2 trials: pure; " in line and status[-1] in line
+    report = (tmp_path / "report.md").read_text()
+    assert f"**{line}**" in report and "At chance: pure: " in report
+    assert "Loss never moved: pure (2 of 2 trials)." in report
+    assert "AT CHANCE after training" in (tmp_path / "index.html").read_text()

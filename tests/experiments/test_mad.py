@@ -199,6 +199,10 @@ def test_mad_end_to_end(tmp_path, capsys):
     assert all(r["n"] == 2 and 0 <= r["ci_low"] <= r["mean"] <= r["ci_high"] <= 1
                for r in payload["results"])  # fmt: skip
     assert set(payload["scores"]) == {"softmax_attention", "mixer"}
+    learning = {(c["block"], c["task"], c["level"]): c for c in payload["learning"]}
+    assert set(learning) == cells and all(0 < c["chance"] < 0.5 for c in learning.values())
+    line = payload["status"]["line"]
+    assert ("AT CHANCE" in line) == any(c["at_chance"] for c in learning.values())
     assert payload["scores"]["mixer"]["degree"] == 1
     assert set(payload["correlation"]) == {"rho", "p", "against"}
     assert {f["status"] for f in payload["published"]} <= {"agrees", "disagrees", "not tested here"}

@@ -124,5 +124,9 @@ def test_the_width_sweep_end_to_end(tmp_path, capsys):
     assert {(s["pairs"], s["level"]) for s in out["summaries"]} == {(2, 0), (4, 1)}
     assert set(out["plateau"]) == {"softmax_attention", "h3"}  # the blocks as written
     assert all(p["trials"] == 8 for p in out["plateau"].values())  # 2 widths x 2 settings x 2
-    assert out["status"]["line"].startswith("FINDINGS: zoology's gated-convolution claim")
+    line = out["status"]["line"]
+    assert line.startswith("FINDINGS: ") and "zoology's gated-convolution claim: " in line
+    learning = {(c["block"], c["width"], c["pairs"]): c for c in out["learning"]}
+    assert len(learning) == 8 and all(c["trials"] == 2 for c in learning.values())
+    assert ("AT CHANCE" in line) == any(c["at_chance"] for c in learning.values())
     assert (tmp_path / "mad_width_sweep.png").exists()

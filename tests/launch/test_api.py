@@ -129,11 +129,40 @@ def test_a_verdict_reads_as_its_first_sentence_and_a_refusal_as_its_reason():
         "verdict": False,
         "line": "NO VERDICT: design checks failed: plateau",
         "next": {},
+        "next_cost": {"core_seconds": None, "reason": "no next command: nothing to change"},
     }
 
 
-def test_findings_sum_up_in_one_line():
+def test_findings_sum_up_in_one_line_led_by_the_tally_of_their_verdicts():
     findings = [{"part": f"p{i}", "verdict": "agrees"} for i in range(5)]
-    line = Status.of_findings(findings).line
-    assert line == "FINDINGS: p0: agrees; p1: agrees; p2: agrees; and 2 more"
+    assert Status.of_findings(findings).line == "FINDINGS: 5 findings: 5 agrees"
     assert Status.of_findings([]).line == "FINDINGS: none"
+    # the commonest first; a verdict one finding alone holds names that finding
+    findings += [{"part": "p5", "verdict": "differs"}, {"part": "p6", "verdict": "differs"}]
+    findings.append({"part": "fit", "setting": "3 points", "model": "mlp", "verdict": "b > 0"})
+    line = Status.of_findings(findings).line
+    assert line == "FINDINGS: 8 findings: 5 agrees; 2 differs; fit 3 points model=mlp: b > 0"
+    alone = [{"part": f"p{i}", "verdict": f"v{i}"} for i in range(5)]
+    line = Status.of_findings(alone, shown=2).line
+    assert line == "FINDINGS: 5 findings: p0: v0; p1: v1; 3 more, each with a verdict of its own"
+    assert Status.of_findings(alone[:1]).line == "FINDINGS: 1 finding: p0: v0"
+    # findings without a verdict: each by what was measured, labelled by where it belongs
+    measured = [{"q": q, "measured": f"m = {2 * q}"} for q in (1, 2, 4, 8)]
+    line = Status.of_findings(measured).line
+    assert line == "FINDINGS: 4 findings: q=1: m = 2; q=2: m = 4; q=4: m = 8; and 1 more"
+
+
+def test_plan_prices_a_run_from_python_as_plan_does_and_fits_nothing(tmp_path):
+    import blocklab
+
+    given = dict(
+        out=tmp_path / "x", seeds=1, degrees=["2"], baselines=[], depths=[1, 2], steps=8,
+        warm_start=20, task_options={"n_train": 256, "n_val": 64, "n_test": 256},
+    )  # fmt: skip
+    planned = blocklab.plan("degree-sweep", **given)
+    assert planned["trials_new"] > 0 and planned["trials_stored"] == 0
+    assert planned["units"] == 1 and planned["teachers"] == 1 and planned["seeds"] == 1
+    assert not (tmp_path / "x").exists()  # nothing fitted, nothing written
+    # an experiment that prices nothing is refused, as --plan is
+    with pytest.raises(UserError, match="no plan"):
+        blocklab.plan("seprank degree", out=tmp_path / "y")

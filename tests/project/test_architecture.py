@@ -45,7 +45,7 @@ LAYERS = [
         "numerics",
         "rundir",
     }
-    | {"fingerprint", "plugins", "frames", "formatting", "sample_size"},
+    | {"fingerprint", "plugins", "frames", "formatting", "sample_size", "timings"},
     {"blocks", "tasks", "measures", "jacobian"},
     {"models", "budget", "checks", "constructions"},
     {"fitting", "bench"},
@@ -506,7 +506,15 @@ def test_one_file_adds_an_experiment(toy, tmp_path, capsys):
         "config": {"n": 4},
         "page": str(tmp_path / "index.html"),
         # a report without a verdict or findings sums up in the first line it prints
-        "status": {"verdict": False, "line": "squares: [0, 1, 4, 9]", "next": {}},
+        "status": {
+                "verdict": False,
+                "line": "squares: [0, 1, 4, 9]",
+                "next": {},
+                "next_cost": {
+                    "core_seconds": None,
+                    "reason": "no next command: nothing to change",
+                },
+            },
     }
     said = "# Squares\n\n**squares: [0, 1, 4, 9]**\n\n[0, 1, 4, 9]\n"
     assert (tmp_path / "report.md").read_text() == said

@@ -270,3 +270,26 @@ def test_expect_tells_its_listeners_the_ids_a_sweep_will_have(store):
     store.on_expect.append(heard.append)
     store.expect(iter(["a", "b"]))
     assert heard == [["a", "b"]]
+
+
+def test_what_a_stop_keeps_is_read_from_the_store(tmp_path):
+    """The finished trials the store holds, whoever stored them, and those of them this store
+    put: a failed trial is not kept, and a put a stop rolled back is not there."""
+    from blocklab.errors import Kept
+
+    with Store(tmp_path) as earlier:
+        assert str(earlier.kept()) == f"no trials stored in {tmp_path}"
+        earlier.put(record("old"))
+        assert str(earlier.kept()) == f"1 trial stored in {tmp_path} by this command"
+    store = Store(tmp_path / DB_NAME)  # named by its file: the words name the directory
+    assert str(store.kept()) == f"1 trial stored in {tmp_path} (none by this command)"
+    store.put(record("new"))
+    store.put(record("raised", status="failed", error="boom"))
+    store.conn.execute("BEGIN IMMEDIATE")
+    store.put(record("rolled back"))
+    store.conn.execute("ROLLBACK")
+    assert store.kept() == Kept(stored=2, mine=1, where=str(tmp_path))
+    assert str(store.kept()) == f"2 trials stored in {tmp_path} (1 by this command)"
+    store.put(record("more"))
+    assert str(store.kept()) == f"3 trials stored in {tmp_path} (2 by this command)"
+    store.close()

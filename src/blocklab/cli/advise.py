@@ -38,14 +38,16 @@ def run(args: argparse.Namespace) -> int:
     ]
     if args.params is not None:
         advice = dw.advise(_count(args.params), fit)
+        measured = _measured(fit)
+        _check_reach(args.params, advice, fit, measured)
         payload["advice"] = advice.to_dict()
         lo, hi = advice.depth_range
         near = f"depths {lo}-{hi} are" if lo < hi else "no other depth is"
         lines += [
             f"budget N = {advice.n_params:.4g} non-embedding parameters (N = 12 L dx^2)",
-            f"depth L = {advice.depth} (L* = {advice.depth_exact:.2f} +- "
-            f"{advice.depth_sigma:.2f}; {near} within the fit's 1-sigma)",
-            f"width dx = {advice.width:.0f} +- {advice.width_sigma:.0f} (sqrt(N / (12 L)))",
+            f"depth L = {advice.depth} (L* = {_pm(advice.depth_exact, advice.depth_sigma, 2)}; "
+            f"{near} within the fit's 1-sigma)",
+            f"width dx = {_pm(advice.width, advice.width_sigma, 0)} (sqrt(N / (12 L)))",
             f"buildable: dx = {advice.buildable_width} (the nearest multiple of {advice.multiple}"
             + (
                 f": {advice.buildable_width // 64} heads of 64 dimensions"
@@ -57,7 +59,10 @@ def run(args: argparse.Namespace) -> int:
             "of the budget)",
         ]
         if advice.extrapolated:
-            lines.append("extrapolated: L* lies outside the depths the fit was measured at")
+            lines.append(
+                f"extrapolated: L* lies outside the {measured}: its +- assumes the fit's line "
+                "holds out here"
+            )
     if args.depth is not None:
         with warnings.catch_warnings():  # an overflow is reported below, in one line
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -74,6 +79,45 @@ def run(args: argparse.Namespace) -> int:
         )
     print(json.dumps(payload, indent=2) if args.json else "\n".join(lines))
     return 0
+
+
+def _measured(fit) -> str:
+    """The depths the fit was measured at, and the budgets whose optimum they are."""
+    from blocklab.analysis import depth_width as dw
+
+    low, high = min(fit.depths), max(fit.depths)
+    n_low, n_high = dw.n_transition(low, fit)[0], dw.n_transition(high, fit)[0]
+    return f"depths {low:g}-{high:g} the fit was measured at (N = {n_low:.2g} to {n_high:.2g})"
+
+
+def _check_reach(given: str, advice, fit, measured: str) -> None:
+    """Refuse a budget the fit cannot speak for: one whose optimum is under half a layer (no
+    depth rounds to it), or one so far out that the fit's error on N there passes 100%, where
+    a linear error model (the +- it prints) states nothing."""
+    from blocklab.analysis import depth_width as dw
+
+    exact = advice.depth_exact
+    if exact < 0.5:
+        least = dw.n_transition(0.5, fit)[0]
+        raise UserError(
+            f"--params {given}: the fit puts the optimal depth under half a layer "
+            f"(L* = {exact:.2g}), below the {measured}; it advises budgets from N = {least:.2g}"
+        )
+    error = dw.n_transition(exact, fit)[1] / advice.n_params
+    if error >= 1:
+        raise UserError(
+            f"--params {given}: L* = {exact:.4g} lies so far beyond the {measured} that the "
+            f"fit's error on N there is {error:.0%}, past what its +- can state; give a smaller "
+            "budget"
+        )
+
+
+def _pm(value: float, sigma: float, places: int) -> str:
+    """value +- sigma at `places` decimals, or to sigma's second significant digit where those
+    would print it as zero: an uncertainty is not shown as none."""
+    if sigma > 0 and round(sigma, places) == 0:
+        places = 1 - math.floor(math.log10(sigma))
+    return f"{value:.{places}f} +- {sigma:.{places}f}"
 
 
 def _load_fit(where: str):

@@ -93,12 +93,18 @@ def add_parser(sub, experiment: type[Experiment], command: Command) -> None:
         "directory (needs the extra of that name; repeatable)",
     )
     output.add_argument("--quiet", action="store_true", help="no progress output")
-    if experiment.sizing is not None:
+    if experiment.price is not None:
+        sized = (
+            "; with --target-resolution, the run it sizes, its units' interval, and its Ray, "
+            "Slurm and GPU forms"
+            if experiment.sizing is not None
+            else ""
+        )
         output.add_argument(
             "--plan",
             action="store_true",
-            help="print the run --target-resolution sizes (units, core-hours here, and its Ray, "
-            "Slurm and GPU forms with their estimates) and exit without fitting",
+            help="print what the run would fit, keep or continue in --out and what that costs "
+            f"(core time here, one GPU estimated){sized}, and exit without fitting",
         )
     p.set_defaults(handler=lambda args: run(experiment, args))
 
@@ -162,13 +168,29 @@ def run(experiment: type[Experiment], args: argparse.Namespace) -> int:
 
 
 def _say_plan(ran: launch.Ran, args: argparse.Namespace, words: list[str]) -> None:
-    """The plan the run was sized by, worded by the experiment's sizing hook: with --plan on
-    stdout (or its JSON), else on stderr before the run unless --quiet."""
-    if args.plan and args.json:
-        print(json.dumps({"plan": ran.plan.json()}, indent=2))
-    elif args.plan or not args.quiet:
-        lines = ran.experiment.sizing.plan_lines(ran.plan, ran.cfg, words)
-        print(wrapped("\n".join(lines)), file=sys.stdout if args.plan else sys.stderr)
+    """With --plan, the plan on stdout (its JSON with --json): the run size a target resolution
+    asked for (worded by the experiment's sizing hook), what the run would fit, keep or continue
+    and its cost. Without it, the run size on stderr before the run, unless --quiet."""
+    plan = ran.plan
+    if getattr(args, "plan", False) and args.json:
+        print(json.dumps({"plan": plan.json()}, indent=2))
+        return
+    lines = []
+    if ran.size is not None and (plan is not None or not args.quiet):
+        lines = ran.experiment.sizing.plan_lines(ran.size, ran.cfg, words, plan)
+    if plan is not None:
+        lines += plan_lines(plan)
+    if lines:
+        print(wrapped("\n".join(lines)), file=sys.stdout if plan is not None else sys.stderr)
+
+
+def plan_lines(plan) -> list[str]:
+    """A plan (`engine.pricing.Plan`) in words: its trials, its cost, and what the experiment
+    adds (`note`)."""
+    import os
+
+    lines = [f"plan: {plan.trials_said()}", f"cost: {plan.cost_said(os.cpu_count() or 1)}"]
+    return lines + ([plan.note] if plan.note else [])
 
 
 def _form_help(method, time: str | None = None) -> str:

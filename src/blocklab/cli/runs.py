@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -77,15 +78,18 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"cannot write {args.id}: {exc.strerror}") from None
         print(f"wrote {len(records)} trials to {args.id}")
         return 0
-    current = _currency(records)
+    code = _currency(records)
     if args.json:
         print(
             json.dumps(
                 [
                     {
-                        **{k: r[k] for k in ("id", "experiment", "status", "seed", "metrics")},
+                        **{k: r[k] for k in ("id", "experiment", "status", "seed")},
+                        "teacher": _teacher(r),
+                        "metrics": r["metrics"],
                         "fingerprint": _fingerprint(r),
-                        "stale": not current[r["id"]],
+                        "stale": code[r["id"]][0] == STALE,
+                        "not_imported": list(code[r["id"]][1]),
                     }
                     for r in records
                 ],
@@ -96,25 +100,24 @@ def run(args: argparse.Namespace) -> int:
     # the rows alone on stdout, for a pipe; their column names before them on stderr, like the
     # count after them
     width = max((len(r["id"]) for r in records), default=len("id"))
-    header = _line(["id", "experiment", "status", "fingerprint", "stale", "trial"], width)
+    header = _line(["id", "experiment", "status", "fingerprint", "code", "trial"], width)
     print(header, file=sys.stderr, flush=True)
     described = _told_apart(records)
     for r in records:
         fields = [r["id"], r["experiment"], r["status"], _fingerprint(r) or "-"]
-        fields += ["" if current[r["id"]] else "stale", described[r["id"]]]
+        fields += [code[r["id"]][0], described[r["id"]]]
         print(_line(fields, width))
     sys.stdout.flush()  # the rows before the count, where both streams go to one place
-    stale = sum(not ok for ok in current.values())
-    note = f" ({stale} stale: made by code other than this)" if stale else ""
-    print(f"{len(records)} trials in {store.path}{note}", file=sys.stderr)
+    print(f"{len(records)} trials in {store.path}{_code_note(code, path)}", file=sys.stderr)
     return 0
 
 
 def _line(fields: list[str], width: int) -> str:
-    """One line of `runs list`: id, experiment, status, the code's fingerprint, whether the
-    trial is stale, and what the trial is, in columns (the id's width: the longest id's)."""
-    ident, experiment, status, code, stale, trial = fields
-    return f"{ident:<{width}}  {experiment:<13} {status:<8} {code:<16} {stale:<5} {trial}"
+    """One line of `runs list`: id, experiment, status, the code's fingerprint, whether the code
+    here now made the trial (blank), or not (`STALE`, `NOT_IMPORTED`), and what the trial is,
+    in columns (the id's width: the longest id's)."""
+    ident, experiment, status, code, state, trial = fields
+    return f"{ident:<{width}}  {experiment:<13} {status:<8} {code:<16} {state:<12} {trial}"
 
 
 def _fingerprint(rec: dict[str, Any]) -> str | None:
@@ -122,20 +125,75 @@ def _fingerprint(rec: dict[str, Any]) -> str | None:
     return (rec.get("provenance") or {}).get("code", {}).get("fingerprint")
 
 
-def _currency(records: list[dict[str, Any]]) -> dict[str, bool]:
-    """Per trial: whether the code here now is the code that made it (one comparison per
-    distinct code record)."""
-    from blocklab.fingerprint import is_current
+# a trial's code beside the code here now, as `runs list` words it: made by other code of
+# modules this process has loaded, or by a plugin it has not imported (so nothing to compare)
+STALE = "stale"
+NOT_IMPORTED = "not imported"
 
-    seen: dict[str, bool] = {}
+
+def _currency(records: list[dict[str, Any]]) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Per trial: "" where the code here now made it, `NOT_IMPORTED` with the plugins it names
+    that this process has not imported, else `STALE` (one comparison per distinct code
+    record)."""
+    from blocklab.fingerprint import is_current, not_imported
+
+    seen: dict[str, tuple[str, tuple[str, ...]]] = {}
     out = {}
     for r in records:
         recorded = (r.get("provenance") or {}).get("code")
         key = json.dumps(recorded, sort_keys=True)
         if key not in seen:
-            seen[key] = is_current(recorded)
+            missing = () if is_current(recorded) else tuple(not_imported(recorded))
+            state = "" if is_current(recorded) else NOT_IMPORTED if missing else STALE
+            seen[key] = (state, missing)
         out[r["id"]] = seen[key]
     return out
+
+
+def _code_note(code: dict[str, tuple[str, tuple[str, ...]]], out: Path) -> str:
+    """What the count line adds: how many trials are stale, and how many were made by plugins
+    this command did not import, named, with the `--import` that loads them (the run's
+    command's, where run.json records it)."""
+    stale = sum(state == STALE for state, _ in code.values())
+    missing = sorted({m for state, mods in code.values() if state == NOT_IMPORTED for m in mods})
+    notes = [f"{stale} stale: made by code other than this"] if stale else []
+    if missing:
+        n = sum(state == NOT_IMPORTED for state, _ in code.values())
+        given = _imports_given(out)
+        files = [given[m] for m in missing if m in given]
+        how = (
+            " ".join(f"--import {shlex.quote(f)}" for f in files)
+            if len(files) == len(missing)
+            else "--import FILE (the plugin's .py file or module)"
+        )
+        plugin = "plugin" if len(missing) == 1 else "plugins"
+        notes.append(
+            f"{n} not imported: made by {plugin} {', '.join(missing)}, which this command did "
+            f"not import; pass {how} to compare their code"
+        )
+    return f" ({'; '.join(notes)})" if notes else ""
+
+
+def _imports_given(out: Path) -> dict[str, str]:
+    """The plugins the run's command imported (`--import` in run.json's command), by the
+    module each becomes: a file's stem, or the module name given."""
+    from blocklab.plugins import is_path
+    from blocklab.rundir import RunDir
+
+    command = RunDir(out).record().get("command") or ""
+    try:
+        words = shlex.split(command)
+    except ValueError:  # a call of `blocklab.api.run`, not a command line
+        return {}
+    specs = [b for a, b in zip(words, words[1:], strict=False) if a == "--import"]
+    specs += [w.removeprefix("--import=") for w in words if w.startswith("--import=")]
+    return {(Path(s).stem if is_path(s) else s): s for s in specs}
+
+
+def _teacher(rec: dict[str, Any]) -> int | None:
+    """The teacher a trial fits (the task's data seed: the degree sweep's teacher index); None
+    where the task's data follow the trial's seed."""
+    return (rec.get("config") or {}).get("data_seed")
 
 
 def _describe(rec: dict[str, Any]) -> str:
@@ -152,8 +210,8 @@ def _describe(rec: dict[str, Any]) -> str:
         parts.append("ladder=" + "/".join(map(str, c["ladder"])))
     # every field that tells two trials of one cell apart: the teacher (the task's data seed),
     # the rounding, the seed
-    if c.get("data_seed") is not None:
-        parts.append(f"teacher={c['data_seed']}")
+    if _teacher(rec) is not None:
+        parts.append(f"teacher={_teacher(rec)}")
     if c.get("rounding"):
         parts.append(f"rounding={c['rounding']}")
     parts.append(f"seed={rec['seed']}")
@@ -189,10 +247,11 @@ def _flat(config: dict[str, Any], prefix: str = ""):
 
 
 def _show(rec: dict[str, Any]) -> str:
+    """One trial: its id, experiment, status and seed, then its config, metrics and provenance
+    as JSON indented two spaces, a value to a line."""
     lines = [f"{k}: {rec[k]}" for k in ("id", "experiment", "status", "seed")]
-    lines.append("config: " + json.dumps(rec["config"], sort_keys=True))
-    lines.append("metrics: " + json.dumps(rec["metrics"], sort_keys=True))
-    lines.append("provenance: " + json.dumps(rec["provenance"], sort_keys=True))
+    for k in ("config", "metrics", "provenance"):
+        lines.append(f"{k}: " + json.dumps(rec[k], indent=2, sort_keys=True))
     if rec.get("error"):
         lines.append("error: " + rec["error"])
     return "\n".join(lines)

@@ -56,6 +56,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from blocklab.experiments import _arms
     from blocklab.experiments import _seprank as seprank
     from blocklab.formatting import plain
     from blocklab.measures.seprank import resolve_partition
@@ -64,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     given = cfgmod.overrides(args, NetShape, skip=_NOT_OFFERED)
     shape = options.build(NetShape, {**dataclasses.asdict(ANALYZED), **given}, what="network")
     resolve_partition(args.partition, args.positions, args.seed)
+    _arms.arm(args.block)  # an option the block does not take fails with the nearest name
     result = seprank.measure_network(
         args.block,
         shape,

@@ -15,37 +15,15 @@ a time for a config that is not the one the command runs now.
 
 from __future__ import annotations
 
-import hashlib
-import json
-from pathlib import Path
 from typing import Any
 
-PATH = Path(__file__).resolve().parent.parent / "timings.json"  # blocklab/timings.json
+# the file and its reading are the base layer's (`blocklab.timings`), which a plan reads too;
+# its callers here (the tests, the timing script) read them from this module as before
+from blocklab.timings import PATH, config_fingerprint, entries, find  # noqa: F401
+
 SCRIPT = "benchmarks/command_times.py"
 KEYS = ("command", "form", "argv", "seconds", "config_fingerprint", "machine", "commit", "date")
 EXAMPLE_KEYS = ("example", "argv", "seconds", "config_fingerprint", "machine", "commit", "date")
-
-
-def entries(path: str | Path = PATH) -> list[dict[str, Any]]:
-    """The file's entries; none where there is no file."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    return json.loads(path.read_text())["entries"]
-
-
-def find(words: str, form: str = "", path: str | Path = PATH) -> dict[str, Any] | None:
-    """The entry of command `words` run at `form` ("": the command's own defaults), if any."""
-    found = (e for e in entries(path) if (e.get("command"), e.get("form")) == (words, form))
-    return next(found, None)
-
-
-def config_fingerprint(cfg: Any) -> str:
-    """16 hex digits over the config as a run records it (`formatting.config_json`)."""
-    from blocklab.formatting import config_json
-
-    text = json.dumps(config_json(cfg), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def command(words: str):

@@ -176,11 +176,12 @@ def run(
                 todo = round_.waiting
                 if todo and not round_.taken:  # the rest is held by other sweeps: wait for them
                     time.sleep(POLL)
-    # the count is the command's, not this sweep's: a command runs several sweeps on one store
+    # what the store holds and the command stored, not this sweep's: a command runs several
+    # sweeps on one store
     except KeyboardInterrupt:
-        raise Interrupted(store.stored) from None
+        raise Interrupted(store.kept()) from None
     except WorkerLost as exc:
-        raise WorkerDied(store.stored, str(exc)) from None
+        raise WorkerDied(store.kept(), str(exc)) from None
     finally:
         if own:
             bar.close()

@@ -19,9 +19,9 @@ its report, each in its layer:
   its package, or, in a top-level module, by that module itself.
 - `__init__.py` says what the experiment is and re-exports its config, run and manifest.
 
-Private modules here (`_trials`, `_seprank`) hold what several experiments share; what only one
-uses lives in its home, and so does its statistics: the shared `blocklab.analysis` and
-`blocklab.reports` hold only what two homes, or a module outside the experiments, use.
+Private modules here (`_trials`, `_seprank`, `_pricing`) hold what several experiments share;
+what only one uses lives in its home, and so does its statistics: the shared `blocklab.analysis`
+and `blocklab.reports` hold only what two homes, or a module outside the experiments, use.
 
 An experiment gathers; it does not conclude. `run` returns `Trials`: one flat row per finished
 trial, the trials that raised, and (in a subclass) facts the run measured or computed that are

@@ -194,6 +194,8 @@ def row(spec: TrialSpec, rec: dict[str, Any], **keys: Any) -> dict[str, Any]:
     return {
         "id": spec.id,
         "task": spec.task,
+        # the options the task was made with: what a report reads the task's chance from
+        "task_options": dict(spec.task_options),
         "budget": spec.budget,
         "arm": spec.arm.label,
         "degree": spec.arm.degree,
@@ -282,7 +284,8 @@ def lr_unused(grid: tuple[float, ...], extend: int) -> dict[str, str]:
     return out
 
 
-def _score(record: dict[str, Any] | None, higher_is_better: bool) -> float:
+def val_score(record: dict[str, Any] | None, higher_is_better: bool) -> float:
+    """A search trial's validation metric, higher better; -inf where it did not finish done."""
     value = (record or {}).get("metrics", {}).get("val_metric")
     if (record or {}).get("status") != "done" or value is None:
         return -math.inf
@@ -292,6 +295,24 @@ def _score(record: dict[str, Any] | None, higher_is_better: bool) -> float:
 def _beyond(grid: list[float], low: bool) -> float:
     """The next rate past the grid's low or high edge, at the grid's own ratio there."""
     return grid[0] ** 2 / grid[1] if low else grid[-1] ** 2 / grid[-2]
+
+
+def next_rate(rates: list[float], scores: list[float], more: bool) -> tuple[int, bool, bool]:
+    """One key's step of the search (`search_lr`, and a plan's reading of a stored search): of
+    `rates` (ascending) scored `scores` (`val_score`), the best one's index, whether it lies at
+    an edge, and whether the search goes on. Ties (accuracy 1 at several rates) go to the rate
+    nearest the grid's middle: an edge tied with a rate inside it is no reason to search past it.
+    Where `more` extensions are left and the best at an edge scored, the rate past that edge is
+    added to `rates` in place, and the search goes on there."""
+    top, mid = max(scores), (len(rates) - 1) / 2
+    ties = [i for i, sc in enumerate(scores) if sc == top]
+    best = min(ties, key=lambda i: (abs(i - mid), rates[i]))
+    edge = len(rates) == 1 or best in (0, len(rates) - 1)
+    if edge and more and math.isfinite(scores[best]):
+        low = best == 0
+        rates.insert(0 if low else len(rates), _beyond(rates, low=low))
+        return best, edge, True
+    return best, edge, False
 
 
 def search_lr(
@@ -328,20 +349,11 @@ def search_lr(
         again = []
         for key in pending:
             rates = grids[key]
-            scores = [_score(records.get(s.id), higher) for s in search[key]]
+            scores = [val_score(records.get(s.id), higher) for s in search[key]]
             for lr, s in zip(rates, search[key], strict=True):
                 seconds[key, lr] = (records.get(s.id) or {}).get("metrics", {}).get("seconds")
-            # ties (accuracy 1 at several rates) go to the rate nearest the grid's middle: an edge
-            # tied with a rate inside it is no reason to search past it
-            top, mid = max(scores), (len(rates) - 1) / 2
-            ties = [i for i, sc in enumerate(scores) if sc == top]
-            best = min(ties, key=lambda i: (abs(i - mid), rates[i]))
-            edge = len(rates) == 1 or best in (0, len(rates) - 1)
-            if edge and math.isfinite(scores[best]) and round_ < extend:
-                if best == 0:
-                    rates.insert(0, _beyond(rates, low=True))
-                else:
-                    rates.append(_beyond(rates, low=False))
+            best, edge, extended = next_rate(rates, scores, round_ < extend)
+            if extended:
                 again.append(key)
                 continue
             choice[key] = {

@@ -28,12 +28,13 @@ class Command:
 class Sizing:
     """An experiment's sizing hook (`Experiment.sizing`). `size(cfg, out_dir, pinned)` returns
     (config, plan): `cfg` with the size its `target_resolution` needs (`pinned`: the size given
-    stays), and the plan, whose `json()` `--plan --json` prints; `plan_lines(plan, cfg, words)`
-    words the plan for the terminal, with the command that runs it (`words`: the command line
-    asked, "blocklab ...")."""
+    stays), and the run size, whose `json()` the plan's JSON carries; `plan_lines(size, cfg,
+    words, plan)` words it for the terminal, with the command that runs it (`words`: the command
+    line asked, "blocklab ..."), at the cost `plan` (`engine.pricing.Plan`, None: before a run)
+    gives."""
 
     size: Callable[[Any, Any, bool], tuple[Any, Any]]
-    plan_lines: Callable[[Any, Any, list[str]], list[str]]
+    plan_lines: Callable[..., list[str]]
 
 
 class Experiment:
@@ -64,9 +65,12 @@ class Experiment:
     # flag (`--medium`, `--sweep-width`)
     forms: ClassVar[dict[str, str | None]] = {}
     # the sizing hook: how a config field `target_resolution` sizes the run from measured
-    # spreads before any trial runs (`Sizing`; the command offers --plan, which prints the plan
-    # and fits nothing); None: a run is the size its config gives
+    # spreads before any trial runs (`Sizing`); None: a run is the size its config gives
     sizing: ClassVar[Sizing | None] = None
+    # the price hook: price(cfg, out_dir) -> `engine.pricing.Plan`, what a run of `cfg` into
+    # `out_dir` would fit, keep or continue and what that costs, before anything runs (the
+    # command offers --plan, which prints it and fits nothing); None: no plan is priced
+    price: ClassVar[Callable[[Any, Any], Any] | None] = None
 
     @classmethod
     def defaults(cls, words: str = "", form: str | None = None) -> Any:

@@ -4,6 +4,7 @@ reports."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,14 @@ import matplotlib
 # files only, no display (servers, worker processes): set before any report draws (pyplot, if
 # a report imported it first, switches to it)
 matplotlib.use("Agg")
+
+
+def finding_label(f: dict[str, Any]) -> str:
+    """Where a finding belongs, from the keys it has: its part, setting and task, then its q,
+    sequence length, width and model as key=value; "finding" where it has none of them."""
+    where = " ".join(str(f[k]) for k in ("part", "setting", "task") if k in f)
+    where += "".join(f" {k}={f[k]}" for k in ("q", "seq_len", "width", "model") if k in f)
+    return where.strip() or "finding"
 
 
 @dataclass(frozen=True)
@@ -27,6 +36,9 @@ class Status:
     # the keywords the next run changes, named as `blocklab.api.run` takes them (the flags'
     # names: {"steps": 1024}), with their new values; empty where there is nothing to change
     next: dict[str, Any] = field(default_factory=dict)
+    # what the next run costs (`engine.pricing.Plan.cost`: core-seconds, or the reason there is
+    # no figure); None: `NO_NEXT_COST`'s words
+    next_cost: dict[str, Any] | None = None
 
     @classmethod
     def of_verdict(cls, verdict: str | None, refusal: str) -> Status:
@@ -37,17 +49,32 @@ class Status:
 
     @classmethod
     def of_findings(cls, findings: list[dict[str, Any]], shown: int = 3) -> Status:
-        """Findings (what was predicted beside what was measured), each by its verdict."""
-        said = [
-            f"{' '.join(str(f[k]) for k in ('part', 'setting') if k in f) or 'finding'}: "
-            f"{f.get('verdict', f.get('measured', '-'))}"
-            for f in findings
-        ]
-        more = f"; and {len(said) - shown} more" if len(said) > shown else ""
-        return cls(False, f"FINDINGS: {'; '.join(said[:shown]) or 'none'}{more}")
+        """Findings (what was predicted beside what was measured) as a tally of their verdicts,
+        the commonest first; a verdict one finding alone holds is named with that finding (the
+        first `shown` of them), since the exceptions are what a reader looks for. Findings
+        without verdicts are counted, and the first `shown` said by what was measured."""
+        if not findings:
+            return cls(False, "FINDINGS: none")
+        head = f"FINDINGS: {len(findings)} finding{'s' if len(findings) > 1 else ''}: "
+        if any("verdict" not in f for f in findings):
+            said = [f"{finding_label(f)}: {f.get('measured', '-')}" for f in findings]
+            more = f"; and {len(said) - shown} more" if len(said) > shown else ""
+            return cls(False, head + "; ".join(said[:shown]) + more)
+        counts = Counter(str(f["verdict"]) for f in findings)  # in the order first given
+        alone = [f for f in findings if counts[str(f["verdict"])] == 1]
+        said = [f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1]) if n > 1]
+        said += [f"{finding_label(f)}: {f['verdict']}" for f in alone[:shown]]
+        if len(alone) > shown:
+            said.append(f"{len(alone) - shown} more, each with a verdict of its own")
+        return cls(False, head + "; ".join(said))
 
     def as_json(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "line": self.line, "next": dict(self.next)}
+        cost = self.next_cost or {
+            "core_seconds": None,
+            "reason": "not priced" if self.next else "no next command: nothing to change",
+        }
+        return {"verdict": self.verdict, "line": self.line, "next": dict(self.next),
+                "next_cost": dict(cost)}  # fmt: skip
 
 
 @dataclass

@@ -215,8 +215,9 @@ def banner(status: dict[str, Any]) -> str:
         said.append(
             f'<span class="next">next command: <code>{escape(parts["command"])}</code></span>'
         )
+        # its plan and cost (`status.next_cost`), or why it has none: on its own line
         if parts.get("cost"):
-            said.append(f'<span class="beside">its cost: {escape(parts["cost"])}</span>')
+            said.append(f'<span class="cost">its cost: {escape(parts["cost"])}</span>')
     elif parts.get("change"):
         said.append(f'<span class="next">to change: {escape(parts["change"])}</span>')
     said += [f'<span class="beside">{escape(b)}</span>' for b in parts.get("beside") or ()]

@@ -12,6 +12,7 @@ from typing import Any
 from blocklab.errors import UserError
 from blocklab.formatting import config_json, markdown_table, spread
 from blocklab.reports import Report
+from blocklab.reports.base import finding_label
 from blocklab.rundir import RunDir
 
 
@@ -115,11 +116,9 @@ def findings_report(path: Path, result, **extra: Any) -> Report:
     payload["failed"] = result.failed
     lines = []
     for f in result.findings:
-        where = " ".join(str(f[k]) for k in ("part", "setting", "task") if k in f)
-        where += "".join(f" {k}={f[k]}" for k in ("q", "seq_len", "width", "model") if k in f)
         verdict = f" -> {f['verdict']}" if "verdict" in f else ""
         lines.append(
-            f"{where.strip()}: predicted {f['predicted']}; measured {f['measured']}{verdict}"
+            f"{finding_label(f)}: predicted {f['predicted']}; measured {f['measured']}{verdict}"
         )
     return Report(path, payload, lines + failures(result))
 

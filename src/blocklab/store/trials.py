@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from blocklab.errors import StoreError, UserError
-from blocklab.store.database import explain, locate, open_read_only, open_writable
+from blocklab.errors import Kept, StoreError, UserError
+from blocklab.store.database import DB_NAME, explain, locate, open_read_only, open_writable
 
 FINISHED = ("done", "diverged")  # a failed trial (an exception) is retried on the next run
 # which finished trials a rerun reuses: those made by the code here now (current), any (stale),
@@ -69,7 +69,6 @@ def _json(obj: Any) -> str:
     return json.dumps(clean(obj), sort_keys=True)
 
 
-
 class Store:
     """The trials of one run directory: `Store(DIR)` keeps them in DIR/blocklab.sqlite, created
     on first use; a path naming a database file (see `locate`) is used as it is. `read_only=True`
@@ -92,7 +91,7 @@ class Store:
         # keeps what it (or a sweep beside it) finished since: one command runs several sweeps
         # that share trials, and each trial trains once
         self.opened = time.time()
-        self.stored = 0  # trials this store put since it was opened: what a stop keeps
+        self.put_ids: set[str] = set()  # the trials this store put since it was opened
         self.conn = (
             open_read_only(self.path, "trials") if read_only else open_writable(self.path, SCHEMA)
         )
@@ -207,9 +206,34 @@ class Store:
         )
         with self.errors():
             self.conn.execute(PUT, row)
-        self.stored += 1
+        self.put_ids.add(record["id"])
         for listener in self.listeners:
             listener(record)
+
+    def kept(self) -> Kept:
+        """What a stop leaves here, read from the store: the finished trials it holds, and
+        those of them this store put (a put whose transaction a stop rolled back is not
+        there). A store it cannot read counts what this store put."""
+        where = self.path.parent if self.path.name == DB_NAME else self.path
+        mine = list(self.put_ids)
+        try:
+            stored = self.conn.execute(
+                f"SELECT count(*) FROM trials WHERE status IN ({FINISHED_SQL})"
+            ).fetchone()[0]
+            ids: set[str] = set()
+            for i in range(0, len(mine), 500):
+                chunk = mine[i : i + 500]
+                ids.update(
+                    row[0]
+                    for row in self.conn.execute(
+                        f"SELECT id FROM trials WHERE status IN ({FINISHED_SQL}) AND id IN "
+                        f"({','.join('?' * len(chunk))})",
+                        tuple(chunk),
+                    )
+                )
+        except sqlite3.Error:
+            return Kept(len(mine), len(mine), str(where))
+        return Kept(stored, len(ids), str(where))
 
     def get(self, trial_id: str) -> dict[str, Any] | None:
         rows = self._select("WHERE id = ?", (trial_id,))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from html import unescape
 
 import numpy as np
 import pytest
@@ -94,7 +95,7 @@ def test_a_shared_lines_plot_draws_no_line_through_an_x_a_series_lacks(tmp_path,
         {"model": m, "width": w, "mean": v, "lo": v - 0.1, "hi": v + 0.1, "n": 3}
         for m, w, v in cells
     ]
-    figures.lines_plot(summaries, tmp_path / "l.png", x="width", series=("model",),
+    figures.lines_plot(summaries, tmp_path / "l.png", x="width", series=("model",), arm="model",
                        xlabel="width (units)", ylabel="accuracy (fraction)")  # fmt: skip
     ax = kept["fig"].axes[0]
     lines = [ln for ln in ax.get_lines() if ln.get_linestyle() not in ("None", "none")]
@@ -199,9 +200,14 @@ def test_the_page_has_one_banner_status_first_then_the_next_command_then_the_res
     parts = re.findall(r'<span class="(\w+)">(.*?)</span>', banner)
     # the matched answer words H_fd itself, and the exact measures stand below it: no clause
     # beside the status (`exact.beside`)
-    assert [c for c, _ in parts] == ["head", "next"]
+    assert [c for c, _ in parts] == ["head", "next", "cost"]
     assert parts[0][1] == status["banner"]["head"] and parts[0][1].startswith("NO VERDICT")
     assert parts[1][1] == f"next command: <code>{status['banner']['command']}</code>"
+    # the next command's plan against this run's store, as `--plan` on it prices it: new trials
+    # of the networks it fitted, at their measured cost
+    assert unescape(parts[2][1]) == f"its cost: {status['banner']['cost']}"
+    assert status["next_cost"]["core_seconds"] > 0 and status["next_cost"]["reason"] is None
+    assert "measured for" in status["banner"]["cost"]
 
 
 @pytest.mark.slow

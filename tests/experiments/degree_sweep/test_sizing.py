@@ -40,7 +40,12 @@ def test_the_plan_is_the_one_power_calculation_in_whole_teachers():
     # a finer resolution needs more units; an unbounded interval sizes nothing
     assert size(_spreads(), 0.03, 2).units > plan.units
     assert size(_spreads(widest=math.inf), 0.1, 1).units is None
-    assert set(plan.json()) == {"units", "teachers", "seeds", "core_seconds", "gpu_seconds"}
+    assert set(plan.json()) == {
+        "target", "units", "units_low", "units_high", "teachers", "seeds", "core_seconds",
+        "gpu_seconds",
+    }  # fmt: skip
+    # the units' interval from the spread's own uncertainty (3 units: df 2) holds the point
+    assert plan.json()["units_low"] < plan.units < plan.json()["units_high"]
 
 
 def test_the_demos_design_is_sized_from_its_recorded_run(tmp_path):
@@ -113,18 +118,23 @@ def test_plan_prints_the_plan_alone_and_fits_nothing(tmp_path, capsys):
     got = json.loads(capsys.readouterr().out)
     assert list(got) == ["plan"]
     plan = got["plan"]
-    assert set(plan) == {"units", "teachers", "seeds", "core_seconds", "gpu_seconds"}
+    contract = {"units", "teachers", "seeds", "core_seconds", "gpu_seconds", "trials_new"}
+    contract |= {"trials_stored", "continued", "refit", "kept", "units_low", "units_high"}
+    assert contract <= set(plan)
     assert plan["units"] == plan["teachers"] * plan["seeds"] and plan["core_seconds"] > 0
+    assert plan["units_low"] <= plan["units"] <= plan["units_high"]
     assert not (out / "blocklab.sqlite").exists()
     assert main([*argv[:-3], "--out", str(out)]) == 0  # the words: each way to run it
     text = capsys.readouterr().out
     assert "--executor ray" in text and "--executor slurm" in text and "--device cuda" in text
 
 
-def test_plan_without_a_resolution_is_refused(capsys):
-    assert main(["demo", "--plan"]) == 2
-    err = capsys.readouterr().err
-    assert "give --target-resolution" in err and len(err.strip().splitlines()) == 1
+def test_plan_without_a_resolution_prices_the_run_as_its_config_gives_it(tmp_path, capsys):
+    assert main(["demo", "--plan", "--json", "--out", str(tmp_path / "p")]) == 0
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert (plan["teachers"], plan["seeds"]) == (DEMO.teachers, DEMO.seeds)
+    assert "units_low" not in plan and plan["trials_stored"] == 0 and plan["core_seconds"] > 0
+    assert not (tmp_path / "p").exists()
 
 
 def test_the_plans_command_sets_what_it_sized():

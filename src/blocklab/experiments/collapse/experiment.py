@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from blocklab import theory
-from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
+from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _pricing, _trials
 from blocklab.options import meta, validate
 from blocklab.specs import NetShape, TrainConfig
 from blocklab.store import Store
@@ -154,6 +154,13 @@ def run(cfg: CollapseConfig, store: Store, *, resources=None, progress=True) -> 
     return CollapseTrials(trials.rows, trials.failed, path_shares(cfg))
 
 
+def price(cfg: CollapseConfig, out_dir) -> Any:
+    """--plan: the trials `plan` gives, met with the store in `out_dir` and priced
+    (`_pricing.price_planned`)."""
+    specs = [s for _, s in plan(cfg)]
+    return _pricing.price_planned(specs, cfg, out_dir, ("collapse",), extra={"seeds": cfg.seeds})
+
+
 def path_shares(cfg: CollapseConfig) -> dict[str, Any]:
     """Seed 003 Theorem 2.1 with the skip as a dummy head: of the (H+1)^L paths, the share that
     passes through k attention layers is C(L, k) H^k / (H+1)^L."""
@@ -166,6 +173,7 @@ def path_shares(cfg: CollapseConfig) -> dict[str, Any]:
 class Collapse(Experiment):
     Config = CollapseConfig
     run = staticmethod(run)
+    price = staticmethod(price)
     forms = {"full": None}
     commands = (
         Command(

@@ -12,11 +12,14 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
+from blocklab.analysis import learned
 from blocklab.analysis.summary import summarize
 from blocklab.experiments.collapse import analysis as stats
 from blocklab.experiments.collapse.analysis import LOG_FLOOR, STAGES, depth_mean, slope
 from blocklab.formatting import number, spread
 from blocklab.reports import Report, figures, markdown
+from blocklab.reports.learned import flagged
+from blocklab.reports.learned import note as learning_note
 
 QUESTION = (
     "Seed 003 (after Dong et al. 2021, 'Attention is not all you need'): does a stack of "
@@ -40,6 +43,8 @@ class Result:
     bound: dict[str, Any]  # seed 003 Theorem 2.2 for pure single-head softmax attention
     findings: list[dict[str, Any]]
     failed: list[dict[str, Any]]
+    # per variant: its trained networks' test metric against chance, and losses that never moved
+    learning: list[learned.Check] = field(default_factory=list)
     # (variant, stage) -> each seed's composite curve read two ways: its mean log10 ratio over
     # the layers, and its slope in decades per layer
     per_seed: dict[tuple[str, str], tuple[list[float], list[float]]] = field(default_factory=dict)
@@ -47,7 +52,8 @@ class Result:
 
 def analyze(cfg, trials) -> Result:
     """The curves' summaries over seeds, the accuracy per variant, the check against seed 003's
-    bound and the findings with their tests (`blocklab.experiments.collapse.analysis`)."""
+    bound, the findings with their tests (`blocklab.experiments.collapse.analysis`) and whether
+    the trained networks learned (`analysis.learned`)."""
     logs = stats.curves(trials.rows)
     bound = stats.bound_check(trials.rows, cfg.depth)
     return Result(
@@ -58,6 +64,7 @@ def analyze(cfg, trials) -> Result:
         bound=bound,
         findings=finding_dicts(stats.findings(cfg, logs), bound),
         failed=trials.failed,
+        learning=learned.checks(trials.rows, ("variant",)),
         per_seed={
             (variant, stage): (
                 [depth_mean(c) for c in seeds.values()],
@@ -194,7 +201,7 @@ def write(out_dir, cfg, trials) -> Report:
         ],
     )
     extra = {"accuracy": result.accuracy, "paths": result.paths, "bound": result.bound}
-    return markdown.report(
+    report = markdown.report(
         out,
         cfg,
         result,
@@ -206,6 +213,11 @@ def write(out_dir, cfg, trials) -> Report:
         figures=figures,
         notes=notes(result, cfg),
     )
+    return flagged(report, result.learning, _variant)
+
+
+def _variant(group: dict[str, Any]) -> str:
+    return group["variant"]
 
 
 def results_table(result, depth: int):
@@ -293,6 +305,7 @@ def notes(result, cfg) -> list[str]:
             "Seed 003 Theorem 2.2's bound is defined for pure single-head softmax attention only; "
             "this configuration has none."
         )
+    out.append(learning_note(result.learning, _variant))
     return out + markdown.failures(result)
 
 
@@ -311,7 +324,9 @@ def curves_figure(result, path: Path) -> str:
             if st != stage:
                 continue
             group.sort(key=lambda s: s["layer"])
-            figures.errorbar(ax, [s["layer"] for s in group], group, label=variant, ms=4)
+            xs = [s["layer"] for s in group]
+            color = figures.arm_color(variant)
+            figures.errorbar(ax, xs, group, label=variant, ms=4, color=color)
         bound = result.bound.get(stage)
         if bound:
             b = bound["log10_bound"]

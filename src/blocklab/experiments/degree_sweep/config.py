@@ -9,11 +9,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from blocklab.errors import UserError
-from blocklab.experiments import _trials
+from blocklab.experiments import _arms, _trials
 from blocklab.experiments.degree_sweep import arm_depths
 from blocklab.experiments.degree_sweep.arm_depths import CONTROL_LABEL, CONTROLLED
 from blocklab.options import build, meta, validate
-from blocklab.specs import Arm, NetShape, TrainConfig
+from blocklab.specs import DEGREE_FORMS, Arm, NetShape, TrainConfig, parse_degree
 
 DEMO_BUDGET_TOLERANCE = 0.2
 # the demo's matched design at width 3 (18, 27, 36 parameters a layer): d=2 at 36, 72, 108,
@@ -25,6 +25,23 @@ DEMO_TEACHERS = 6
 # teachers from seeds of its own: this plus the seed it stands beside (which its rows keep, as
 # arms pair by it), a prime far above any run's seeds, so no control draw is one of d=3's
 CONTROL_SEED_OFFSET = 1_000_003  # the control's trial seeds: the unit's plus this
+
+
+# what an entry of `degrees` may be
+DEGREES = f"{DEGREE_FORMS}, or a per-layer list such as [3,2,3]"
+
+
+def _degree(text: str) -> str:
+    """An entry of `degrees` as `parse_arm` reads it, refused as a degree where it would read a
+    block's name: one that names a block says where the block belongs."""
+    from blocklab.blocks import BLOCKS
+
+    s = str(text).strip()
+    if not (s.startswith("[") and s.endswith("]")):  # parse_arm reads a list's each as a degree
+        if s.partition("(")[0].strip() in set(BLOCKS.names()) - {"poly", "fractional"}:
+            raise UserError(f"degrees entry {text!r} is a block; put it in baselines")
+        parse_degree(s, DEGREES)
+    return text
 
 
 # the shape every arm starts from: each budget solves its depth (width mode) or its width
@@ -322,8 +339,8 @@ class DegreeSweepConfig:
         """The run's arms: the degrees, the control beside them (`control`), the baselines."""
         from blocklab.models import parse_arm
 
-        degrees = [parse_arm(d) for d in self.degrees]
-        baselines = [parse_arm(b) for b in self.baselines]
+        degrees = [parse_arm(_degree(d)) for d in self.degrees]
+        baselines = [_arms.arm(b) for b in self.baselines]
         for b, arm in zip(self.baselines, baselines, strict=True):
             if arm.degrees:
                 raise UserError(f"baseline {b!r} is a degree; put it in degrees")

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from blocklab.experiments import EXPERIMENTS, Command, Experiment, Sizing, Trials, _trials
-from blocklab.experiments.degree_sweep import exact, plan, preflight, sizing
+from blocklab.experiments.degree_sweep import exact, plan, preflight, pricing, sizing
 from blocklab.experiments.degree_sweep.config import DegreeSweepConfig
 from blocklab.store import Store
 
@@ -163,6 +163,8 @@ class DegreeSweep(Experiment):
     run = staticmethod(run)
     # --target-resolution sizes a run by the spreads `sizing` reads (the module's functions)
     sizing = Sizing(sizing.size, sizing.plan_lines)
+    # --plan: what a run would fit, keep or continue in --out, and its cost
+    price = staticmethod(pricing.price)
     forms = {"pilot": PILOT_TIME}
     sized = True
     commands = (

@@ -29,7 +29,7 @@ from blocklab.engine.devices import GPU_OVER_CORE, spread_out
 from blocklab.errors import UserError
 from blocklab.experiments.degree_sweep.config import DegreeSweepConfig
 from blocklab.formatting import minutes
-from blocklab.sample_size import units_for
+from blocklab.sample_size import units_for, units_interval, variance_factor
 
 SPREADS_FILE = "spreads.json"
 # what a design leaves out: the run's size, how it is read, and how long each fit may run (the
@@ -213,10 +213,22 @@ class RunSize:
         """Wall seconds on `cores` CPU cores, a trial to a core."""
         return spread_out(self.core_seconds, min(cores, self.trials or cores), gpu=False)
 
+    def units_interval(self) -> tuple[int, int] | None:
+        """The units the target needs under the 95% interval of the spread it was sized from
+        (`sample_size.units_interval`); None where that spread bounds none."""
+        s = self.spreads
+        return units_interval(s.widest, s.units, self.target, s.df, s.level)
+
     def json(self) -> dict[str, Any]:
-        """The `plan` object of the JSON contract."""
+        """The run size's keys of the plan's JSON (`--plan --json`): the units, teachers and
+        seeds it asks for, with the units' interval, and its cost at the recorded cost of a
+        unit."""
+        between = self.units_interval()
         return {
+            "target": self.target,
             "units": self.units,
+            "units_low": between[0] if between else None,
+            "units_high": between[1] if between else None,
             "teachers": self.teachers,
             "seeds": self.seeds,
             "core_seconds": self.core_seconds,
@@ -271,28 +283,49 @@ def plan_command(words: list[str], plan: RunSize) -> list[str]:
     ]  # fmt: skip
 
 
-def plan_lines(plan: RunSize, cfg=None, words: list[str] | None = None) -> list[str]:
+def interval_words(plan: RunSize) -> str:
+    """The units `plan` needs with the interval its spread's own uncertainty gives them
+    (`RunSize.units_interval`), and how far a pilot of that size would narrow it."""
+    s = plan.spreads
+    between = plan.units_interval()
+    if between is None:
+        why = "a bootstrap's spread" if math.isinf(s.df) else "no bounded interval"
+        return f"{plan.units} units (no interval on them: {why})"
+    low, high = between
+    pilot = variance_factor(max(1, plan.units - 1))
+    return (
+        f"{plan.units} units ({low}-{high} at 95%, from {s.units} units: their spread's own "
+        f"95% interval at df {s.df:g} spans a factor of {variance_factor(s.df):.0f}; a pilot "
+        f"of {plan.units} units narrows that to a factor of {pilot:.1f})"
+    )
+
+
+def plan_lines(plan: RunSize, cfg=None, words: list[str] | None = None, priced=None) -> list[str]:
     """What a run sized to +-R is, what it was sized from, and what it costs here and elsewhere,
-    each with its command."""
+    each with its command; its cost `priced`'s (`engine.pricing.Plan`, the trials against the
+    store) where given, else the recorded cost of a unit's."""
     s = plan.spreads
     read = f"t with df {s.df:g}" if math.isfinite(s.df) else "bootstrap"
     widest = f"+-{math.expm1(s.widest):.1%}" if math.isfinite(s.widest) else "unbounded"
     lines = [
-        f"sized to +-{plan.target:.0%}: {plan.units} (teacher, seed) units, {plan.teachers} "
+        f"sized to +-{plan.target:.0%}: {interval_words(plan)}, {plan.teachers} "
         f"teachers x {plan.seeds} seed{'s' if plan.seeds > 1 else ''}, by the power calculation "
         f"on {s.source} (its widest decisive interval {widest} at {s.units} units, {read})"
     ]
     if cfg is not None and cfg.teachers != plan.teachers:
         lines.append(f"this run fits {cfg.teachers} teachers (given, or already in --out)")
+    if priced is not None:
+        plan = replace(plan, core_seconds=priced.core_seconds, gpu_seconds=priced.gpu_seconds)
+        basis = "as the plan below prices them"
+    else:
+        basis = f"at {s.core_seconds_per_unit:.0f} core-seconds a unit (the cost recorded with "
+        basis += "those spreads)"
     if plan.core_seconds is None:
-        lines.append("its time: not estimated (no cost per unit was measured)")
+        lines.append("its time: not estimated (see the plan's cost)")
         return lines
     command = plan_command(words or ["blocklab", "degree-sweep"], plan)
     here = os.cpu_count() or 1
-    lines.append(
-        f"fits: {plan.core_seconds / 3600:.1f} core-hours at {s.core_seconds_per_unit:.0f} "
-        "core-seconds a unit (the cost recorded with those spreads):"
-    )
+    lines.append(f"fits: {plan.core_seconds / 3600:.1f} core-hours {basis}:")
     lines.append(f"- here, {here} cores: about {_hours(plan.seconds(here))}: {shlex.join(command)}")
     for name, cores, flags in ELSEWHERE:
         lines.append(

@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
+from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _pricing, _trials
 from blocklab.options import meta, validate
 from blocklab.specs import NetShape, TrainConfig, TrialSpec
 from blocklab.store import Store
@@ -156,10 +156,18 @@ def run(cfg: DepthWidthConfig, store: Store, *, resources=None, progress=True) -
     return DepthWidthTrials(trials.rows, trials.failed, corpus)
 
 
+def price(cfg: DepthWidthConfig, out_dir) -> Any:
+    """--plan: the trials `plan` gives, met with the store in `out_dir` and priced
+    (`_pricing.price_planned`); the text task's tokenizer, trained once and cached, is not in it."""
+    specs = [s for _, s in plan(cfg)]
+    return _pricing.price_planned(specs, cfg, out_dir, ("depth-width",), extra={"seeds": cfg.seeds})
+
+
 @EXPERIMENTS.register
 class DepthWidth(Experiment):
     Config = DepthWidthConfig
     run = staticmethod(run)
+    price = staticmethod(price)
     forms = {
         "medium": "estimated, not measured: about 270 core-minutes on a CPU (4 seeds), minutes "
         "on a GPU (`--device cuda`)",

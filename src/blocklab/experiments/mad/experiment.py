@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from blocklab.errors import UserError
-from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
+from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _arms, _pricing, _trials
 from blocklab.experiments.mad import width_sweep
 from blocklab.options import meta, validate
 from blocklab.specs import NetShape, TrainConfig
@@ -158,7 +158,7 @@ def causal_arm(text: str):
     from blocklab.blocks import BLOCKS
     from blocklab.models import mixes_tokens, parse_arm
 
-    arm = parse_arm(text)
+    arm = _arms.arm(text)  # an option the block does not take fails with the nearest name
     if not mixes_tokens(arm):
         raise UserError(f"{arm.label} does not mix positions: the suite compares sequence blocks")
     if not _builds_causal(BLOCKS.get(arm.block), arm.kwargs):
@@ -265,14 +265,12 @@ class MadTrials(Trials):
     degrees: dict[str, float | None]
 
 
-def run(cfg: MadConfig, store: Store, *, resources=None, progress=True) -> MadTrials:
+def searched(cfg: MadConfig):
+    """What a run searches and fits (`_trials.run_searched`), in either mode: the suite's search
+    trial per (block, task) at a rate (its first level, seed 0) and its finals, every level and
+    seed at the chosen rate; or the width sweep's (`width_sweep.searched`)."""
     if cfg.mode == "width-sweep":
-        trials, lr_choice = width_sweep.run(
-            cfg, blocks(cfg), store, resources=resources, progress=progress,
-            causal_arm=causal_arm, shape=SHAPE,
-        )  # fmt: skip
-        degrees = {text: nominal_degree(causal_arm(text), 8) for text in blocks(cfg)}
-        return MadTrials(trials.rows, trials.failed, lr_choice, degrees)
+        return width_sweep.searched(cfg, blocks(cfg), causal_arm, SHAPE)
     shapes = plan(cfg)
     firsts = {key: shapes[key] for key in shapes if key[2] == 0}
     at = {key[:2]: functools.partial(_spec, cfg, key, *firsts[key], seed=0) for key in firsts}
@@ -287,20 +285,36 @@ def run(cfg: MadConfig, store: Store, *, resources=None, progress=True) -> MadTr
             for seed in range(cfg.seeds)
         ]
 
+    return at, finals
+
+
+def run(cfg: MadConfig, store: Store, *, resources=None, progress=True) -> MadTrials:
+    at, finals = searched(cfg)
     trials, lr_choice = _trials.run_searched(
         cfg, at, finals, store, EXPERIMENT, resources=resources, progress=progress, higher=True
     )
+    if cfg.mode == "width-sweep":
+        degrees = {text: nominal_degree(causal_arm(text), 8) for text in blocks(cfg)}
+        return MadTrials(trials.rows, trials.failed, lr_choice, degrees)
     degrees = {}
-    for (label, task, _), (arm, _, opts) in shapes.items():
+    for (label, task, _), (arm, _, opts) in plan(cfg).items():
         if label not in degrees:  # a block's degree is the same at every task and level
             degrees[label] = nominal_degree(arm, _seq_len(task, opts))
     return MadTrials(trials.rows, trials.failed, lr_choice, degrees)
+
+
+def price(cfg: MadConfig, out_dir) -> Any:
+    """--plan, in either mode: the search's trials and the finals (`searched`) as far as the
+    store in `out_dir` decides the search, priced (`_pricing.price_searched`)."""
+    at, finals = searched(cfg)
+    return _pricing.price_searched(cfg, at, finals, out_dir, ("mad",), extra={"seeds": cfg.seeds})
 
 
 @EXPERIMENTS.register
 class Mad(Experiment):
     Config = MadConfig
     run = staticmethod(run)
+    price = staticmethod(price)
     forms = {"full": None, "sweep_width": None}
     commands = (
         Command(

@@ -5,7 +5,8 @@ budget: the question is the width a block needs), on MQAR at each setting (key-v
 sequence length) of `sweep_pairs` x `sweep_seq_lens` that the task admits (4 pairs <= length).
 One learning rate per (block, width): the best of `lr_grid` on validation accuracy at the
 easiest setting (fewest pairs, shortest sequence; seed 0), pushed past an edge of the grid up to
-`lr_extend` times; every setting and seed of that pair trains at it.
+`lr_extend` times; every setting and seed of that pair trains at it (`searched`: what the token
+suite's run searches and fits, and what its plan prices).
 
 Each trial's row carries its block, width, pairs and seq_len; the analysis
 (`analysis.width_sweep`) reads accuracy against width per setting.
@@ -19,7 +20,6 @@ from dataclasses import replace
 from typing import Any
 
 from blocklab.experiments import _trials
-from blocklab.store import Store
 
 TASK = "mqar"
 
@@ -49,9 +49,10 @@ def _spec(cfg, arm, net, opts, lr: float, seed: int):
     return _trials.spec(TASK, opts, arm, net, replace(cfg.train, lr=lr), seed)
 
 
-def run(cfg, blocks, store: Store, *, resources, progress, causal_arm, shape):
-    """The sweep's trials, searched and run (`_trials.run_searched`); returns the trials and
-    the learning-rate choice per "block/width"."""
+def searched(cfg, blocks, causal_arm, shape):
+    """What the sweep searches and fits (`_trials.run_searched`): per (block, width) the search's
+    trial at a rate (the easiest setting, seed 0), and the finals, every setting and seed of each
+    at its chosen rate; the choice is named "block/width"."""
     shapes = plan(cfg, blocks, causal_arm, shape)
     easiest = settings(cfg)[0]
     at = {
@@ -72,6 +73,4 @@ def run(cfg, blocks, store: Store, *, resources, progress, causal_arm, shape):
             for seed in range(cfg.seeds)
         ]
 
-    return _trials.run_searched(
-        cfg, at, finals, store, "mad", resources=resources, progress=progress, higher=True
-    )
+    return at, finals

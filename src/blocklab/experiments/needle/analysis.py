@@ -19,9 +19,13 @@ def random_shares(random_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r | binomial_interval(r["successes"], r["draws"]) for r in random_rows]
 
 
+# the keys the trained trials differ by besides the seed
+KEYS = ("seq_len", "tau1", "model")
+
+
 def summaries(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Trained test accuracy over seeds per (seq_len, tau1, model)."""
-    return summarize(rows, ("seq_len", "tau1", "model"))
+    return summarize(rows, KEYS)
 
 
 def tests(cfg, random_rows, summaries) -> list[dict[str, Any]]:

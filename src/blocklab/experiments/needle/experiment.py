@@ -30,7 +30,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
+from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _pricing, _trials
 from blocklab.options import meta, validate
 from blocklab.specs import NetShape, TrainConfig
 from blocklab.store import Store
@@ -202,43 +202,80 @@ def _random_id(cfg: NeedleConfig, seq_len: int, tau1: float) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16], config
 
 
+# the modules whose code makes a random-weight setting's point (`engine.points.stored_point`)
+RANDOM_MODULES = [__name__, "blocklab.tasks.needle"]
+
+
+def plan_random(cfg: NeedleConfig) -> list[tuple[int, float, str, dict[str, Any]]]:
+    """(T, tau1, the point's id, its config) of each random-weight setting the run measures."""
+    return [(s, t, *_random_id(cfg, s, t)) for s in cfg.seq_lens for t in cfg.tau1s]
+
+
 def run(cfg: NeedleConfig, store: Store, *, resources=None, progress=True) -> NeedleTrials:
     from blocklab.engine.points import stored_point
 
-    trained = plan_trained(cfg)
+    trained, settings = plan_trained(cfg), plan_random(cfg)
     # every draw and trial planned before the first runs: a stopped run's index counts them all
-    draws = [_random_id(cfg, s, t)[0] for s in cfg.seq_lens for t in cfg.tau1s]
-    store.expect(draws + [spec.id for _, spec in trained])
+    store.expect([rid for *_, rid, _ in settings] + [spec.id for _, spec in trained])
     random_rows = []
-    for seq_len in cfg.seq_lens:
-        for tau1 in cfg.tau1s:
-            rid, config = _random_id(cfg, seq_len, tau1)
-            record = {"id": rid, "experiment": "needle-random", "seed": cfg.seed, "config": config}
+    for seq_len, tau1, rid, config in settings:
+        record = {"id": rid, "experiment": "needle-random", "seed": cfg.seed, "config": config}
 
-            def draw(seq_len=seq_len, tau1=tau1):
-                return {"successes": random_setting(cfg, seq_len, tau1), "draws": cfg.draws}
+        def draw(seq_len=seq_len, tau1=tau1):
+            return {"successes": random_setting(cfg, seq_len, tau1), "draws": cfg.draws}
 
-            rec, _ = stored_point(store, record, [__name__, "blocklab.tasks.needle"], draw)
-            for kernel, k in rec["metrics"]["successes"].items():
-                random_rows.append(
-                    {
-                        "model": kernel,
-                        "seq_len": seq_len,
-                        "tau1": tau1,
-                        "successes": k,
-                        "draws": cfg.draws,
-                    }
-                )
+        rec, _ = stored_point(store, record, RANDOM_MODULES, draw)
+        for kernel, k in rec["metrics"]["successes"].items():
+            row = {"model": kernel, "seq_len": seq_len, "tau1": tau1, "successes": k}
+            random_rows.append({**row, "draws": cfg.draws})
     trained = _trials.run_planned(
         trained, store, "needle-trained", resources=resources, progress=progress
     )
     return NeedleTrials(trained.rows, trained.failed, random_rows)
 
 
+def price(cfg: NeedleConfig, out_dir) -> Any:
+    """--plan: the trained trials (`plan_trained`) met with the store in `out_dir` and priced
+    (`_pricing.price`), and the random-weight settings (`plan_random`) the store does not hold,
+    each timed here at a few of its draws (`_drawn`)."""
+    from blocklab.fingerprint import code
+
+    specs = [s for _, s in plan_trained(cfg)]
+    settings = plan_random(cfg)
+    with _pricing.stored(out_dir) as store:
+        held: set[str] = set()
+        if store is not None:
+            fingerprint = code(RANDOM_MODULES)["fingerprint"]
+            held, _ = store.reusable({rid: fingerprint for *_, rid, _ in settings})
+        left = [(s, t) for s, t, rid, _ in settings if rid not in held]
+        points = _pricing.Points("random-weight settings", "random_settings", len(settings),
+                                 len(settings) - len(left), lambda: _drawn(cfg, left))  # fmt: skip
+        return _pricing.price(specs, cfg, store, ("needle",), extra={"seeds": cfg.seeds},
+                              points=points)  # fmt: skip
+
+
+def _drawn(cfg: NeedleConfig, settings: list[tuple[int, float]], few: int = 4) -> float:
+    """Core-seconds of the random-weight `settings` at the config's draws: `few` draws of each
+    timed on this machine, on one thread as the run draws them."""
+    import time
+
+    from blocklab.engine.executors import worker_threads
+
+    some = replace(cfg, draws=min(few, cfg.draws))
+    total = 0.0
+    with worker_threads(1):
+        for seq_len, tau1 in settings:
+            start = time.perf_counter()
+            random_setting(some, seq_len, tau1)
+            total += (time.perf_counter() - start) * cfg.draws / some.draws
+    return total
+
+
 @EXPERIMENTS.register
 class Needle(Experiment):
     Config = NeedleConfig
     run = staticmethod(run)
+    price = staticmethod(price)
     forms = {"full": None}
     commands = (
         Command(

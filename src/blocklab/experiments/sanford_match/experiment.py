@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from blocklab.errors import UserError
-from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
+from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _pricing, _trials
 from blocklab.options import meta, validate
 from blocklab.specs import NetShape, TrainConfig
 from blocklab.store import Store
@@ -158,7 +158,9 @@ def constructed(cfg: MatchConfig) -> list[dict[str, Any]]:
     ]
 
 
-def run(cfg: MatchConfig, store: Store, *, resources=None, progress=True) -> MatchTrials:
+def searched(cfg: MatchConfig):
+    """What a run searches and fits (`_trials.run_searched`): per (task, N, width, model) the
+    search's trial at a rate (seed 0), and the finals, every seed of each at its chosen rate."""
     shapes = plan(cfg)
     at = {key: functools.partial(_spec, cfg, key, *shapes[key], seed=0) for key in shapes}
 
@@ -172,16 +174,31 @@ def run(cfg: MatchConfig, store: Store, *, resources=None, progress=True) -> Mat
             for seed in range(cfg.seeds)
         ]
 
+    return at, finals
+
+
+def run(cfg: MatchConfig, store: Store, *, resources=None, progress=True) -> MatchTrials:
+    at, finals = searched(cfg)
     trials, lr_choice = _trials.run_searched(
         cfg, at, finals, store, EXPERIMENT, resources=resources, progress=progress, higher=True
     )
     return MatchTrials(trials.rows, trials.failed, lr_choice, constructed(cfg))
 
 
+def price(cfg: MatchConfig, out_dir) -> Any:
+    """--plan: the search's trials and the finals (`searched`) as far as the store in `out_dir`
+    decides the search, priced (`_pricing.price_searched`); the constructions, scored on fresh
+    data without training, are not in it."""
+    at, finals = searched(cfg)
+    return _pricing.price_searched(cfg, at, finals, out_dir, ("sanford match",),
+                                   extra={"seeds": cfg.seeds})  # fmt: skip
+
+
 @EXPERIMENTS.register
 class SanfordMatch(Experiment):
     Config = MatchConfig
     run = staticmethod(run)
+    price = staticmethod(price)
     forms = {"full": None}
     commands = (
         Command(

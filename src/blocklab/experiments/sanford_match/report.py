@@ -9,11 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from blocklab.analysis import learned
 from blocklab.analysis.plateau import plateau_rule
 from blocklab.experiments.sanford_match import analysis as match
 from blocklab.formatting import markdown_table, number
 from blocklab.reports import Findings, Report, Status, markdown
 from blocklab.reports.figures import lines_plot
+from blocklab.reports.learned import flagged, note
 from blocklab.reports.markdown import criterion, require_finished, results_table
 
 QUESTION = (
@@ -38,12 +40,14 @@ class MatchResult(Findings):
     power: dict[str, Any] = field(default_factory=dict)
     plateau: str = ""
     widths: list[dict[str, Any]] = field(default_factory=list)
+    # per (task, N, width, block): its test accuracy against chance, and losses that never moved
+    learning: list[learned.Check] = field(default_factory=list)
 
 
 def analyze(cfg, trials) -> MatchResult:
     """The summaries over seeds and, per task, N, width and block, what the seed predicts beside
-    what was constructed and trained, with the paired test of tensor against standard, and the
-    smallest solving widths."""
+    what was constructed and trained, with the paired test of tensor against standard, the
+    smallest solving widths, and whether the trained layers learned (`analysis.learned`)."""
     summaries = match.summaries(cfg, trials.rows)
     tested = match.tests(cfg, summaries)
     found = match.findings(cfg, trials, summaries)
@@ -56,6 +60,7 @@ def analyze(cfg, trials) -> MatchResult:
         match.power_json(cfg, tested),
         plateau_rule(trials.rows),
         match.solving_widths(cfg, found),
+        learned.checks(trials.rows, match.KEYS),
     )
 
 
@@ -157,7 +162,11 @@ def write(out_dir, cfg, trials) -> Report:
     )
     report.text[:0] = said
     report.status = Status(False, "FINDINGS: " + "; ".join(separation(cfg, tested)))
-    return report
+    return flagged(report, result.learning, _setting)
+
+
+def _setting(group: dict[str, Any]) -> str:
+    return f"{group['model']} on {group['task']} N={group['seq_len']} width {group['width']}"
 
 
 def separation(cfg, tested: list[dict[str, Any]]) -> list[str]:
@@ -197,6 +206,7 @@ def _accuracy_plot(cfg, summaries, path: Path) -> str:
         path,
         x="width",
         series=("model", "seq_len") if several else ("model",),
+        arm="model",
         panels="task",
         xlabel="model width (hidden units)",
         ylabel="test accuracy (fraction correct)",
@@ -231,7 +241,7 @@ def _findings_table(findings: list[dict[str, Any]]) -> tuple[list[str], list[lis
 def _notes(cfg, trials, result: MatchResult, said: list[str], widths) -> list[str]:
     """The finding in words, the scaling with N, the constructions, how 'solved' and the
     learning rate were decided, chance per task and the failed trials."""
-    notes = [f"Finding: {line}" for line in said]
+    notes = [f"Finding: {line}" for line in said] + [note(result.learning, _setting)]
     notes += scaling(cfg, widths)
     built = markdown_table(
         ["task", "block", "m", "N", "M", "accuracy", "fresh sequences"],

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _trials
+from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials, _pricing, _trials
 from blocklab.options import meta, validate
 from blocklab.specs import NetShape, TrainConfig
 from blocklab.store import Store
@@ -89,10 +89,18 @@ def run(cfg: QsaConfig, store: Store, *, resources=None, progress=True) -> Trial
     )
 
 
+def price(cfg: QsaConfig, out_dir) -> Any:
+    """--plan: the trials `plan` gives, met with the store in `out_dir` and priced
+    (`_pricing.price_planned`)."""
+    specs = [s for _, s in plan(cfg)]
+    return _pricing.price_planned(specs, cfg, out_dir, ("sanford qsa",), extra={"seeds": cfg.seeds})
+
+
 @EXPERIMENTS.register
 class SanfordQsa(Experiment):
     Config = QsaConfig
     run = staticmethod(run)
+    price = staticmethod(price)
     forms = {"full": None}
     commands = (
         Command(

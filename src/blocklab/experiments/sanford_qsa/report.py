@@ -3,13 +3,16 @@ beside the seed's range and a fully connected network of equal parameters."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from blocklab.analysis import learned
 from blocklab.experiments.sanford_qsa import analysis as qsa
 from blocklab.formatting import number
-from blocklab.reports import Findings, Report, markdown
+from blocklab.reports import Findings, Report, Status, markdown
 from blocklab.reports.figures import lines_plot
+from blocklab.reports.learned import flagged, note
 from blocklab.reports.markdown import failures, require_finished, results_table
 
 QUESTION = (
@@ -23,13 +26,21 @@ QUESTION = (
 )
 
 
-# the keys the trials differ by besides the seed: accuracy is summarized over the seeds of each
-def analyze(cfg, trials) -> Findings:
-    """The summaries over seeds and the findings per q."""
+@dataclass
+class QsaResult(Findings):
+    """The run analyzed: the summaries and findings, the thresholds per q they word
+    (`analysis.thresholds`), and whether each (q, m, model) learned (`analysis.learned`)."""
+
+    tested: dict[str, Any] = field(default_factory=dict)
+    learning: list[learned.Check] = field(default_factory=list)
+
+
+def analyze(cfg, trials) -> QsaResult:
+    """The summaries over seeds, the findings per q and the learning check per (q, m, model)."""
     summaries = qsa.summaries(trials.rows)
-    return Findings(
-        trials.rows, summaries, findings(cfg, qsa.thresholds(cfg, summaries)), trials.failed
-    )
+    tested = qsa.thresholds(cfg, summaries)
+    learning = learned.checks(trials.rows, qsa.KEYS)
+    return QsaResult(trials.rows, summaries, findings(cfg, tested), trials.failed, tested, learning)
 
 
 def write(out_dir, cfg, trials) -> Report:
@@ -41,6 +52,7 @@ def write(out_dir, cfg, trials) -> Report:
         out / "qsa_accuracy_vs_m.png",
         x="m",
         series=("model",),
+        arm="model",
         panels="q",
         xlabel="embedding dimension m (hidden units)",
         ylabel="test accuracy (fraction within 1/(2q))",
@@ -66,8 +78,8 @@ def write(out_dir, cfg, trials) -> Report:
         ],
     )
     results = results_table(result.summaries, {"q": "q", "m": "m", "model": "model"})
-    notes = failures(result)
-    return markdown.report(
+    notes = [note(result.learning, _setting), *failures(result)]
+    report = markdown.report(
         out,
         cfg,
         result,
@@ -77,6 +89,28 @@ def write(out_dir, cfg, trials) -> Report:
         results=results,
         figures=[fig],
         notes=notes,
+    )
+    report.status = status(cfg, result.tested)
+    return flagged(report, result.learning, _setting)
+
+
+def _setting(group: dict[str, Any]) -> str:
+    return f"{group['model']} q={group['q']} m={group['m']}"
+
+
+def status(cfg, tested: dict[str, Any]) -> Status:
+    """The first m reaching `solved` at each q, labelled with its q ("none" where no m up to
+    the largest does), whether it grows with q, and whether the successes respect the seed's
+    lower bound (`analysis.thresholds`)."""
+    firsts = ", ".join(
+        f"q={t['q']}: {'none' if t['first_m'] is None else t['first_m']}" for t in tested["per_q"]
+    )
+    grows = "non-decreasing" if tested["grows"] else "NOT non-decreasing"
+    bound = "respect" if tested["consistent_with_lower_bound"] else "VIOLATE"
+    return Status(
+        False,
+        f"FINDINGS: first m reaching {cfg.solved:.0%} (of m up to {max(cfg.dims)}): {firsts}; "
+        f"{grows} in q; the successes {bound} m >= q/log2 N",
     )
 
 

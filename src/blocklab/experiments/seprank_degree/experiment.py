@@ -20,7 +20,7 @@ from blocklab.experiments import EXPERIMENTS, Command, Experiment, Trials
 from blocklab.experiments._seprank import Point, check_grid, measure_points
 from blocklab.numerics import RTOL
 from blocklab.options import meta, validate
-from blocklab.specs import format_degree
+from blocklab.specs import format_degree, parse_degree
 from blocklab.store import Store
 
 
@@ -57,12 +57,9 @@ class DegreeConfig:
 
 
 def _degree(text: str) -> float:
-    from blocklab.models import parse_arm
-
-    arm = parse_arm(text)
-    if arm.block != "poly" or len(arm.degrees) != 1:
-        raise ValueError(f"degrees must be single layer degrees such as 2, e or 3, got {text!r}")
-    return arm.degrees[0]
+    """A single layer's degree: 2, e, 3; a block's name or a per-layer list fails, saying what a
+    degree is."""
+    return parse_degree(text)
 
 
 def degree_depths(d: float, cfg: DegreeConfig) -> list[int]:

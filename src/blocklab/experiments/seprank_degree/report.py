@@ -19,7 +19,7 @@ from blocklab.reports._seprank import (
     ranks,
     values_text,
 )
-from blocklab.reports.figures import save_figure
+from blocklab.reports.figures import arm_color, save_figure
 from blocklab.reports.markdown import findings_table
 
 QUESTION = (
@@ -226,9 +226,9 @@ def _float_reach(group) -> str:
 
 def _degree_plot(summaries, cfg, path: Path) -> str:
     fig, ax = plt.subplots(figsize=(6, 4))
-    for i, arm in enumerate(dict.fromkeys(s["arm"] for s in summaries)):
+    for arm in dict.fromkeys(s["arm"] for s in summaries):
         group = [s for s in summaries if s["arm"] == arm]
-        color = f"C{i}"
+        color = arm_color(f"d={arm}")  # the degree sweep's arm of this degree
         ps = [s["depth"] for s in group]
         if group[0]["polynomial"]:
             ax.plot(ps, [s["predicted"] for s in group], color=color, ls="--", lw=0.8)
@@ -264,8 +264,9 @@ def _budget_plot(summaries, path: Path) -> str:
     """ln rank against the budgeted layer parameters d p w^2: the slope is the growth per
     parameter, h(d) / w^2 when rank = d^p + 1."""
     fig, ax = plt.subplots(figsize=(6, 4))
-    for i, arm in enumerate(dict.fromkeys(s["arm"] for s in summaries)):
+    for arm in dict.fromkeys(s["arm"] for s in summaries):
         group = [s for s in summaries if s["arm"] == arm]
+        color = arm_color(f"d={arm}")
         key = "exact" if group[0]["polynomial"] else "float"
         pts = [
             (s["block_params"], math.log(s[key]["mean"]), s[f"{key}_saturated"])
@@ -276,7 +277,7 @@ def _budget_plot(summaries, path: Path) -> str:
             ax.plot(
                 [s["block_params"] for s in group],
                 [math.log(s["predicted"]) for s in group],
-                color=f"C{i}",
+                color=color,
                 ls="--",
                 lw=0.8,
             )
@@ -284,14 +285,14 @@ def _budget_plot(summaries, path: Path) -> str:
         ax.plot(
             [p for p, _, _ in pts],
             [y for _, y, _ in pts],
-            color=f"C{i}",
+            color=color,
             ls="-" if key == "exact" else ":",
             marker="o",
             label=label,
         )
         for x, y, sat in pts:
             if sat:
-                ax.plot(x, y, marker="o", mfc="white", mec=f"C{i}", ms=6)
+                ax.plot(x, y, marker="o", mfc="white", mec=color, ms=6)
     ax.set(
         xlabel="budgeted layer parameters d p w^2 (count)",
         ylabel="ln rank (dimensionless)",

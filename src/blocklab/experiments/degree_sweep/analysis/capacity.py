@@ -38,7 +38,6 @@ from blocklab.experiments.degree_sweep.analysis.cells import (
     budget_stats,
     second_order,
 )
-from blocklab.experiments.degree_sweep.analysis.cost import next_cost
 from blocklab.experiments.degree_sweep.analysis.counts import (
     COUNTS,
     counted,
@@ -271,9 +270,8 @@ def analyze(
             more = (Change("teachers", teachers, answered.teachers_needed),)
         why = decision.failed or decision.edges
         after = design.next_run(why, run, decision.units_for_3pct, more)
-        if after is not None:
-            chains = getattr(getattr(run.cfg, "train", None), "chains", "own")
-            after = dataclasses.replace(after, cost=next_cost(rows, after.changes, chains))
+        if after is not None and run.price is not None:
+            after = dataclasses.replace(after, cost=run.price(after.changes))
         decision = dataclasses.replace(decision, next=after)
         counts[count] = dataclasses.replace(counts[count], decision=decision)
     if answered is not None:

@@ -247,6 +247,9 @@ class Invocation:
     # command words -> the config that command starts from (`Experiment.defaults`); None: the
     # config's class called bare
     defaults: Any = None
+    # the next command's changes -> its plan (`engine.pricing.Plan`: what it fits and costs, from
+    # the run's store); None: not priced (no store, as in a simulation)
+    price: Any = None
 
 
 def setting(cfg, key: str) -> Any:

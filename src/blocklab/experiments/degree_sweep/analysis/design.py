@@ -335,7 +335,7 @@ class NextRun:
     changes: tuple[Change, ...]
     flags: tuple[str, ...]  # the changes as the command line's flags
     command: str  # the run's own command with them (`cells.next_command`)
-    cost: Any = None  # what it costs, estimated from this run's fits (`cost.next_cost`)
+    cost: Any = None  # its plan and cost (`engine.pricing.Plan`, `Invocation.price`)
 
 
 def _further(a, b):

@@ -11,7 +11,8 @@ import numpy as np
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from blocklab.experiments.degree_sweep.report.intervals import after, computed
-from blocklab.experiments.degree_sweep.report.plots import colors, save
+from blocklab.experiments.degree_sweep.report.plots import save
+from blocklab.reports.figures import arm_colors
 from blocklab.theory import predicted_multiplier
 
 
@@ -37,7 +38,7 @@ def scaling_curves(capacity, path, unit="MSE or cross-entropy in nats"):
     legend (each arm's own curve where the shared model could not be fitted)."""
     stats, model = capacity.stats, capacity.model
     arms = sorted(stats, key=_arm_key(capacity))
-    color = colors(arms)
+    color = arm_colors(arms)
     fig, ax = plt.subplots(figsize=(7.5, 5), layout="constrained")
     for arm in arms:
         pts = [s for _, s in sorted(stats[arm].items()) if math.isfinite(s["gmean"])]
@@ -285,7 +286,7 @@ def fit_curves(rows, referee, path):
     fig, axes = plt.subplots(
         1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False, layout="constrained"
     )
-    color = colors(arms)
+    color = arm_colors(arms)
     for ax, (picked, title) in zip(axes[0], panels, strict=True):
         _fit_panel(ax, picked, arms, color, title)
     fig.suptitle("teacher 0, seed 0, each arm at its middle budget", fontsize=10)

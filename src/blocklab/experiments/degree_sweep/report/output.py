@@ -5,7 +5,7 @@ report.md (`document.write_report`), the JSON payload, the spreads a later sized
 import shlex
 
 from blocklab.engine.provenance import provenance
-from blocklab.experiments.degree_sweep import sizing
+from blocklab.experiments.degree_sweep import pricing, sizing
 from blocklab.experiments.degree_sweep.analysis.capacity import Outcome
 from blocklab.experiments.degree_sweep.report import answer, claims, exact, referee, roundings
 from blocklab.experiments.degree_sweep.report.capacity import (
@@ -34,7 +34,8 @@ def write(out_dir, cfg, trials) -> Report:
     its design checks."""
     require_finished(trials)
     command = RunDir(out_dir).record().get("command")
-    result = analyze(cfg, trials, command)
+    # the next command priced against this run's store, as `--plan` on it prices it
+    result = analyze(cfg, trials, command, pricing.pricer(cfg, out_dir))
     cap = result.capacity
     # what a later --target-resolution in this directory is sized by
     sizing.record(out_dir, cfg, result.pilot, f"the run in {out_dir}")

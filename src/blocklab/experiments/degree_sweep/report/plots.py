@@ -14,7 +14,7 @@ import numpy as np
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter
 
-from blocklab.reports.figures import neighbour_runs
+from blocklab.reports.figures import arm_color, arm_colors, neighbour_runs
 from blocklab.theory import h, layer_degrees, optimal_degree
 
 DPI = 120
@@ -37,6 +37,8 @@ def _better(higher_is_better):
 
 
 def colors(keys):
+    """Colours by position, for series that are not arms (budgets); an arm's colour is its own
+    on every figure (`reports.figures.arm_color`)."""
     cmap = plt.get_cmap("tab10")
     return {k: cmap(i % 10) for i, k in enumerate(keys)}
 
@@ -234,7 +236,7 @@ def learning_curves(rows, path):
     """Validation loss vs step, one panel per (task, budget), one line per arm (done seeds only)."""
     groups, degree, diverged = _curves_by_panel(rows)
     arms = sorted(degree, key=lambda a: (degree[a] is None, degree[a] or 0.0, a))
-    color = colors(arms)
+    color = arm_colors(arms)
     keys = sorted(groups) or [("(no finished trials)", 0)]
     ncols = min(3, len(keys))
     nrows = math.ceil(len(keys) / ncols)
@@ -321,8 +323,9 @@ def _theory_panel(ax, summaries):
         mixed = _is_mix(arm)
         # a mixed stack's h is that of its layers, not of its average degree
         y = h(layer_degrees(arm, d))
-        marker = dict(marker="s" if mixed else "o", markerfacecolor="none" if mixed else "C3")
-        ax.plot(d, y, linestyle="none", color="C3", **marker)
+        c = arm_color(arm)
+        marker = dict(marker="s" if mixed else "o", markerfacecolor="none" if mixed else c)
+        ax.plot(d, y, linestyle="none", color=c, label=arm, **marker)
         offset = (4, -10 if mixed else 5)
         ax.annotate(arm, (d, y), textcoords="offset points", xytext=offset, fontsize=8)
     _mark_e(ax, text=False)
@@ -335,12 +338,12 @@ def _theory_panel(ax, summaries):
         Line2D([], [], color="0.2", label="h(d) = ln d / d"),
         Line2D([], [], color="0.4", linestyle=":", label="d = e, the maximum"),
     ]
-    # the legend names only the kinds of arm that ran
+    # the legend names only the kinds of arm that ran (each arm in its colour, named beside it)
     if any(not _is_mix(a) for a in arms):
-        handles.append(Line2D([], [], color="C3", marker="o", ls="none", label="uniform arm"))
+        handles.append(Line2D([], [], color="0.4", marker="o", ls="none", label="uniform arm"))
     if any(_is_mix(a) for a in arms):
         mixed = "mixed stack: sum ln d_i / sum d_i"
-        handles.append(Line2D([], [], color="C3", label=mixed, **MIXED))
+        handles.append(Line2D([], [], color="0.4", label=mixed, **MIXED))
     ax.legend(handles=handles, fontsize=8, loc="lower center")
 
 

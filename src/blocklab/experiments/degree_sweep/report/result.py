@@ -50,8 +50,9 @@ class Result:
     deciding: RunSize | None = None
 
 
-def _capacity(cfg, trials, rows, verdicts, command, on_draw=None, referee=()):
-    """The capacity analysis (`degree_sweep.analysis.capacity`) of `rows`, one rounding's."""
+def _capacity(cfg, trials, rows, verdicts, command, on_draw=None, referee=(), price=None):
+    """The capacity analysis (`degree_sweep.analysis.capacity`) of `rows`, one rounding's;
+    `price` prices its next command (`Invocation.price`)."""
     return analyze_capacity(
         rows,
         trials.lr_choice,
@@ -63,17 +64,20 @@ def _capacity(cfg, trials, rows, verdicts, command, on_draw=None, referee=()):
         converge_tol=cfg.train.converge_tol,
         referee=referee,
         input_rank=getattr(trials, "input_rank", None),
-        run=Invocation(cfg, command, EXPERIMENT, DegreeSweep.no_flags, DegreeSweep.defaults),
+        run=Invocation(
+            cfg, command, EXPERIMENT, DegreeSweep.no_flags, DegreeSweep.defaults, price
+        ),
         on_draw=on_draw,
         count=cfg.count,
     )
 
 
-def analyze(cfg, trials, command: str | None = None) -> Result:
+def analyze(cfg, trials, command: str | None = None, price=None) -> Result:
     """The summaries over seeds, the paired tests, the capacity analysis
     (`degree_sweep.analysis.capacity`) and the pilot's spreads of the sweep's rows; with
     roundings, the capacity analysis of each other rounding's rows too. `command`: the run's own as
-    `run.json` recorded it, which a next command repeats (None: not known)."""
+    `run.json` recorded it, which a next command repeats (None: not known); `price`: what prices
+    that next command (`degree_sweep.pricing.pricer`; None: not priced)."""
     by_rounding: dict[int, list] = {}
     for r in trials.rows:  # rows stored before roundings existed are the run's own
         by_rounding.setdefault(int(r.get("rounding") or 0), []).append(r)
@@ -81,7 +85,7 @@ def analyze(cfg, trials, command: str | None = None) -> Result:
     tables = tabulate(rows, alpha=cfg.alpha)
     refitted = getattr(trials, "referee", [])  # trials built before referees have none
     draw = current().counter("analysis: {} intervals", "fit")  # the command's display
-    cap = _capacity(cfg, trials, rows, tables.verdicts, command, draw, refitted)
+    cap = _capacity(cfg, trials, rows, tables.verdicts, command, draw, refitted, price)
     others = tuple(
         _capacity(cfg, trials, got, compare(got, cfg.alpha), command)
         for _, got in sorted(by_rounding.items())

@@ -9,11 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from blocklab.experiments.degree_sweep.report import exact
+from blocklab.experiments.degree_sweep.report.capacity import WORD, detail
 from blocklab.experiments.degree_sweep.report.roundings import Across
 from blocklab.experiments.degree_sweep.report.status_line import (
     change,
-    next_cost,
     next_keywords,
+    next_plan,
+    priced,
     status_line,
 )
 from blocklab.reports import Status
@@ -29,12 +31,16 @@ class Banner(Status):
     command: str | None = None
     change: str | None = None
     beside: tuple[str, ...] = ()
-    cost: str | None = None  # the next command's estimated cost, in words
+    cost: str | None = None  # the next command's plan and cost, in words
+    # the design checks the status rests on, each as the terminal lists it: what a status that
+    # says "given with the design checks" is given with, wherever it is read
+    checks: tuple[dict[str, Any], ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         parts = {"head": self.head, "command": self.command, "change": self.change}
         parts["cost"] = self.cost
-        return {**super().as_json(), "banner": {**parts, "beside": list(self.beside)}}
+        said = {"checks": [dict(c) for c in self.checks]}
+        return {**super().as_json(), **said, "banner": {**parts, "beside": list(self.beside)}}
 
 
 def status(cap, roundings: tuple = (), measured: dict[str, dict[str, Any]] | None = None):
@@ -48,7 +54,16 @@ def status(cap, roundings: tuple = (), measured: dict[str, dict[str, Any]] | Non
         verdict, line = across.status(verdict, line)
     beside = exact.beside(cap, measured or {})
     command, words = change(cap)
+    keywords, plan = next_keywords(cap), next_plan(cap)
+    cost, said = None, None
+    if plan is not None or keywords:  # the words the terminal gives it (`priced`)
+        said = priced(plan)
+        cost = plan.cost() if plan is not None else {"core_seconds": None, "reason": said}
+    checks = tuple(
+        {"name": c.name, "outcome": c.outcome, "line": f"{WORD[c.outcome]}: {c.name}: {detail(c)}"}
+        for c in cap.checks
+    )
     return Banner(
-        verdict, "; ".join([line, *beside]), next_keywords(cap), head=head, command=command,
-        change=words, beside=tuple(beside), cost=next_cost(cap),
+        verdict, "; ".join([line, *beside]), keywords, cost, head=head, command=command,
+        change=words, beside=tuple(beside), cost=said, checks=checks,
     )  # fmt: skip

@@ -11,7 +11,7 @@ from blocklab.experiments.degree_sweep.report import answer
 from blocklab.experiments.degree_sweep.report.edges import edge_words, names, shape_edge_words
 from blocklab.experiments.degree_sweep.report.intervals import after
 from blocklab.experiments.degree_sweep.report.multipliers import inf_or, pct
-from blocklab.formatting import minutes
+from blocklab.formatting import duration
 
 STATUS_WIDTH = 100  # the terminal's columns: the status line fits in one where it can
 # what to change where a check failed, in a few words, where the run's config is not known and
@@ -57,20 +57,16 @@ def _finding_said(f: cap.Finding, reference: str) -> str:
 
 
 def cost_words(cost) -> str | None:
-    """The next run's estimated cost (`degree_sweep.analysis.cost.Cost`) in words; None where not
-    estimated."""
-    if cost is None:
+    """The next run's cost (its plan, `engine.pricing.Plan`) in the status line's few words;
+    None where not priced."""
+    if cost is None or cost.core_seconds is None:
         return None
-    said = f"at most {minutes(cost.core_seconds)} of one core's fits, estimated from this run's"
-    if cost.continued or cost.refit or cost.kept:
-        said += (
-            f": {cost.continued} fit(s) continue, {cost.refit} above them fit again, "
-            f"{cost.kept} stand"
-        )
-    if cost.units:
-        said += (
-            f"{';' if cost.continued or cost.refit or cost.kept else ':'} {cost.units} new unit(s)"
-        )
+    bound = "at most" if cost.bound else "about"
+    said = f"{bound} {duration(cost.core_seconds)} of one core's fits"
+    if cost.trials_continued:
+        said += f": {cost.trials_continued} stored trials continue"
+    if cost.trials_new:
+        said += f"{'; ' if cost.trials_continued else ': '}{cost.trials_new} new trials"
     return said
 
 
@@ -215,10 +211,11 @@ def change(capacity) -> tuple[str | None, str | None]:
     return None, next(iter(_actions(d)), None)
 
 
-def next_cost(capacity) -> str | None:
-    """The next command's estimated cost in words, for the banner's line beside it."""
+def next_plan(capacity):
+    """The next command's plan (`engine.pricing.Plan`: what it fits and costs), None where there
+    is no next command or it was not priced."""
     d = capacity.decision
-    return cost_words(d.next.cost) if d.next is not None else None
+    return d.next.cost if d.next is not None else None
 
 
 def next_keywords(capacity) -> dict[str, Any]:
@@ -232,9 +229,9 @@ def next_keywords(capacity) -> dict[str, Any]:
 
 
 def next_lines(capacity, markdown: bool = False) -> list[str]:
-    """The command to run next where the run reached no verdict, whole: for the terminal in
-    lines of STATUS_WIDTH continued by a backslash (a shell reads them as one), for report.md
-    in a code block; [] where there is none."""
+    """The command to run next where the run reached no verdict, whole, and its cost (its plan,
+    `priced`): for the terminal in lines of STATUS_WIDTH continued by a backslash (a shell reads
+    them as one), for report.md in a code block; [] where there is none."""
     d = capacity.decision
     if d.next is None or (not markdown and d.next.command in status_line(capacity)[1]):
         return []  # none, or the status line holds it whole
@@ -244,8 +241,9 @@ def next_lines(capacity, markdown: bool = False) -> list[str]:
         if d.edges
         else "next command, with the (teacher, seed) units a +-3% interval needs"
     )  # fmt: skip
+    cost = f"its cost: {priced(d.next.cost)}"  # the terminal, report.md and the page alike
     if markdown:
-        return [f"{said[0].upper()}{said[1:]}:", "", f"    {d.next.command}"]
+        return [f"{said[0].upper()}{said[1:]}:", "", f"    {d.next.command}", "", cost]
     groups: list[str] = []  # a flag with its values, kept on one line where they fit
     for word in map(shlex.quote, shlex.split(d.next.command)):
         if groups and not (word.startswith("-") and not word[1:2].isdigit()):
@@ -258,4 +256,12 @@ def next_lines(capacity, markdown: bool = False) -> list[str]:
             lines.append(f"{line} \\")
             line = "   "
         line = f"{line} {group}" if line else group
-    return [f"{said}:", *lines, line]
+    return [f"{said}:", *lines, line, cost]
+
+
+def priced(plan) -> str:
+    """A next command's plan in the words the page's banner gives it (`status.Banner.cost`), or
+    why it has none."""
+    if plan is None:
+        return "not priced: the report was made without a store"
+    return "; ".join(x for x in (plan.trials_said(), plan.cost_said(), plan.note) if x)

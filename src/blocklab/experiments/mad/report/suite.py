@@ -12,6 +12,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 
+from blocklab.analysis import learned
 from blocklab.analysis.summary import summarize
 from blocklab.experiments.mad.analysis import suite
 from blocklab.experiments.mad.experiment import ladder
@@ -19,7 +20,8 @@ from blocklab.experiments.mad.report import width_sweep
 from blocklab.experiments.mad.report.published import published, time_note
 from blocklab.formatting import markdown_table, number, plain
 from blocklab.reports import Findings, Report, Status, markdown
-from blocklab.reports.figures import save_figure
+from blocklab.reports.figures import arm_color, save_figure
+from blocklab.reports.learned import flagged, note
 from blocklab.reports.markdown import require_finished
 
 QUESTION = (
@@ -43,6 +45,8 @@ class SuiteResult(Findings):
     correlation_h: dict[str, Any] = field(default_factory=dict)
     paired: list[dict[str, Any]] = field(default_factory=list)
     timing: dict[str, Any] = field(default_factory=dict)
+    # per (block, task, level): its test accuracy against chance, and losses that never moved
+    learning: list[learned.Check] = field(default_factory=list)
 
 
 def analyze(cfg, trials) -> SuiteResult:
@@ -59,6 +63,7 @@ def analyze(cfg, trials) -> SuiteResult:
         correlation_h=suite.correlation(scores, against="h(degree)"),
         paired=suite.paired(trials.rows, cfg.alpha),
         timing=suite.trial_time(trials.rows, trials.lr_choice),
+        learning=learned.checks(trials.rows, ("block", "task", "level")),
     )
 
 
@@ -104,7 +109,8 @@ def curves(results: list[dict[str, Any]], ladders: dict[str, list[str]], path: P
             ys = np.array([r["mean"] for r in group])
             lo = np.array([r["ci_low"] if r["n"] > 1 else r["mean"] for r in group])
             hi = np.array([r["ci_high"] if r["n"] > 1 else r["mean"] for r in group])
-            ax.errorbar(xs, ys, yerr=[ys - lo, hi - ys], marker="o", capsize=3, label=block)
+            ax.errorbar(xs, ys, yerr=[ys - lo, hi - ys], marker="o", capsize=3, label=block,
+                        color=arm_color(block))  # fmt: skip
         ax.set_xticks(range(len(ladders[task])), ladders[task], fontsize=7)
         ax.set_title(task)
         ax.set_xlabel("difficulty level")
@@ -146,6 +152,7 @@ def write(out_dir, cfg, trials) -> Report:
         f"at level {cfg.alpha:g}."
     )
     notes.append(_edges(cfg, trials.lr_choice))
+    notes.append(note(result.learning, _cell_name))
     timing = result.timing
     notes.append(time_note(timing))
     notes += markdown.failures(result)
@@ -188,7 +195,12 @@ def write(out_dir, cfg, trials) -> Report:
     counts = Counter(f["status"] for f in result.findings)
     line = f"FINDINGS: best score {best[0]} ({number(best[1]['score'], 3)}); " if best else ""
     line += "published findings: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    return Report(path, plain(payload), lines + markdown.failures(result), Status(False, line))
+    report = Report(path, plain(payload), lines + markdown.failures(result), Status(False, line))
+    return flagged(report, result.learning, _cell_name)
+
+
+def _cell_name(group: dict[str, Any]) -> str:
+    return f"{group['block']} on {group['task']} level {group['level']}"
 
 
 def _rung(options: dict[str, Any]) -> str:

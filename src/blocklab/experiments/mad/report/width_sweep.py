@@ -13,13 +13,15 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 
+from blocklab.analysis import learned
 from blocklab.analysis.summary import summarize
 from blocklab.experiments.mad.analysis import suite
 from blocklab.experiments.mad.analysis import width_sweep as ws
 from blocklab.experiments.mad.report.published import GATED_CLAIM, ZOOLOGY, published, time_note
 from blocklab.formatting import number, plain
 from blocklab.reports import Report, Status, markdown
-from blocklab.reports.figures import save_figure
+from blocklab.reports.figures import arm_color, save_figure
+from blocklab.reports.learned import flagged, note
 from blocklab.reports.markdown import require_finished
 
 QUESTION = (
@@ -33,6 +35,8 @@ UNTESTED_BY_SWEEP = "the width sweep ran instead of the suite"
 # summaries over seeds by the suite's keys (block, task, level: the setting, easiest first) and
 # the sweep's
 SUMMARY_KEYS = ("block", "task", "level", "width", "pairs", "seq_len")
+# a cell of the sweep: a block at a width on one setting
+CELL_KEYS = ("block", "width", "pairs", "seq_len")
 
 
 def figure(table: list[dict[str, Any]], solved: float, path: Path) -> str:
@@ -49,7 +53,8 @@ def figure(table: list[dict[str, Any]], solved: float, path: Path) -> str:
             ys = np.array([c["mean"] for c in group])
             lo = np.array([c["ci_low"] if c["n"] > 1 else c["mean"] for c in group])
             hi = np.array([c["ci_high"] if c["n"] > 1 else c["mean"] for c in group])
-            ax.errorbar(xs, ys, yerr=[ys - lo, hi - ys], marker="o", capsize=3, label=block)
+            ax.errorbar(xs, ys, yerr=[ys - lo, hi - ys], marker="o", capsize=3, label=block,
+                        color=arm_color(block))  # fmt: skip
         ax.axhline(solved, color="grey", lw=0.8, ls="--")
         ax.set_xscale("log", base=2)
         ax.set_xticks(sorted({c["width"] for c in table}))
@@ -84,7 +89,8 @@ def _w(width: int | None) -> str:
 class WidthResult:
     """The width sweep analyzed: each (block, setting, width) cell, the smallest solving width
     per setting, how it grew with the pairs, zoology's claim marked from it beside the suite's
-    (untested), each block's plateau and where the training time went."""
+    (untested), each block's plateau, where the training time went, and each cell's accuracy
+    against chance with the losses that never moved (`analysis.learned`)."""
 
     table: list[dict[str, Any]]
     minimal: list[dict[str, Any]]
@@ -94,6 +100,7 @@ class WidthResult:
     plateau: dict[str, dict[str, Any]]
     timing: dict[str, Any]
     summaries: list[dict[str, Any]]
+    learning: list[learned.Check]
 
 
 def analyze(cfg, trials) -> WidthResult:
@@ -115,6 +122,7 @@ def analyze(cfg, trials) -> WidthResult:
         ws.plateau(trials.rows, cfg.plateau_tol),
         suite.trial_time(trials.rows, trials.lr_choice, by="width"),
         summarize(trials.rows, SUMMARY_KEYS),
+        learned.checks(trials.rows, CELL_KEYS),
     )
 
 
@@ -154,6 +162,7 @@ def write(out_dir, cfg, trials) -> Report:
         + ". A block that solves nothing while far from a plateau is undertrained, not shown "
         "unable: train longer (--steps).",
         time_note(timing, by="width"),
+        note(result.learning, _cell_name),
         "Smallest solving width: the least width of the sweep whose mean test accuracy over "
         f"seeds reaches {cfg.solved:g}. Intervals: Student-t over seeds, clipped to [0, 1].",
         *markdown.failures(trials),
@@ -181,7 +190,13 @@ def write(out_dir, cfg, trials) -> Report:
     lines.append(f"{gated['status']}: {gated['claim']} ({gated['source']}): {gated['evidence']}")
     lines += notes[:2]
     status = Status(False, f"FINDINGS: zoology's gated-convolution claim: {gated['status']}")
-    return Report(path, plain(payload), lines + markdown.failures(trials), status)
+    report = Report(path, plain(payload), lines + markdown.failures(trials), status)
+    return flagged(report, result.learning, _cell_name)
+
+
+def _cell_name(group: dict[str, Any]) -> str:
+    g = group
+    return f"{g['block']} at width {g['width']}, {g['pairs']} pairs of {g['seq_len']} tokens"
 
 
 def _md_table(table) -> str:
