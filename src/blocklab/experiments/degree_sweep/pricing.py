@@ -16,9 +16,9 @@ from typing import Any
 
 from blocklab.engine.pricing import Plan, meet, price_specs
 from blocklab.errors import UserError
+from blocklab.experiments._pricing import stored
 from blocklab.experiments.degree_sweep import plan, sizing
 from blocklab.experiments.degree_sweep.config import DegreeSweepConfig
-from blocklab.store import DB_NAME, Store
 
 
 def planned(cfg: DegreeSweepConfig) -> list[Any]:
@@ -32,17 +32,10 @@ def planned(cfg: DegreeSweepConfig) -> list[Any]:
     return [s for _, s in plan.trials(cfg, cells, dict.fromkeys(cells, rate))]
 
 
-def opened(out_dir: str | Path) -> Store | None:
-    """The store in `out_dir`, read only; None where there is none yet."""
-    path = Path(out_dir) / DB_NAME
-    return Store(path, read_only=True) if path.is_file() else None
-
-
 def price(cfg: DegreeSweepConfig, out_dir: str | Path, time_here: bool = True) -> Plan:
     """The plan of running `cfg` into `out_dir`: its trials against the store there, priced
     (`engine.pricing.price_specs`), with its units, teachers and seeds."""
-    store = opened(out_dir)
-    try:
+    with stored(out_dir) as store:
         specs = planned(cfg)
         found = price_specs(
             specs, store, recorded=lambda new: _recorded(cfg, out_dir, new),
@@ -52,9 +45,6 @@ def price(cfg: DegreeSweepConfig, out_dir: str | Path, time_here: bool = True) -
             return found
         # it adds iterations to stored ladders: what the store's earlier continuation changed
         before = {p.steps for p in meet(specs, store).parents.values()}
-    finally:
-        if store is not None:
-            store.close()
     notes = [continued_before(_steps(cfg, steps), out_dir) for steps in sorted(before)]
     note = "; ".join(n for n in notes if n)
     return dataclasses.replace(found, note=note) if note else found
@@ -120,13 +110,10 @@ def continued_before(cfg: DegreeSweepConfig, out_dir: str | Path) -> str | None:
     from blocklab.engine.pricing import meet_parents
     from blocklab.frames import rung_records
 
-    store = opened(out_dir)
-    if store is None:
-        return None
-    try:
+    with stored(out_dir) as store:
+        if store is None:
+            return None
         found = meet_parents(planned(cfg), store)
-    finally:
-        store.close()
     if not found:
         return None
     changes, certified = [], [0, 0]
